@@ -1,0 +1,3 @@
+"""modelswap: one OpenAI-compatible endpoint in front of many local inference servers."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from modelswap.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,369 @@
+"""Semantic checks: a shape-valid :class:`RawConfig` -> the resolved :class:`Config`.
+
+Each ``_check_*`` / ``_resolve_*`` function handles one rule and appends ``(path, message)`` to a
+shared problem list instead of raising, so one load reports every problem at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from urllib.parse import urlsplit
+
+from modelswap.config.macros import (
+    ENV_NAME_RE,
+    Scope,
+    clean_command,
+    expand,
+    name_problem,
+    transitive_references,
+)
+from modelswap.config.resolved import Config, ModelConfig, Timeouts
+from modelswap.config.schema import NO_CHECK_ENDPOINT, RawConfig, RawModel
+from modelswap.errors import ConfigError
+
+Problems = list[tuple[str, str]]
+MAX_PORT = 65535
+_PLAIN_KEY_RE = re.compile(r"[^\s.\[\]\"']+")
+
+
+def key_path(*parts: str | int) -> str:
+    """Render a key path: ``key_path("models", "qwen", "aliases", 2) == "models.qwen.aliases[2]"``.
+
+    Keys that would be ambiguous in dotted form (dots, spaces, brackets, empty) are quoted:
+    ``models["qwen2.5"].cmd``.
+    """
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY_RE.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return out
+
+
+def build_config(
+    raw: RawConfig, *, source: str, environ: Mapping[str, str], extra_macros: Mapping[str, str]
+) -> Config:
+    """Resolve ``raw``; raise :class:`ConfigError` with every problem found."""
+    problems: Problems = []
+    host, port = _check_listen(raw.listen, problems)
+    top_macros = {**extra_macros, **_check_macros(raw.macros, ("macros",), problems)}
+    _check_names(raw, problems)
+    macros = {
+        model_id: {
+            **top_macros,
+            **_check_macros(model.macros, ("models", model_id, "macros"), problems),
+        }
+        for model_id, model in raw.models.items()
+    }
+    ports = _allocate_ports(raw, macros, port, problems)
+    models: dict[str, ModelConfig] = {}
+    for model_id, model in raw.models.items():
+        _check_port_is_used(model_id, model, macros[model_id], problems)
+        models[model_id] = _resolve_model(
+            model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems
+        )
+    if problems:
+        raise ConfigError(problems)
+    return Config(
+        models=MappingProxyType(models),
+        listen_host=host,
+        listen_port=port,
+        start_port=raw.start_port,
+        health_check_timeout=raw.health_check_timeout,
+        log_level=raw.log_level,
+        max_request_body_bytes=raw.max_request_body_bytes,
+        source=source,
+    )
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split ``host:port`` (IPv6 as ``[::1]:8080``). Raises ``ValueError`` with a user message."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"{text!r} has no closing ']' after the IPv6 address")
+        host, rest = text[1:end], text[end + 1 :]
+        if not rest.startswith(":"):
+            raise ValueError(f"{text!r} has no port; write it as [{host}]:8080")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"{text!r} is not host:port, e.g. 127.0.0.1:8080")
+        if ":" in host:
+            raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:8080")
+    if not host:
+        raise ValueError(
+            f"{text!r} has no host; write 127.0.0.1{text} "
+            f"(or 0.0.0.0{text} to listen on every interface)"
+        )
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= MAX_PORT:
+        raise ValueError(f"{text!r}: the port must be a number from 1 to {MAX_PORT}")
+    return host, int(port_text)
+
+
+def _check_listen(text: str, problems: Problems) -> tuple[str, int]:
+    try:
+        return parse_listen(text.strip())
+    except ValueError as exc:
+        problems.append(("listen", str(exc)))
+        return "", 0
+
+
+def _check_macros(
+    raw: Mapping[str, str | int | float], base: tuple[str, ...], problems: Problems
+) -> dict[str, str]:
+    """Valid macros as name -> text (numbers become their ``str()``); bad names are problems."""
+    macros: dict[str, str] = {}
+    for name, value in raw.items():
+        problem = name_problem(name)
+        if problem:
+            problems.append((key_path(*base, name), problem))
+        else:
+            macros[name] = str(value)
+    return macros
+
+
+def _check_names(raw: RawConfig, problems: Problems) -> None:
+    """Model ids and aliases are well-formed and every name maps to exactly one model."""
+    for model_id in raw.models:
+        if not model_id.strip() or model_id != model_id.strip():
+            problems.append(
+                (
+                    key_path("models", model_id),
+                    "model ids must be non-empty, without leading or trailing spaces",
+                )
+            )
+    owners: dict[str, str] = {}
+    for model_id, model in raw.models.items():
+        for index, alias in enumerate(model.aliases):
+            path = key_path("models", model_id, "aliases", index)
+            if not alias.strip() or alias != alias.strip():
+                problems.append((path, "aliases must be non-empty, without surrounding spaces"))
+            elif alias in raw.models:
+                problems.append((path, f"alias {alias!r} is already the id of a model"))
+            elif alias in owners:
+                owner = owners[alias]
+                where = "is listed twice" if owner == model_id else f"is already used by {owner!r}"
+                problems.append((path, f"alias {alias!r} {where}"))
+            else:
+                owners[alias] = model_id
+
+
+def _command_texts(command: str | list[str] | None) -> list[str]:
+    if command is None:
+        return []
+    return [clean_command(command)] if isinstance(command, str) else list(command)
+
+
+def _env_texts(env: list[str] | Mapping[str, str | int | float]) -> list[str]:
+    return list(env) if isinstance(env, list) else [str(v) for v in env.values()]
+
+
+def _expanded_texts(model: RawModel) -> Iterator[str]:
+    """Every raw text of ``model`` that macros are expanded in."""
+    yield from _command_texts(model.cmd)
+    yield from _command_texts(model.cmd_stop)
+    yield from _env_texts(model.env)
+    yield model.proxy
+    yield model.check_endpoint
+    if model.use_model_name is not None:
+        yield model.use_model_name
+
+
+def _allocate_ports(
+    raw: RawConfig, macros: Mapping[str, Mapping[str, str]], listen_port: int, problems: Problems
+) -> dict[str, int]:
+    """Consecutive ports from ``startPort``, in file order, for models that use ``${PORT}``."""
+    users = [
+        model_id
+        for model_id, model in raw.models.items()
+        if "PORT" in transitive_references(_expanded_texts(model), macros[model_id])
+    ]
+    ports = {model_id: raw.start_port + index for index, model_id in enumerate(users)}
+    if users and raw.start_port + len(users) - 1 > MAX_PORT:
+        problems.append(
+            (
+                "startPort",
+                f"{len(users)} models use ${{PORT}} but only "
+                f"{MAX_PORT - raw.start_port + 1} ports exist from {raw.start_port} up",
+            )
+        )
+    for model_id, port in ports.items():
+        if port == listen_port:
+            problems.append(
+                (
+                    "startPort",
+                    f"model {model_id!r} would get port {port}, which is the listen "
+                    "port; choose another startPort",
+                )
+            )
+    return ports
+
+
+def _check_port_is_used(
+    model_id: str, model: RawModel, macros: Mapping[str, str], problems: Problems
+) -> None:
+    """With the default proxy, the command must tell the server to listen on ``${PORT}``."""
+    if "proxy" in model.model_fields_set:
+        return
+    texts = [*_command_texts(model.cmd), *_env_texts(model.env)]
+    if "PORT" not in transitive_references(texts, macros):
+        problems.append(
+            (
+                key_path("models", model_id, "cmd"),
+                "does not use ${PORT}, so modelswap cannot "
+                "know where the server listens; add --port ${PORT} or set proxy",
+            )
+        )
+
+
+def _resolve_model(
+    model_id: str,
+    model: RawModel,
+    macros: Mapping[str, str],
+    environ: Mapping[str, str],
+    port: int | None,
+    raw: RawConfig,
+    problems: Problems,
+) -> ModelConfig:
+    base = ("models", model_id)
+    builtins = {"MODEL_ID": model_id} | ({"PORT": str(port)} if port is not None else {})
+    scope = Scope(
+        builtins=builtins,
+        macros=macros,
+        environ=environ,
+        unavailable={"PID": "is only available in cmdStop"},
+    )
+    stop_scope = replace(scope, keep=frozenset({"PID"}), unavailable={})
+    cmd = _resolve_command(model.cmd, scope, (*base, "cmd"), problems)
+    cmd_stop = None
+    if model.cmd_stop is not None:
+        cmd_stop = _resolve_command(model.cmd_stop, stop_scope, (*base, "cmdStop"), problems)
+    use_model_name = None
+    if model.use_model_name is not None:
+        use_model_name = _expand(model.use_model_name, scope, (*base, "useModelName"), problems)
+        if not model.use_model_name.strip():
+            problems.append((key_path(*base, "useModelName"), "must not be empty"))
+    t = model.timeouts
+    return ModelConfig(
+        id=model_id,
+        cmd=cmd,
+        cmd_stop=cmd_stop,
+        proxy=_resolve_proxy(model.proxy, scope, (*base, "proxy"), problems),
+        port=port,
+        aliases=tuple(model.aliases),
+        use_model_name=use_model_name,
+        env=MappingProxyType(_resolve_env(model.env, scope, (*base, "env"), problems)),
+        check_endpoint=_resolve_check(model.check_endpoint, scope, base, problems),
+        ttl=model.ttl,
+        unlisted=model.unlisted,
+        name=model.name,
+        description=model.description,
+        backend=model.backend,
+        timeouts=Timeouts(t.connect, t.first_byte, t.idle_between_chunks, t.total),
+        health_check_timeout=(
+            raw.health_check_timeout
+            if model.health_check_timeout is None
+            else model.health_check_timeout
+        ),
+    )
+
+
+def _expand(text: str, scope: Scope, path: tuple[str | int, ...], problems: Problems) -> str:
+    result, found = expand(text, scope)
+    problems.extend((key_path(*path), message) for message in found)
+    return result
+
+
+def _resolve_command(
+    command: str | list[str], scope: Scope, path: tuple[str | int, ...], problems: Problems
+) -> tuple[str, ...]:
+    """Expand and split a command into argv; a string is split like a POSIX shell would."""
+    before = len(problems)
+    if isinstance(command, str):
+        text = _expand(clean_command(command), scope, path, problems)
+        try:
+            argv = shlex.split(text)
+        except ValueError as exc:
+            problems.append((key_path(*path), f"cannot split the command: {exc}"))
+            return ()
+    else:
+        argv = [_expand(arg, scope, (*path, i), problems) for i, arg in enumerate(command)]
+    if len(problems) == before:
+        if not argv:
+            problems.append((key_path(*path), "the command is empty"))
+        elif not argv[0]:
+            problems.append((key_path(*path), "the program (first argument) is empty"))
+    return tuple(argv)
+
+
+def _resolve_proxy(text: str, scope: Scope, path: tuple[str | int, ...], problems: Problems) -> str:
+    before = len(problems)
+    url = _expand(text, scope, path, problems).strip()
+    if len(problems) > before:
+        return url
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError as exc:
+        problems.append((key_path(*path), f"{url!r} has a bad port: {exc}"))
+        return url
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        problems.append((key_path(*path), f"{url!r} is not an http:// or https:// URL with a host"))
+    return url.rstrip("/")
+
+
+def _resolve_env(
+    env: list[str] | Mapping[str, str | int | float],
+    scope: Scope,
+    path: tuple[str | int, ...],
+    problems: Problems,
+) -> dict[str, str]:
+    """The environment as KEY -> expanded value, from either the list or the mapping form."""
+    pairs: list[tuple[str, str, tuple[str | int, ...]]] = []
+    if isinstance(env, list):
+        for index, entry in enumerate(env):
+            key, sep, value = entry.partition("=")
+            if not sep:
+                problems.append((key_path(*path, index), f"{entry!r} is not KEY=VALUE"))
+                continue
+            pairs.append((key, value, (*path, index)))
+    else:
+        pairs = [(key, str(value), (*path, key)) for key, value in env.items()]
+    resolved: dict[str, str] = {}
+    for key, value, where in pairs:
+        if not ENV_NAME_RE.fullmatch(key):
+            problems.append(
+                (key_path(*where), f"{key!r} is not a valid variable name (letters, digits, '_')")
+            )
+        elif key in resolved:
+            problems.append((key_path(*where), f"{key} is set twice"))
+        else:
+            resolved[key] = _expand(value, scope, (*path, key), problems)
+    return resolved
+
+
+def _resolve_check(
+    text: str, scope: Scope, base: tuple[str, ...], problems: Problems
+) -> str | None:
+    if text.strip().lower() == NO_CHECK_ENDPOINT:
+        return None
+    before = len(problems)
+    endpoint = _expand(text, scope, (*base, "checkEndpoint"), problems)
+    if len(problems) == before and not endpoint.startswith("/"):
+        problems.append(
+            (
+                key_path(*base, "checkEndpoint"),
+                f'{endpoint!r} must be a path starting with "/", or "{NO_CHECK_ENDPOINT}"',
+            )
+        )
+    return endpoint

@@ -1,0 +1,179 @@
+"""Loading: file -> YAML -> shape validation (pydantic) -> semantic checks -> :class:`Config`.
+
+Every stage collects all the problems it finds and raises one :class:`ConfigError` naming each
+by its dotted key path (``models.qwen.ttl``, ``models.qwen.aliases[2]``). A later stage runs
+only when the earlier ones found nothing, because it needs their output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from modelswap.config.checks import build_config, key_path, parse_listen
+from modelswap.config.macros import did_you_mean
+from modelswap.config.resolved import Config
+from modelswap.config.schema import SHAPE_ERROR, RawConfig, RawModel, RawTimeouts, type_name
+from modelswap.errors import ConfigError
+
+
+def load_config(
+    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Read and load the configuration file at ``path``. Raises :class:`ConfigError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([("", f"config file {os.fspath(path)} does not exist")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [("", f"config file {os.fspath(path)} is not UTF-8 text: {exc.reason}")]
+        ) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError([("", f"cannot read config file {os.fspath(path)}: {reason}")]) from None
+    return load_config_text(text, source=os.fspath(path), environ=environ)
+
+
+def load_config_text(
+    text: str,
+    *,
+    source: str = "<string>",
+    environ: Mapping[str, str] | None = None,
+    extra_macros: Mapping[str, str] | None = None,
+) -> Config:
+    """Load a configuration from YAML text. Raises :class:`ConfigError` listing every problem.
+
+    ``environ`` is what ``${env.NAME}`` reads (default: ``os.environ``, read now).
+    ``extra_macros`` are additional top-level macros; the file's own macros override them.
+    """
+    data = _parse_yaml(text)
+    raw = _validate(data)
+    return build_config(
+        raw,
+        source=source,
+        environ=dict(os.environ if environ is None else environ),
+        extra_macros=dict(extra_macros or {}),
+    )
+
+
+class _Loader(yaml.SafeLoader):
+    """A safe loader that rejects duplicate keys (plain PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Hashable] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        if isinstance(key, Hashable):
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _parse_yaml(text: str) -> dict[Any, Any]:
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "syntax error"
+        raise ConfigError([("", f"invalid YAML{where}: {problem}")]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([("", f"invalid YAML: {exc}")]) from None
+    if data is None:
+        raise ConfigError([("", "the configuration is empty; it needs at least a `models` key")])
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [
+                (
+                    "",
+                    f"the top level must be a mapping of keys (models, listen, ...), "
+                    f"got {type_name(data)}",
+                )
+            ]
+        )
+    return data
+
+
+def _validate(data: dict[Any, Any]) -> RawConfig:
+    try:
+        return RawConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError([_problem(error) for error in exc.errors()]) from None
+
+
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
+
+
+def _problem(error: ErrorDetails) -> tuple[str, str]:
+    """One pydantic error as ``(dotted path, message)``."""
+    loc = list(error["loc"])
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == SHAPE_ERROR:
+        return key_path(*loc, *ctx.get("sub", ())), error["msg"]
+    if loc and loc[-1] == "[key]":
+        return key_path(*loc[:-1]), f"keys must be strings, got {type_name(value)}"
+    if kind == "extra_forbidden":
+        suggestion = did_you_mean(str(loc[-1]), _known_keys(tuple(loc[:-1])))
+        hint = f" (did you mean {suggestion}?)" if suggestion else ""
+        return key_path(*loc), f"unknown key{hint}"
+    if kind == "missing":
+        return key_path(*loc), "required key is missing"
+    if kind in _EXPECTED:
+        return key_path(*loc), f"expected {_EXPECTED[kind]}, got {type_name(value)}"
+    if kind == "too_short" and loc == ["models"]:
+        return "models", "at least one model is required"
+    message = error["msg"].replace("Input should be", "must be", 1)
+    return key_path(*loc), message
+
+
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The YAML keys allowed in the mapping at ``loc``."""
+    cls: type[BaseModel] | None = None
+    if loc == ():
+        cls = RawConfig
+    elif len(loc) == 2 and loc[0] == "models":
+        cls = RawModel
+    elif len(loc) == 3 and loc[0] == "models" and loc[2] == "timeouts":
+        cls = RawTimeouts
+    if cls is None:
+        return []
+    return [info.alias or name for name, info in cls.model_fields.items()]
+
+
+def override_listen(config: Config, listen: str) -> Config:
+    """``config`` listening on ``listen`` instead (the ``--listen`` flag)."""
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError([("--listen", str(exc))]) from exc
+    return dataclasses.replace(config, listen_host=host, listen_port=port)

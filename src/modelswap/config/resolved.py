@@ -1,0 +1,83 @@
+"""The resolved configuration: what the rest of modelswap consumes.
+
+Every value here is final: macros are expanded, commands are split into argv, ports are
+allocated, defaults are applied. Instances are immutable snapshots; mappings are read-only views
+(excluded from hashing, so the dataclasses stay hashable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Upstream request timeouts in seconds; ``total=None`` means no ceiling."""
+
+    connect: float = 10.0
+    first_byte: float = 600.0
+    idle_between_chunks: float = 300.0
+    total: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """One configured model, fully resolved.
+
+    ``cmd_stop`` may contain the literal argument text ``${PID}``, which the supervisor replaces
+    with the backend's process id at stop time. ``port`` is ``None`` when the model does not use
+    ``${PORT}``. ``check_endpoint`` is ``None`` when health checks are disabled.
+    """
+
+    id: str
+    cmd: tuple[str, ...]
+    cmd_stop: tuple[str, ...] | None
+    proxy: str
+    port: int | None
+    aliases: tuple[str, ...]
+    use_model_name: str | None
+    env: Mapping[str, str] = field(hash=False)
+    check_endpoint: str | None
+    ttl: float
+    unlisted: bool
+    name: str | None
+    description: str | None
+    backend: str
+    timeouts: Timeouts
+    health_check_timeout: float
+
+    @property
+    def upstream_name(self) -> str:
+        """The model name sent to the backend: ``use_model_name`` if set, else the id."""
+        return self.use_model_name if self.use_model_name is not None else self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration. ``models`` keeps the file's order."""
+
+    models: Mapping[str, ModelConfig] = field(hash=False)
+    listen_host: str
+    listen_port: int
+    start_port: int
+    health_check_timeout: float
+    log_level: str
+    max_request_body_bytes: int
+    source: str
+
+    def resolve(self, name: str) -> ModelConfig | None:
+        """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""
+        model = self.models.get(name)
+        if model is not None:
+            return model
+        for candidate in self.models.values():
+            if name in candidate.aliases:
+                return candidate
+        return None
+
+    def names(self) -> list[str]:
+        """Every name a client may use: model ids, then aliases (for did-you-mean)."""
+        ids = list(self.models)
+        aliases = [alias for model in self.models.values() for alias in model.aliases]
+        return ids + aliases

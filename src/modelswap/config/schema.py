@@ -1,0 +1,239 @@
+"""The raw configuration: exactly what the YAML file holds, validated for shape and type only.
+
+These pydantic models are the source of the JSON schema (:func:`config_json_schema`). Semantic
+rules (macros, ports, aliases, URLs) are checked by ``load.py``, which turns these into the
+resolved dataclasses the rest of modelswap consumes. Keys are camelCase, as in llama-swap.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.fields import ComputedFieldInfo, FieldInfo
+from pydantic_core import PydanticCustomError
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+DEFAULT_PROXY = "http://127.0.0.1:${PORT}"
+DEFAULT_CHECK_ENDPOINT = "/health"
+NO_CHECK_ENDPOINT = "none"
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+SCHEMA_TITLE = "modelswap configuration"
+
+LogLevel = Literal["debug", "info", "warn", "error"]
+Backend = Literal["auto", "llamacpp", "vllm", "sglang", "ollama", "generic"]
+
+SHAPE_ERROR = "modelswap_shape"
+"""Error type raised by the shape validators below; ``ctx["sub"]`` extends the error's loc."""
+
+
+def type_name(value: object) -> str:
+    """The YAML name of a value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _shape_error(expected: str, value: object, *sub: str | int) -> PydanticCustomError:
+    message = f"expected {expected}, got {type_name(value)}"
+    return PydanticCustomError(SHAPE_ERROR, message, {"sub": sub})
+
+
+def _check_scalar(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _shape_error("a string or a number", value)
+    return value
+
+
+def _check_command(value: object) -> object:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise _shape_error("a string or a list of strings", value)
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _shape_error("a string", item, index)
+    return value
+
+
+def _check_env(value: object) -> object:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _shape_error('a "KEY=VALUE" string', item, index)
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _shape_error("a variable name", key, str(key))
+            if isinstance(item, bool) or not isinstance(item, str | int | float):
+                raise _shape_error("a string or a number", item, key)
+        return value
+    raise _shape_error('a list of "KEY=VALUE" strings or a mapping', value)
+
+
+Scalar = Annotated[str | int | float, BeforeValidator(_check_scalar)]
+Command = Annotated[str | list[str], BeforeValidator(_check_command)]
+Env = Annotated[list[str] | dict[str, Scalar], BeforeValidator(_check_env)]
+
+
+def _field_title(name: str, info: FieldInfo | ComputedFieldInfo) -> str:
+    """Titles in the JSON schema are the YAML keys, not generated prose."""
+    alias = info.alias if isinstance(info, FieldInfo) else None
+    return alias or name
+
+
+_MODEL_CONFIG = ConfigDict(
+    extra="forbid",
+    populate_by_name=False,
+    strict=True,
+    allow_inf_nan=False,
+    frozen=True,
+    field_title_generator=_field_title,
+)
+
+
+class RawTimeouts(BaseModel):
+    """Upstream (modelswap -> backend) timeouts for one model, in seconds."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="Timeouts")
+
+    connect: float = Field(
+        10.0, gt=0, description="Seconds to wait for the TCP connection to the backend."
+    )
+    first_byte: float = Field(
+        600.0,
+        gt=0,
+        alias="firstByte",
+        description="Seconds to wait for the first byte of the backend's response.",
+    )
+    idle_between_chunks: float = Field(
+        300.0,
+        gt=0,
+        alias="idleBetweenChunks",
+        description="Seconds a streaming response may stay silent between two chunks.",
+    )
+    total: float | None = Field(
+        None, gt=0, description="Ceiling in seconds for a whole request; null means no ceiling."
+    )
+
+
+class RawModel(BaseModel):
+    """One model: the command that serves it and how to reach it."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="Model")
+
+    cmd: Command = Field(
+        description=(
+            "Command that starts the server: a shell-like string (split like a POSIX shell; "
+            "'\\' line continuations and '#' comment lines allowed) or a list of arguments."
+        )
+    )
+    cmd_stop: Command | None = Field(
+        None,
+        alias="cmdStop",
+        description="Command that stops the server instead of SIGTERM; ${PID} is its process id.",
+    )
+    proxy: str = Field(
+        DEFAULT_PROXY,
+        description="Base URL where the server listens (http or https).",
+    )
+    aliases: list[str] = Field(
+        default_factory=list, description="Other names clients may use for this model."
+    )
+    use_model_name: str | None = Field(
+        None,
+        alias="useModelName",
+        description="Model name sent to the backend instead of this model's id.",
+    )
+    env: Env = Field(
+        default_factory=list,
+        description='Environment for the server: a list of "KEY=VALUE" strings or a mapping.',
+    )
+    check_endpoint: str = Field(
+        DEFAULT_CHECK_ENDPOINT,
+        alias="checkEndpoint",
+        description="Path polled until it answers 2xx before requests are sent; 'none' skips it.",
+    )
+    ttl: float = Field(
+        0.0, ge=0, description="Unload after this many idle seconds; 0 keeps the model loaded."
+    )
+    health_check_timeout: float | None = Field(
+        None,
+        gt=0,
+        alias="healthCheckTimeout",
+        description="Seconds this model may take to pass its health check (default: top level).",
+    )
+    unlisted: bool = Field(False, description="Hide this model from GET /v1/models.")
+    name: str | None = Field(None, description="Human-readable name shown in listings.")
+    description: str | None = Field(None, description="Human-readable description.")
+    backend: Backend = Field(
+        "auto",
+        description="Server kind, for readiness checks and log diagnosis; 'auto' detects it.",
+    )
+    timeouts: RawTimeouts = Field(
+        default_factory=RawTimeouts, description="Timeouts for requests sent to this server."
+    )
+    macros: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="Macros for this model only; they override top-level macros of that name.",
+    )
+
+
+class RawConfig(BaseModel):
+    """The whole configuration file."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title=SCHEMA_TITLE)
+
+    models: dict[str, RawModel] = Field(
+        min_length=1, description="The models modelswap serves, by id (the name clients send)."
+    )
+    listen: str = Field(
+        DEFAULT_LISTEN,
+        description="host:port the gateway listens on; IPv6 as [::1]:8080.",
+    )
+    start_port: int = Field(
+        5800,
+        ge=1,
+        le=65535,
+        alias="startPort",
+        description="First port handed out as ${PORT}; later models get the next ones.",
+    )
+    health_check_timeout: float = Field(
+        120.0,
+        gt=0,
+        alias="healthCheckTimeout",
+        description="Seconds a starting server may take to pass its health check.",
+    )
+    log_level: LogLevel = Field("info", alias="logLevel", description="Gateway log verbosity.")
+    macros: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="Text substituted for ${name} in cmd, cmdStop, proxy, env and more.",
+    )
+    max_request_body_bytes: int = Field(
+        DEFAULT_MAX_BODY,
+        gt=0,
+        alias="maxRequestBodyBytes",
+        description="Largest request body accepted from clients, in bytes.",
+    )
+
+
+def config_json_schema() -> dict[str, Any]:
+    """JSON schema of the configuration file, keyed by the YAML (camelCase) names.
+
+    Editors use it for completion and validation (e.g. `# yaml-language-server: $schema=...`).
+    """
+    schema = RawConfig.model_json_schema(by_alias=True, mode="validation")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

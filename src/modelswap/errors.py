@@ -1,0 +1,96 @@
+"""Domain exceptions. Only ``http/`` maps them to status codes and the OpenAI envelope."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class ModelswapError(Exception):
+    """Base of every error modelswap raises on purpose."""
+
+
+class ConfigError(ModelswapError):
+    """A configuration problem, named by its dotted key path.
+
+    ``problems`` holds every problem found, each as ``(path, message)``; ``str()`` renders
+    one line per problem so a user can fix them all in one edit.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Why a backend failed to start or died: the root cause and the fix, not the wrapper line."""
+
+    code: str
+    summary: str
+    evidence: str | None = None
+    fix: str | None = None
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    def message(self) -> str:
+        text = self.summary
+        if self.fix:
+            text += f" Fix: {self.fix}"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "summary": self.summary,
+            "evidence": self.evidence,
+            "fix": self.fix,
+            "numbers": dict(self.numbers),
+        }
+
+
+class ModelNotFoundError(ModelswapError):
+    def __init__(self, model: str, close: list[str]) -> None:
+        self.model = model
+        self.close = close
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        super().__init__(f"The model `{model}` does not exist.{hint}")
+
+
+class BadRequestError(ModelswapError):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        self.param = param
+        super().__init__(message)
+
+
+class BodyTooLargeError(ModelswapError):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"Request body is larger than the limit of {limit} bytes.")
+
+
+class StartError(ModelswapError):
+    """A backend did not become ready; carries the diagnosis of why."""
+
+    def __init__(self, model: str, diagnosis: Diagnosis) -> None:
+        self.model = model
+        self.diagnosis = diagnosis
+        super().__init__(f"Model `{model}` failed to start: {diagnosis.message()}")
+
+
+class ShuttingDownError(ModelswapError):
+    def __init__(self) -> None:
+        super().__init__("modelswap is shutting down.")
+
+
+class UpstreamError(ModelswapError):
+    """The backend could not be reached or broke the connection before answering."""
+
+    def __init__(self, model: str, detail: str) -> None:
+        self.model = model
+        super().__init__(f"Backend for model `{model}` failed: {detail}")
+
+
+class UpstreamTimeoutError(ModelswapError):
+    def __init__(self, model: str, which: str, seconds: float) -> None:
+        self.model = model
+        self.which = which
+        super().__init__(f"Backend for model `{model}` timed out: no {which} within {seconds:g} s.")

@@ -1,0 +1,94 @@
+"""Management routes: gateway health, running models, unload, logs, raw upstream passthrough."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from modelswap import __version__
+from modelswap.errors import BadRequestError, ModelNotFoundError
+from modelswap.http import proxy
+from modelswap.http.catalog import running_rows
+from modelswap.http.keys import RUNTIME
+from modelswap.http.openai_routes import read_body
+from modelswap.routing.resolve import close_names
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def index(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    return web.json_response(
+        {
+            "name": "modelswap",
+            "version": __version__,
+            "models": list(runtime.config.models),
+            "endpoints": ["/v1/models", "/v1/chat/completions", "/running", "/health"],
+        }
+    )
+
+
+async def running(request: web.Request) -> web.Response:
+    return web.json_response({"running": running_rows(request.app[RUNTIME])})
+
+
+async def unload_all(request: web.Request) -> web.Response:
+    unloaded = await request.app[RUNTIME].router.unload(None)
+    return web.json_response({"unloaded": unloaded})
+
+
+async def unload_one(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    model = runtime.resolve(request.match_info["model"])
+    unloaded = await runtime.router.unload([model.id])
+    return web.json_response({"unloaded": unloaded})
+
+
+async def logs(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    model = runtime.resolve(request.match_info["model"])
+    lines_param = request.query.get("lines")
+    try:
+        count = int(lines_param) if lines_param is not None else None
+    except ValueError as exc:
+        raise BadRequestError("`lines` must be a whole number.", param="lines") from exc
+    if count is not None and count < 0:
+        raise BadRequestError("`lines` must not be negative.", param="lines")
+    tail = runtime.router.processes[model.id].logs.tail(count)
+    text = "\n".join(tail) + ("\n" if tail else "")
+    return web.Response(text=text, content_type="text/plain")
+
+
+async def upstream(request: web.Request) -> web.StreamResponse:
+    """``/upstream/<model>/<path>``: any method, sent to the model's server as it came.
+
+    Model ids may contain ``/``, so the longest prefix of the path that names a model wins.
+    """
+    runtime = request.app[RUNTIME]
+    rest = request.match_info["rest"]
+    parts = rest.split("/")
+    for cut in range(len(parts), 0, -1):
+        model = runtime.config.resolve("/".join(parts[:cut]))
+        if model is not None:
+            break
+    else:
+        raise ModelNotFoundError(parts[0], close_names(parts[0], runtime.config.names()))
+    path = "/" + "/".join(parts[cut:])
+    if request.query_string:
+        path += "?" + request.query_string
+    body = await read_body(request, runtime.config.max_request_body_bytes)
+    lease = await runtime.router.acquire(model.id)
+    return await proxy.forward(
+        request, runtime.proxy_session, lease, path_qs=path, body=body, timeouts=model.timeouts
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/", index)
+    app.router.add_get("/health", health)
+    app.router.add_get("/running", running)
+    app.router.add_post("/api/models/unload", unload_all)
+    app.router.add_post("/api/models/unload/{model:.+}", unload_one)
+    app.router.add_get("/logs/{model:.+}", logs)
+    app.router.add_route("*", "/upstream/{rest:.+}", upstream)

@@ -1,0 +1,44 @@
+"""The aiohttp application: routes, the error middleware, and how to serve it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from modelswap.errors import ModelswapError
+from modelswap.http import admin_routes, openai_routes
+from modelswap.http.errors import error_response, response_for
+from modelswap.http.keys import RUNTIME
+from modelswap.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Domain errors and aiohttp's own 404/405 become OpenAI-shaped error responses."""
+    try:
+        return await handler(request)
+    except ModelswapError as exc:
+        return response_for(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.text if exc.status not in (404, 405) else None
+        if exc.status == 404:
+            message = f"No route for {request.method} {request.path}."
+        elif exc.status == 405:
+            message = f"Method {request.method} is not allowed on {request.path}."
+        return error_response(message or exc.reason, exc.status, code=f"http_{exc.status}")
+
+
+def create_app(runtime: Runtime) -> web.Application:
+    app = web.Application(middlewares=[error_middleware])
+    app[RUNTIME] = runtime
+    openai_routes.add_routes(app)
+    admin_routes.add_routes(app)
+    return app

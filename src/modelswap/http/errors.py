@@ -1,0 +1,83 @@
+"""The one place that knows status codes: domain errors → OpenAI error envelope.
+
+Every error modelswap itself authors carries the header ``X-Modelswap-Error: 1`` so a client can
+tell it from an error the backend returned (those pass through unchanged, without the header).
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from modelswap.errors import (
+    BadRequestError,
+    BodyTooLargeError,
+    ModelNotFoundError,
+    ModelswapError,
+    ShuttingDownError,
+    StartError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+
+GATEWAY_ERROR_HEADER = "X-Modelswap-Error"
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+def envelope(
+    message: str, status: int, *, code: str | None = None, param: str | None = None, **extra: object
+) -> dict[str, object]:
+    error: dict[str, object] = {
+        "message": message,
+        "type": _TYPES.get(status, "server_error"),
+        "code": code,
+        "param": param,
+    }
+    error.update(extra)
+    return {"error": error}
+
+
+def error_response(
+    message: str, status: int, *, code: str | None = None, param: str | None = None, **extra: object
+) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps(envelope(message, status, code=code, param=param, **extra)),
+        content_type="application/json",
+        headers={GATEWAY_ERROR_HEADER: "1"},
+    )
+
+
+def response_for(error: ModelswapError) -> web.Response:
+    """Map a domain error to its status code and envelope."""
+    if isinstance(error, ModelNotFoundError):
+        return error_response(
+            str(error), 404, code="model_not_found", param="model", suggestions=error.close
+        )
+    if isinstance(error, BadRequestError):
+        return error_response(str(error), 400, code="invalid_request", param=error.param)
+    if isinstance(error, BodyTooLargeError):
+        return error_response(str(error), 413, code="request_too_large")
+    if isinstance(error, StartError):
+        d = error.diagnosis
+        return error_response(str(error), 503, code=d.code, diagnosis=d.as_dict())
+    if isinstance(error, ShuttingDownError):
+        return error_response(str(error), 503, code="shutting_down")
+    if isinstance(error, UpstreamTimeoutError):
+        return error_response(str(error), 504, code="upstream_timeout")
+    if isinstance(error, UpstreamError):
+        return error_response(str(error), 502, code="upstream_error")
+    return error_response(str(error), 500, code="internal_error")

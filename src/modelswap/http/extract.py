@@ -1,0 +1,91 @@
+"""Find and replace the ``model`` of a request body: JSON or multipart. Pure over bytes."""
+
+from __future__ import annotations
+
+import json
+from email.message import Message
+
+from modelswap.errors import BadRequestError
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _boundary(content_type: str) -> bytes:
+    msg = Message()
+    msg["content-type"] = content_type
+    boundary = msg.get_param("boundary")
+    if not isinstance(boundary, str) or not boundary:
+        raise BadRequestError("multipart body without a boundary in Content-Type")
+    return boundary.encode("latin-1")
+
+
+def _json_object(body: bytes) -> dict[str, object]:
+    if not body.strip():
+        raise BadRequestError("The request body is empty; expected a JSON object.")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"The request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadRequestError("The request body must be a JSON object.")
+    return data
+
+
+def _checked(model: object) -> str:
+    if model is None:
+        raise BadRequestError("The request has no `model` field.", param="model")
+    if not isinstance(model, str) or not model.strip():
+        raise BadRequestError("`model` must be a non-empty string.", param="model")
+    return model
+
+
+def _part_name(head: bytes) -> str | None:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-disposition":
+            msg = Message()
+            msg["content-disposition"] = value.strip()
+            param = msg.get_param("name", header="content-disposition")
+            return param if isinstance(param, str) else None
+    return None
+
+
+def _find_multipart_model(content_type: str, body: bytes) -> tuple[int, bytes, bytes] | None:
+    """(index of the part, its head, its value) for the ``model`` field, if present."""
+    chunks = body.split(b"--" + _boundary(content_type))
+    for index, chunk in enumerate(chunks[1:], start=1):
+        if chunk.startswith(b"--"):
+            break
+        head, sep, rest = chunk.partition(b"\r\n\r\n")
+        if sep and _part_name(head) == "model":
+            value = rest[:-2] if rest.endswith(b"\r\n") else rest
+            return index, head, value
+    return None
+
+
+def extract_model(content_type: str, body: bytes) -> str:
+    """The ``model`` a request names. Raises BadRequestError with a client-facing reason."""
+    if _media_type(content_type) == "multipart/form-data":
+        found = _find_multipart_model(content_type, body)
+        if found is None:
+            raise BadRequestError("The multipart form has no `model` field.", param="model")
+        return _checked(found[2].decode("utf-8", errors="replace"))
+    return _checked(_json_object(body).get("model"))
+
+
+def replace_model(content_type: str, body: bytes, name: str) -> bytes:
+    """The body with its ``model`` set to ``name``; all other bytes unchanged for multipart."""
+    if _media_type(content_type) == "multipart/form-data":
+        delimiter = b"--" + _boundary(content_type)
+        found = _find_multipart_model(content_type, body)
+        if found is None:
+            return body
+        index, head, _ = found
+        chunks = body.split(delimiter)
+        chunks[index] = head + b"\r\n\r\n" + name.encode() + b"\r\n"
+        return delimiter.join(chunks)
+    data = _json_object(body)
+    data["model"] = name
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,74 @@
+"""OpenAI- and Anthropic-compatible routes, routed by the ``model`` named in the body."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from modelswap.errors import BodyTooLargeError
+from modelswap.http import proxy
+from modelswap.http.catalog import model_rows
+from modelswap.http.extract import extract_model, replace_model
+from modelswap.http.keys import RUNTIME
+
+# Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
+INFERENCE_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/rerank",
+    "/v1/reranking",
+    "/rerank",
+    "/reranking",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/completion",
+    "/infill",
+    "/v1/audio/{tail:.+}",
+    "/v1/images/{tail:.+}",
+)
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes (before reading, when declared)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLargeError(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def inference(request: web.Request) -> web.StreamResponse:
+    runtime = request.app[RUNTIME]
+    body = await read_body(request, runtime.config.max_request_body_bytes)
+    content_type = request.headers.get("Content-Type", "application/json")
+    name = extract_model(content_type, body)
+    model = runtime.resolve(name)
+    if model.upstream_name != name:
+        body = replace_model(content_type, body, model.upstream_name)
+    lease = await runtime.router.acquire(model.id)
+    return await proxy.forward(
+        request,
+        runtime.proxy_session,
+        lease,
+        path_qs=request.path_qs,
+        body=body,
+        timeouts=model.timeouts,
+    )
+
+
+async def list_models(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    return web.json_response({"object": "list", "data": model_rows(runtime)})
+
+
+def add_routes(app: web.Application) -> None:
+    for path in INFERENCE_PATHS:
+        app.router.add_post(path, inference)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/models", list_models)

@@ -1,0 +1,226 @@
+"""LocalRouter: the scheduler's Effects over real ManagedProcesses, and leases for requests.
+
+``acquire(model)`` returns a :class:`Lease` once the scheduler grants the request; the lease
+must be released exactly once, when the response body has finished or the client went away —
+not when the handler returns (DESIGN §4). Releasing is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Iterable, Mapping, Set
+from dataclasses import dataclass, field
+
+from modelswap.errors import StartError
+from modelswap.events import Event, EventBus
+from modelswap.routing.protocols import Admission, Swapper
+from modelswap.routing.scheduler import Scheduler
+from modelswap.routing.swappers import ExclusiveSwapper
+from modelswap.states import ProcessState
+from modelswap.supervisor.process import ManagedProcess
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Admission:
+    model: str
+    future: asyncio.Future[Lease]
+
+
+@dataclass(eq=False)
+class Lease:
+    """Permission to send requests to ``process`` until :meth:`release`."""
+
+    process: ManagedProcess
+    _router: LocalRouter
+    granted_at: float = field(default_factory=time.monotonic)
+    _released: bool = False
+
+    @property
+    def model(self) -> str:
+        return self.process.model
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._router._release(self.model)
+
+
+class LocalRouter:
+    """Owns the model → ManagedProcess map and implements the scheduler's Effects."""
+
+    def __init__(
+        self,
+        processes: Mapping[str, ManagedProcess],
+        events: EventBus,
+        swapper: Swapper | None = None,
+    ) -> None:
+        self.processes = dict(processes)
+        self._events = events
+        self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle_timers: dict[str, asyncio.TimerHandle] = {}
+        self._stop_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self.last_used: dict[str, float] = {}
+        events.add_listener(self._on_event)
+
+    # ---- for request handlers --------------------------------------------------------------
+
+    async def acquire(self, model: str) -> Lease:
+        """Wait until ``model`` may serve this request. Raises StartError and friends."""
+        loop = asyncio.get_running_loop()
+        admission = _Admission(model, loop.create_future())
+        self.scheduler.on_request(admission)
+        try:
+            return await admission.future
+        except asyncio.CancelledError:
+            fut = admission.future
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                fut.result().release()  # granted just as we were cancelled
+            else:
+                fut.cancel()
+                self.scheduler.on_cancel(admission)
+            raise
+
+    async def unload(self, models: Iterable[str] | None = None) -> list[str]:
+        """Stop these models (all when None) once their in-flight requests finish."""
+        wanted = set(self.processes) if models is None else set(models)
+        loop = asyncio.get_running_loop()
+        waiters: list[asyncio.Future[None]] = []
+        for model in wanted:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._stop_waiters.setdefault(model, []).append(fut)
+            waiters.append(fut)
+        accepted = self.scheduler.on_unload(wanted)
+        for model in wanted - accepted:
+            self._resolve_stop_waiters(model)
+        await asyncio.gather(*waiters)
+        return sorted(accepted)
+
+    async def close(self) -> None:
+        """Refuse new requests, abort swaps, stop every backend."""
+        self.scheduler.on_shutdown()
+        for timer in self._idle_timers.values():
+            timer.cancel()
+        self._idle_timers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(
+            *(p.shutdown() for p in self.processes.values()), return_exceptions=True
+        )
+        for model in list(self._stop_waiters):
+            self._resolve_stop_waiters(model)
+
+    def in_flight(self, model: str) -> int:
+        return self.scheduler.in_flight(model)
+
+    def queued(self, model: str) -> int:
+        return self.scheduler.queued(model)
+
+    # ---- Effects ---------------------------------------------------------------------------
+
+    def start_swap(self, target: str, evict: Set[str]) -> None:
+        self._spawn_task(self._swap(target, frozenset(evict)), f"swap:{target}")
+
+    def grant(self, admission: Admission) -> bool:
+        assert isinstance(admission, _Admission)
+        if admission.future.done():
+            return False
+        self._cancel_idle_timer(admission.model)
+        admission.future.set_result(Lease(self.processes[admission.model], self))
+        self.last_used[admission.model] = time.time()
+        return True
+
+    def grant_error(self, admission: Admission, error: Exception) -> None:
+        assert isinstance(admission, _Admission)
+        if not admission.future.done():
+            admission.future.set_exception(error)
+
+    def stop(self, models: Set[str]) -> None:
+        self._spawn_task(self._stop(frozenset(models)), f"stop:{','.join(sorted(models))}")
+
+    # ---- the work behind the effects -------------------------------------------------------
+
+    async def _swap(self, target: str, evict: frozenset[str]) -> None:
+        error: Exception | None = None
+        try:
+            if evict:
+                log.info("swap: stopping %s to start %s", ", ".join(sorted(evict)), target)
+                await self._stop_processes(evict)
+            await self.processes[target].ensure_ready()
+        except StartError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not leave waiters hanging
+            log.exception("swap to %s failed", target)
+            error = exc
+        self.scheduler.on_swap_done(target, error)
+        if error is None:
+            self._maybe_arm_idle_timer(target)
+
+    async def _stop(self, models: frozenset[str]) -> None:
+        try:
+            await self._stop_processes(models)
+        finally:
+            self.scheduler.on_stop_done(models)
+
+    async def _stop_processes(self, models: frozenset[str]) -> None:
+        for model in models:
+            self._cancel_idle_timer(model)
+        await asyncio.gather(*(self.processes[m].stop() for m in models))
+        for model in models:
+            self._resolve_stop_waiters(model)
+
+    def _spawn_task(self, coro: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- leases and idle timers ------------------------------------------------------------
+
+    def _release(self, model: str) -> None:
+        self.last_used[model] = time.time()
+        self.scheduler.on_serve_done(model)
+        self._maybe_arm_idle_timer(model)
+
+    def _maybe_arm_idle_timer(self, model: str) -> None:
+        ttl = self.processes[model].config.ttl
+        if ttl <= 0 or self.scheduler.in_flight(model) or model not in self.scheduler.running:
+            return
+        self._cancel_idle_timer(model)
+        loop = asyncio.get_running_loop()
+        self._idle_timers[model] = loop.call_later(ttl, self._idle_expired, model)
+
+    def _idle_expired(self, model: str) -> None:
+        self._idle_timers.pop(model, None)
+        if self.scheduler.in_flight(model) == 0:
+            log.info("model %s: idle for its ttl, unloading", model)
+            self.scheduler.on_unload({model})
+
+    def _cancel_idle_timer(self, model: str) -> None:
+        timer = self._idle_timers.pop(model, None)
+        if timer is not None:
+            timer.cancel()
+
+    def idle_deadline(self, model: str) -> float | None:
+        """Loop time at which the idle TTL unloads ``model``, if a timer is armed."""
+        timer = self._idle_timers.get(model)
+        return timer.when() if timer is not None else None
+
+    def _resolve_stop_waiters(self, model: str) -> None:
+        for fut in self._stop_waiters.pop(model, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind != "process.state":
+            return
+        model = str(event.data["model"])
+        if event.data["old"] is ProcessState.READY and event.data["new"] is ProcessState.FAILED:
+            self._cancel_idle_timer(model)
+            self.scheduler.on_process_exited(model)

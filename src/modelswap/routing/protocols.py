@@ -1,0 +1,38 @@
+"""The scheduler's seams: what it asks for (Effects) and what it decides over (Admission).
+
+``Effects`` is the scheduler's "syscall table": the only way a decision becomes an action. The
+router implements it with real processes and futures; tests implement it with a recorder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from typing import Protocol
+
+
+class Admission(Protocol):
+    """One request waiting for permission to use a model. Opaque to the scheduler but for
+    ``model`` (the resolved model id)."""
+
+    @property
+    def model(self) -> str: ...
+
+
+class Effects(Protocol):
+    def start_swap(self, target: str, evict: Set[str]) -> None:
+        """Stop ``evict`` (all idle), then start ``target``; report with ``on_swap_done``."""
+
+    def grant(self, admission: Admission) -> bool:
+        """Let the request use its model now. False if its client is already gone."""
+
+    def grant_error(self, admission: Admission, error: Exception) -> None:
+        """Fail the request with ``error`` (e.g. the start's diagnosis)."""
+
+    def stop(self, models: Set[str]) -> None:
+        """Stop idle models (TTL expiry, explicit unload); report with ``on_stop_done``."""
+
+
+class Swapper(Protocol):
+    def eviction_for(self, target: str, running: Set[str]) -> frozenset[str]:
+        """Which running models must stop before ``target`` can start. Pure; may be called
+        speculatively, so it must not log or act."""

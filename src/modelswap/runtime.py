@@ -1,0 +1,87 @@
+"""The composition root: builds every collaborator from a Config; ``start()`` / ``close()``.
+
+Only this module constructs concrete classes (client sessions, the reaper, processes, router);
+everything else receives them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import aiohttp
+
+from modelswap.backends.diagnose import GenericDiagnoser
+from modelswap.config import Config, ModelConfig
+from modelswap.errors import ModelNotFoundError
+from modelswap.events import EventBus
+from modelswap.routing.local import LocalRouter
+from modelswap.routing.resolve import close_names
+from modelswap.supervisor.process import ManagedProcess
+from modelswap.supervisor.reaper import Reaper
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """Everything one running gateway owns. Use ``await start()`` then ``await close()``."""
+
+    def __init__(self, config: Config, *, stop_grace: float = 5.0, use_reaper: bool = True) -> None:
+        self.config = config
+        self.events = EventBus()
+        self.started_at = time.time()
+        self._stop_grace = stop_grace
+        self._reaper = Reaper() if use_reaper else None
+        self._health_session: aiohttp.ClientSession | None = None
+        self._proxy_session: aiohttp.ClientSession | None = None
+        self._router: LocalRouter | None = None
+
+    async def start(self) -> None:
+        if self._reaper is not None:
+            self._reaper.start()
+        self._health_session = aiohttp.ClientSession()
+        # Relay bytes exactly as the backend sent them (no decompression, no pool limit:
+        # the scheduler, not the connection pool, decides how much runs at once).
+        self._proxy_session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        )
+        processes = {
+            model_id: ManagedProcess(
+                model,
+                events=self.events,
+                session=self._health_session,
+                diagnoser=GenericDiagnoser(),
+                reaper=self._reaper,
+                stop_grace=self._stop_grace,
+            )
+            for model_id, model in self.config.models.items()
+        }
+        self._router = LocalRouter(processes, self.events)
+
+    async def close(self) -> None:
+        if self._router is not None:
+            await self._router.close()
+        for session in (self._health_session, self._proxy_session):
+            if session is not None:
+                await session.close()
+        if self._reaper is not None:
+            self._reaper.close()
+
+    @property
+    def router(self) -> LocalRouter:
+        assert self._router is not None, "Runtime.start() was not awaited"
+        return self._router
+
+    @property
+    def proxy_session(self) -> aiohttp.ClientSession:
+        assert self._proxy_session is not None, "Runtime.start() was not awaited"
+        return self._proxy_session
+
+    def resolve(self, name: str) -> ModelConfig:
+        """The model a request names (its id or an alias). Raises ModelNotFoundError."""
+        model = self.config.resolve(name)
+        if model is None:
+            raise ModelNotFoundError(name, close_names(name, self.config.names()))
+        return model

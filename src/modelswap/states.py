@@ -1,0 +1,33 @@
+"""Process states and the one table of legal transitions (DESIGN §3). Stdlib only."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ProcessState(StrEnum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+    SHUTDOWN = "shutdown"
+
+
+_S = ProcessState
+
+ALLOWED_TRANSITIONS: dict[ProcessState, frozenset[ProcessState]] = {
+    _S.STOPPED: frozenset({_S.STARTING, _S.SHUTDOWN}),
+    # A start ends ready, failed (exit, timeout, spawn error) or is aborted by a stop.
+    _S.STARTING: frozenset({_S.READY, _S.FAILED, _S.STOPPING}),
+    # A ready process is stopped on purpose, or dies on its own (failed).
+    _S.READY: frozenset({_S.STOPPING, _S.FAILED}),
+    _S.STOPPING: frozenset({_S.STOPPED, _S.SHUTDOWN}),
+    # Failed is terminal for one attempt: the next request may start it again.
+    _S.FAILED: frozenset({_S.STARTING, _S.STOPPING, _S.STOPPED, _S.SHUTDOWN}),
+    _S.SHUTDOWN: frozenset(),
+}
+
+
+def can_transition(current: ProcessState, new: ProcessState) -> bool:
+    return new in ALLOWED_TRANSITIONS[current]

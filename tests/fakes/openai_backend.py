@@ -1,0 +1,633 @@
+"""A fake local inference server (llama.cpp's llama-server or vLLM) for modelswap's tests.
+
+This is a real program, started as a subprocess by the tests:
+
+    python tests/fakes/openai_backend.py --port 8081 --flavor llamacpp --load-delay 0.5
+
+It speaks enough of the OpenAI-compatible HTTP API (chat completions, completions, embeddings,
+model listing, health) to stand in for a real backend, and it can misbehave on request: load
+slowly, fail to start, crash in the middle of a stream, hang, ignore SIGTERM, fork a grandchild
+that escapes the process group, or exit on its own while idle. ``GET /stats`` reports what it saw,
+and every other method and path echoes the request back so tests can check byte-exact forwarding.
+
+Only the standard library and aiohttp are used; the modelswap package is never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from aiohttp import web
+
+INFERENCE_PATHS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embedding",
+}
+MODELS_PATHS = ("/v1/models", "/models")
+MAX_TOKENS_CAP = 10000
+LOG_INTERVAL = 0.1
+EMBEDDING_DIM = 8
+
+# The grandchild leaves our session, says so on its stdout, and then sleeps.
+GRANDCHILD_CODE = """
+import os, sys, time
+os.setsid()
+sys.stdout.write("ok\\n")
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+@dataclasses.dataclass
+class Config:
+    host: str
+    port: int
+    model: str
+    strict_model: bool
+    flavor: str
+    load_delay: float
+    ctx: int
+    tps: float
+    tokens: int
+    ignore_sigterm: bool
+    crash_after: int | None
+    fail_start: bool
+    fork_grandchild: str | None
+    hang: bool
+    exit_after_ready: float | None
+
+
+@dataclasses.dataclass
+class Stats:
+    requests: int = 0
+    in_flight: int = 0
+    completed: int = 0
+    disconnected: int = 0
+
+
+class BadRequest(Exception):
+    """The body of an inference request cannot be used."""
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def out(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def vllm_ts() -> str:
+    return time.strftime("%m-%d %H:%M:%S")
+
+
+def hard_exit(code: int, msg: str | None = None) -> NoReturn:
+    if msg is not None:
+        log(msg)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def count_words(value: Any) -> int:
+    """Whitespace-separated words in a prompt-like value (strings, lists, content parts)."""
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 1  # a token id
+    if isinstance(value, list):
+        return sum(count_words(item) for item in value)
+    if isinstance(value, dict):
+        text = value.get("text")
+        return count_words(text) if isinstance(text, str) else 0
+    return 0
+
+
+def embedding_for(text: str) -> list[float]:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    values = struct.unpack(f">{EMBEDDING_DIM}H", digest[: 2 * EMBEDDING_DIM])
+    return [round(v / 65535.0 * 2.0 - 1.0, 6) for v in values]
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(data).encode("utf-8"), content_type="application/json"
+    )
+
+
+def error_400(message: str) -> web.Response:
+    return json_response(
+        {"error": {"message": message, "type": "invalid_request_error", "code": 400}}, 400
+    )
+
+
+class FakeBackend:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.stats = Stats()
+        self.ready = False
+        self.created = int(time.time())
+        self.pid = os.getpid()
+
+    # ----------------------------------------------------------------- app
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.on_response_prepare.append(self._add_pid_header)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    async def _add_pid_header(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["X-Fake-Pid"] = str(self.pid)
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        method, path = request.method, request.path
+        if method == "GET" and path == "/stats":
+            return json_response({**dataclasses.asdict(self.stats), "pid": self.pid})
+        if method == "GET" and path in MODELS_PATHS:
+            return json_response(self.models_body())
+        if not self.ready:
+            # Only reachable for the llamacpp flavor: vllm binds the port once loaded.
+            return json_response(
+                {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
+                503,
+            )
+        if method == "GET" and path == "/health":
+            if self.cfg.flavor == "vllm":
+                return web.Response(status=200)
+            return json_response({"status": "ok"})
+        if method == "GET" and path == "/props":
+            if self.cfg.flavor == "vllm":
+                return json_response({"detail": "Not Found"}, 404)
+            return json_response(self.props_body())
+        kind = INFERENCE_PATHS.get(path)
+        if method == "POST" and kind is not None:
+            return await self.inference(request, kind)
+        return await self.echo(request)
+
+    def models_body(self) -> dict[str, Any]:
+        entry: dict[str, Any]
+        if self.cfg.flavor == "vllm":
+            entry = {
+                "id": self.cfg.model,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": "/fake/model",
+                "parent": None,
+                "max_model_len": self.cfg.ctx,
+            }
+        else:
+            entry = {
+                "id": self.cfg.model,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "llamacpp",
+                "meta": {"n_ctx": self.cfg.ctx, "n_ctx_train": 8192},
+            }
+        return {"object": "list", "data": [entry]}
+
+    def props_body(self) -> dict[str, Any]:
+        return {
+            "default_generation_settings": {"n_ctx": self.cfg.ctx, "model": self.cfg.model},
+            "total_slots": 1,
+            "model_path": "/fake/model.gguf",
+            "build_info": "fake",
+        }
+
+    async def echo(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        return json_response(
+            {
+                "echo": True,
+                "method": request.method,
+                "path": request.path,
+                "raw_path": request.raw_path,
+                "query": request.rel_url.raw_query_string,
+                "headers": headers,
+                "body_b64": base64.b64encode(body).decode("ascii"),
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+            }
+        )
+
+    # ----------------------------------------------------------- inference
+    async def inference(self, request: web.Request, kind: str) -> web.StreamResponse:
+        self.stats.requests += 1
+        number = self.stats.requests
+        self.stats.in_flight += 1
+        outcome = "completed"
+        try:
+            return await self._inference(request, kind, number)
+        except (asyncio.CancelledError, ConnectionResetError):
+            outcome = "disconnected"
+            raise
+        finally:
+            self.stats.in_flight -= 1
+            if outcome == "completed":
+                self.stats.completed += 1
+            else:
+                self.stats.disconnected += 1
+
+    async def _inference(self, request: web.Request, kind: str, number: int) -> web.StreamResponse:
+        crash = self.cfg.crash_after is not None and number == self.cfg.crash_after
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            body = None
+            parse_error: str | None = f"Invalid JSON body: {exc}"
+        else:
+            parse_error = None if isinstance(body, dict) else "The JSON body must be an object"
+        stream = isinstance(body, dict) and body.get("stream") is True and kind != "embedding"
+        if crash and not stream:
+            hard_exit(3, "FATAL: simulated crash")
+        if parse_error is not None or not isinstance(body, dict):
+            return error_400(parse_error or "The JSON body must be an object")
+
+        requested = body.get("model")
+        if self.cfg.strict_model and requested is not None and requested != self.cfg.model:
+            return json_response(
+                {
+                    "error": {
+                        "message": f"The model `{requested}` does not exist.",
+                        "type": "NotFoundError",
+                        "param": "model",
+                        "code": 404,
+                    }
+                },
+                404,
+            )
+        model = requested if isinstance(requested, str) and requested else self.cfg.model
+
+        if self.cfg.hang:
+            await asyncio.Event().wait()
+
+        try:
+            if kind == "embedding":
+                return self.embeddings(body, model)
+            n_tokens = self.completion_tokens(body)
+            prompt_tokens = max(1, self.prompt_words(body, kind))
+        except BadRequest as exc:
+            return error_400(str(exc))
+        if stream:
+            return await self.stream(request, body, kind, model, prompt_tokens, n_tokens, crash)
+        if self.cfg.tps > 0 and n_tokens > 0:
+            await asyncio.sleep(n_tokens / self.cfg.tps)
+        text = "".join(f"tok{i} " for i in range(n_tokens))
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n_tokens,
+            "total_tokens": prompt_tokens + n_tokens,
+        }
+        if kind == "chat":
+            return json_response(
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "length",
+                        }
+                    ],
+                    "usage": usage,
+                }
+            )
+        return json_response(
+            {
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+                ],
+                "usage": usage,
+            }
+        )
+
+    def completion_tokens(self, body: dict[str, Any]) -> int:
+        for key in ("max_completion_tokens", "max_tokens"):
+            value = body.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise BadRequest(f"`{key}` must be a non-negative integer")
+            return min(value, MAX_TOKENS_CAP)
+        return self.cfg.tokens
+
+    def prompt_words(self, body: dict[str, Any], kind: str) -> int:
+        if kind == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list):
+                raise BadRequest("`messages` must be a list")
+            return sum(count_words(m.get("content")) for m in messages if isinstance(m, dict))
+        return count_words(body.get("prompt"))
+
+    def embeddings(self, body: dict[str, Any], model: str) -> web.Response:
+        raw_input = body.get("input")
+        if raw_input is None:
+            return error_400("`input` is required")
+        inputs: list[Any] = raw_input if isinstance(raw_input, list) else [raw_input]
+        if inputs and all(isinstance(x, int) for x in inputs):
+            inputs = [inputs]  # a single list of token ids
+        data = []
+        for index, item in enumerate(inputs):
+            text = item if isinstance(item, str) else json.dumps(item)
+            data.append({"object": "embedding", "index": index, "embedding": embedding_for(text)})
+        prompt_tokens = max(1, count_words(inputs))
+        return json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": model,
+                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            }
+        )
+
+    async def stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        kind: str,
+        model: str,
+        prompt_tokens: int,
+        n_tokens: int,
+        crash: bool,
+    ) -> web.StreamResponse:
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        chat = kind == "chat"
+        created = int(time.time())
+        base: dict[str, Any] = {
+            "id": "chatcmpl-fake" if chat else "cmpl-fake",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
+
+        def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+            if chat:
+                delta: dict[str, Any] = {}
+                if role:
+                    delta = {"role": "assistant", "content": None}
+                elif text is not None:
+                    delta = {"content": text}
+                return {"index": 0, "delta": delta, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+        response = web.StreamResponse(
+            status=200,
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+        )
+        await response.prepare(request)
+
+        async def send(payload: dict[str, Any] | str) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            await response.write(f"data: {data}\n\n".encode())
+
+        if chat:
+            await send({**base, "choices": [choice(None, None, role=True)]})
+        crash_at = max(1, n_tokens // 2) if crash else -1
+        if crash and n_tokens == 0:
+            hard_exit(3, "FATAL: simulated crash")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i in range(n_tokens):
+            if self.cfg.tps > 0:
+                delay = start + (i + 1) / self.cfg.tps - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await send({**base, "choices": [choice(f"tok{i} ", None)]})
+            if i + 1 == crash_at:
+                hard_exit(3, "FATAL: simulated crash")
+        await send({**base, "choices": [choice(None, "length")]})
+        if include_usage:
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n_tokens,
+                "total_tokens": prompt_tokens + n_tokens,
+            }
+            await send({**base, "choices": [], "usage": usage})
+        await send("[DONE]")
+        await response.write_eof()
+        return response
+
+
+# --------------------------------------------------------------------- lifecycle
+def fork_grandchild(pidfile: str) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", GRANDCHILD_CODE],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
+    # Wait until it has called setsid(), so whoever reads PIDFILE sees it in its own session.
+    assert child.stdout is not None
+    child.stdout.readline()
+    child.stdout.close()
+    directory = os.path.dirname(os.path.abspath(pidfile))
+    fd, tmp = tempfile.mkstemp(prefix=".pid-", dir=directory)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{child.pid}\n")
+    os.replace(tmp, pidfile)
+    out(f"grandchild pid {child.pid}")
+    return child
+
+
+async def reap(child: subprocess.Popen[bytes]) -> None:
+    """Reap the grandchild if it dies first, so it does not linger as a zombie."""
+    while True:
+        await asyncio.sleep(0.2)
+        if child.poll() is not None:
+            return
+
+
+async def loading_phase(cfg: Config) -> None:
+    """Print loading progress every LOG_INTERVAL seconds for cfg.load_delay seconds."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    if cfg.flavor == "vllm":
+        log(f"INFO {vllm_ts()} [api_server.py:1] vLLM API server version fake")
+        log(f"INFO {vllm_ts()} [gpu_model_runner.py:2] Starting to load model {cfg.model}...")
+    else:
+        log("llama_model_loader: loaded meta data from /fake/model.gguf")
+        log("main: loading model")
+    while True:
+        elapsed = loop.time() - start
+        pct = 100 if cfg.load_delay <= 0 else min(100, int(elapsed / cfg.load_delay * 100))
+        if cfg.flavor == "vllm":
+            log(
+                f"INFO {vllm_ts()} [default_loader.py:3] "
+                f"Loading safetensors checkpoint shards: {pct}% Completed"
+            )
+        else:
+            log(f"load_tensors: loading model tensors ... {pct}%")
+        remaining = cfg.load_delay - (loop.time() - start)
+        if remaining <= 0:
+            break
+        await asyncio.sleep(min(LOG_INTERVAL, remaining))
+    took = loop.time() - start
+    if cfg.flavor == "vllm":
+        log(f"INFO {vllm_ts()} [default_loader.py:4] Loading weights took {took:.2f} seconds")
+    else:
+        log(f"llama_context: n_ctx = {cfg.ctx}")
+
+
+def print_failure(cfg: Config) -> None:
+    if cfg.flavor == "vllm":
+        log(f"ERROR {vllm_ts()} [core.py:5] EngineCore failed to start.")
+        log("Traceback (most recent call last):")
+        log('  File "/fake/vllm/engine.py", line 1, in <module>')
+        log("ValueError: simulated failure")
+    else:
+        log("llama_model_load: error loading model: simulated failure")
+        log("llama_model_load_from_file_impl: failed to load model")
+        log("main: exiting due to model loading error")
+
+
+async def life(cfg: Config, backend: FakeBackend, start_site: Callable[[], Awaitable[None]]) -> int:
+    """Load, become ready, and (optionally) exit on our own. Returns an exit code."""
+    if cfg.flavor == "llamacpp":
+        await start_site()
+        log(f"main: HTTP port bound, hostname: {cfg.host}, port: {cfg.port}")
+    await loading_phase(cfg)
+    if cfg.fail_start:
+        print_failure(cfg)
+        return 1
+    if cfg.flavor == "vllm":
+        await start_site()
+        log(f"INFO {vllm_ts()} [api_server.py:6] Starting vLLM API server on {cfg.host}:{cfg.port}")
+        backend.ready = True
+        log(f"INFO {vllm_ts()} [launcher.py:7] Application startup complete.")
+    else:
+        backend.ready = True
+        log(f"main: server is listening on http://{cfg.host}:{cfg.port} - starting the main loop")
+    out(f"fake backend ready on http://{cfg.host}:{cfg.port}")
+    if cfg.exit_after_ready is not None:
+        await asyncio.sleep(cfg.exit_after_ready)
+        hard_exit(2, "FATAL: simulated exit after ready")
+    await asyncio.Event().wait()
+    return 0  # pragma: no cover - never reached
+
+
+async def amain(cfg: Config) -> int:
+    loop = asyncio.get_running_loop()
+    # Fork first, so the grandchild does not inherit SIG_IGN dispositions.
+    grandchild = fork_grandchild(cfg.fork_grandchild) if cfg.fork_grandchild else None
+    reaper = asyncio.create_task(reap(grandchild)) if grandchild is not None else None
+    stop = asyncio.Event()
+    if cfg.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+    backend = FakeBackend(cfg)
+    runner = web.AppRunner(
+        backend.make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.1
+    )
+    await runner.setup()
+
+    async def start_site() -> None:
+        site = web.TCPSite(runner, cfg.host, cfg.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            hard_exit(1, f"error: cannot bind {cfg.host}:{cfg.port}: {exc}")
+
+    life_task = asyncio.create_task(life(cfg, backend, start_site))
+    stop_task = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({life_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    code = life_task.result() if life_task in done else 0
+    if stop_task in done:
+        out("fake backend: received signal, shutting down")
+    for task in (life_task, stop_task, reaper):
+        if task is not None:
+            task.cancel()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(runner.cleanup(), timeout=0.3)
+    return code  # a live grandchild is left running on purpose: it escaped the session
+
+
+def parse_args(argv: list[str] | None) -> Config:
+    p = argparse.ArgumentParser(description="Fake llama.cpp / vLLM server for modelswap tests.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", default="fake")
+    p.add_argument("--strict-model", action="store_true")
+    p.add_argument("--flavor", choices=("llamacpp", "vllm"), default="llamacpp")
+    p.add_argument("--load-delay", type=float, default=0.0)
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--tps", type=float, default=0.0)
+    p.add_argument("--tokens", type=int, default=8)
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--crash-after", type=int, default=None)
+    p.add_argument("--fail-start", action="store_true")
+    p.add_argument("--fork-grandchild", metavar="PIDFILE", default=None)
+    p.add_argument("--hang", action="store_true")
+    p.add_argument("--exit-after-ready", type=float, default=None)
+    a = p.parse_args(argv)
+    if a.crash_after is not None and a.crash_after < 1:
+        p.error("--crash-after must be >= 1")
+    return Config(
+        host=a.host,
+        port=a.port,
+        model=a.model,
+        strict_model=a.strict_model,
+        flavor=a.flavor,
+        load_delay=max(0.0, a.load_delay),
+        ctx=a.ctx,
+        tps=max(0.0, a.tps),
+        tokens=max(0, min(a.tokens, MAX_TOKENS_CAP)),
+        ignore_sigterm=a.ignore_sigterm,
+        crash_after=a.crash_after,
+        fail_start=a.fail_start,
+        fork_grandchild=a.fork_grandchild,
+        hang=a.hang,
+        exit_after_ready=a.exit_after_ready,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True)
+    cfg = parse_args(argv)
+    out(
+        f"fake backend starting: pid={os.getpid()} flavor={cfg.flavor} model={cfg.model} "
+        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay}"
+    )
+    code = asyncio.run(amain(cfg))
+    out(f"fake backend exiting with code {code}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
