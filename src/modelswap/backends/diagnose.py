@@ -47,7 +47,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 # The last exception-looking line is a good fallback evidence for an unknown cause.
-_ERROR_LINE = re.compile(r"\b(error|exception|fatal|traceback|failed)\b", re.I)
+# "ValueError:" has no word boundary before "Error", hence the first alternative.
+_ERROR_LINE = re.compile(r"(error|exception)\b|\b(fatal|failed|traceback)\b", re.I)
 _WRAPPER = re.compile(r"Engine core initialization failed|See root cause above", re.I)
 
 
@@ -92,7 +93,9 @@ def diagnose_exit(lines: Sequence[str], returncode: int | None, *, during: str) 
             rule.fix,
             numbers,
         )
-    last = last_error_line(lines) or (lines[-1].strip() if lines else None)
+    last = last_error_line(lines) or next(
+        (line.strip() for line in reversed(lines) if not _WRAPPER.search(line)), None
+    )
     detail = f" Last output: {last}" if last else " It printed nothing."
     return Diagnosis(
         "exited",

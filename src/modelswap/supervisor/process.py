@@ -65,6 +65,8 @@ class ManagedProcess:
         self.config = config
         self.model = config.id
         self.logs = LogBuffer(log_capacity)
+        self._output_seen = asyncio.Event()
+        self.logs.add_listener(lambda _line: self._output_seen.set())
         self._events = events
         self._session = session
         self._diagnoser = diagnoser
@@ -248,13 +250,29 @@ class ManagedProcess:
             if endpoint is None:
                 return
             url = self.config.proxy + endpoint
-            for interval in health.intervals():
-                if await health.is_healthy(self._session, url):
-                    return
-                remaining = deadline - time.monotonic()
+            intervals = health.intervals()
+            interval = next(intervals)
+            while not await health.is_healthy(self._session, url):
+                polled_at = time.monotonic()
+                remaining = deadline - polled_at
                 if remaining <= 0:
                     raise _StartFailed(self._diagnoser.timeout(self.logs.tail(), timeout))
-                await asyncio.wait({exited}, timeout=min(interval, remaining))
+                # Wake on output too: servers print "listening"/"model loaded" as they become
+                # ready, so a new line is the best moment to look again.
+                self._output_seen.clear()
+                output = asyncio.ensure_future(self._output_seen.wait())
+                done, _ = await asyncio.wait(
+                    {exited, output},
+                    timeout=min(interval, remaining),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                output.cancel()
+                if output in done:  # but never poll more often than the shortest interval
+                    gap = health.FIRST_INTERVAL - (time.monotonic() - polled_at)
+                    if gap > 0:
+                        await asyncio.wait({exited}, timeout=gap)
+                else:
+                    interval = next(intervals)
                 if exited.done():
                     await self._drain_output()
                     raise _StartFailed(

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelswap.errors import BadRequestError
+from modelswap.http.extract import extract_model, replace_model
+
+BOUNDARY = "----modelswapBoundary7"
+MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
+
+
+def form(*parts: tuple[str, bytes, str | None]) -> bytes:
+    out = b""
+    for name, value, filename in parts:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        out += f"--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\n".encode()
+        out += value + b"\r\n"
+    return out + f"--{BOUNDARY}--\r\n".encode()
+
+
+def test_extract_json_model() -> None:
+    assert extract_model("application/json", b'{"model": "qwen", "x": 1}') == "qwen"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "empty"),
+        (b"{bad", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"messages": []}', "no `model`"),
+        (b'{"model": 3}', "non-empty string"),
+        (b'{"model": "  "}', "non-empty string"),
+        (b"\xff\xfe", "not valid JSON"),
+    ],
+)
+def test_extract_json_errors_are_bad_requests(body: bytes, message: str) -> None:
+    with pytest.raises(BadRequestError, match=message):
+        extract_model("application/json", body)
+
+
+def test_extract_multipart_model_field_next_to_a_binary_file() -> None:
+    body = form(("file", b"\x00\x01RIFF\r\n--not-a-boundary", "a.wav"), ("model", b"whisper", None))
+    assert extract_model(MULTIPART, body) == "whisper"
+
+
+def test_extract_multipart_without_model_or_boundary() -> None:
+    with pytest.raises(BadRequestError, match="no `model`"):
+        extract_model(MULTIPART, form(("file", b"x", "a.wav")))
+    with pytest.raises(BadRequestError, match="boundary"):
+        extract_model("multipart/form-data", b"")
+
+
+def test_replace_model_in_json_keeps_every_other_field() -> None:
+    body = b'{"model": "alias", "messages": [{"role": "user", "content": "h\xc3\xa9"}]}'
+    out = json.loads(replace_model("application/json", body, "served/name"))
+    assert out == {"model": "served/name", "messages": [{"role": "user", "content": "hé"}]}
+
+
+def test_replace_model_in_multipart_changes_only_that_field() -> None:
+    audio = b"\x00\x01\x02binary\r\n\r\nstuff"
+    body = form(("model", b"alias", None), ("file", audio, "a.wav"))
+    out = replace_model(MULTIPART, body, "whisper-large")
+    assert extract_model(MULTIPART, out) == "whisper-large"
+    assert out == form(("model", b"whisper-large", None), ("file", audio, "a.wav"))
