@@ -113,13 +113,15 @@ async def amain(pidfile: str, starting: bool) -> None:
         }
         slow = processes.pop("starting", None)
         loading: asyncio.Task[None] | None = None
+        spawned = asyncio.Event()
         if slow is not None:
+            # The child prints this once it runs, so by then slow.pid is set.
+            slow.logs.add_listener(lambda line: spawned.set() if "pid=" in line else None)
             loading = asyncio.create_task(slow.ensure_ready())
         await asyncio.gather(*(process.ensure_ready() for process in processes.values()))
         if slow is not None:
             processes["starting"] = slow
-            while slow.pid is None:
-                await asyncio.sleep(0.01)
+            await spawned.wait()
         pids = {name: process.pid for name, process in processes.items()}
         wrapper_pid = pids["wrapped"]
         assert wrapper_pid is not None

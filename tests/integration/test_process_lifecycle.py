@@ -18,12 +18,6 @@ from pathlib import Path
 import aiohttp
 import psutil
 import pytest
-
-from modelswap.errors import ShuttingDownError, StartError
-from modelswap.events import Event, EventBus
-from modelswap.states import ProcessState
-from modelswap.supervisor.logs import LogBuffer
-from modelswap.supervisor.process import ManagedProcess
 from tests.integration.conftest import (
     MakeModel,
     MakeProcess,
@@ -32,6 +26,12 @@ from tests.integration.conftest import (
     is_alive,
     pid_alive,
 )
+
+from modelswap.errors import ShuttingDownError, StartError
+from modelswap.events import Event, EventBus
+from modelswap.states import ProcessState
+from modelswap.supervisor.logs import LogBuffer
+from modelswap.supervisor.process import ManagedProcess
 
 pytestmark = pytest.mark.integration
 
@@ -59,8 +59,8 @@ class StateLog:
     def count(self, state: ProcessState) -> int:
         return sum(1 for _, new in self.transitions if new is state)
 
-    async def wait_for(self, state: ProcessState, times: int = 1, timeout: float = WAIT) -> None:
-        async with asyncio.timeout(timeout):
+    async def wait_for(self, state: ProcessState, times: int = 1, within: float = WAIT) -> None:
+        async with asyncio.timeout(within):
             while self.count(state) < times:
                 self._changed.clear()
                 await self._changed.wait()
@@ -80,9 +80,14 @@ class LineWatch:
             self.lines.append((time.time(), line))
             self._seen.set()
 
-    async def wait(self, timeout: float = WAIT) -> None:
-        async with asyncio.timeout(timeout):
+    async def wait(self, within: float = WAIT) -> None:
+        async with asyncio.timeout(within):
             await self._seen.wait()
+
+
+def state_now(process: ManagedProcess) -> ProcessState:
+    """A fresh read of the state (a snapshot that awaits change; keeps mypy from narrowing)."""
+    return process.state
 
 
 def started_pids(process: ManagedProcess) -> LineWatch:
@@ -98,10 +103,11 @@ def pids_of(watch: LineWatch) -> list[int]:
     return found
 
 
-async def wait_gone(proc: psutil.Process, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_gone(proc: psutil.Process, within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
     while is_alive(proc):
-        assert time.monotonic() < deadline, f"process {proc.pid} still alive after {timeout} s"
+        if time.monotonic() > deadline:
+            pytest.fail(f"process {proc.pid} ({proc.name()}) still alive after {within} s")
         await asyncio.sleep(0.02)
 
 
@@ -134,14 +140,16 @@ async def test_start_goes_stopped_starting_ready(
 
     await process.ensure_ready()
 
-    assert process.state is S.READY
+    assert state_now(process) is S.READY
     assert states.transitions == [(S.STOPPED, S.STARTING), (S.STARTING, S.READY)]
     pid = process.pid
-    assert pid is not None and pid_alive(pid)
+    assert pid is not None
+    assert pid_alive(pid)
     async with session.get(config.proxy + "/health") as response:
         assert response.status == 200
         assert response.headers["X-Fake-Pid"] == str(pid)
-    assert process.started_at is not None and process.ready_at is not None
+    assert process.started_at is not None
+    assert process.ready_at is not None
     assert process.ready_at >= process.started_at
 
     await process.ensure_ready()  # already ready: no second start
@@ -200,8 +208,10 @@ async def test_readiness_is_detected_promptly(
     await process.ensure_ready()
 
     assert process.state is S.READY
-    assert process.started_at is not None and process.ready_at is not None
-    assert loading.lines and became_ready.lines
+    assert process.started_at is not None
+    assert process.ready_at is not None
+    assert loading.lines
+    assert became_ready.lines
     load_started_at = loading.lines[0][0]
     backend_ready_at = became_ready.lines[0][0]
     # Not ready before the backend finished loading ...
@@ -337,7 +347,8 @@ async def test_ensure_ready_during_a_stop_waits_then_starts_again(
     await stopping
 
     assert process.state is S.READY
-    assert process.pid is not None and process.pid != first
+    assert process.pid is not None
+    assert process.pid != first
     assert states.transitions[-4:] == [
         (S.READY, S.STOPPING),
         (S.STOPPING, S.STOPPED),
@@ -379,7 +390,8 @@ async def test_failed_start_is_diagnosed_and_retried_on_the_next_request(
     assert states.count(S.STARTING) == 2
     first, second = pids_of(starts)
     assert first != second
-    assert not pid_alive(first) and not pid_alive(second)
+    assert not pid_alive(first)
+    assert not pid_alive(second)
 
 
 async def test_missing_executable_is_diagnosed(
@@ -466,8 +478,9 @@ async def test_crash_while_ready_fails_then_next_request_restarts(
 
     await process.ensure_ready()
 
-    assert process.state is S.READY
-    assert process.pid is not None and process.pid != first
+    assert state_now(process) is S.READY
+    assert process.pid is not None
+    assert process.pid != first
     assert pid_alive(process.pid)
 
 
@@ -599,8 +612,9 @@ async def test_log_tail_holds_the_backends_stdout_and_stderr(
 ) -> None:
     port = free_port()
     process = make_process(make_model("--load-delay", "0.2", port=port))
+    ready_line = LineWatch(process, r"fake backend ready on")
     await process.ensure_ready()
-    await LineWatch(process, r"fake backend ready on").wait()
+    await ready_line.wait()  # stdout may trail the health check by a moment
 
     tail = process.logs.tail()
     assert f"fake backend ready on http://127.0.0.1:{port}" in tail  # stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 S = ProcessState
 DIAGNOSIS_TAIL = 250
+TREE_REFRESH_SECONDS = 1.0
 
 
 class _StartFailed(Exception):
@@ -230,7 +232,7 @@ class ManagedProcess:
             try:
                 sock.bind((host, port))
             except OSError as exc:
-                if exc.errno == 98:  # EADDRINUSE; anything else is for the backend to report
+                if exc.errno == errno.EADDRINUSE:  # anything else is for the backend to report
                     raise _StartFailed(self._diagnoser.port_taken(host, port)) from exc
 
     async def _pump_output(self, proc: asyncio.subprocess.Process) -> None:
@@ -253,6 +255,7 @@ class ManagedProcess:
             intervals = health.intervals()
             interval = next(intervals)
             while not await health.is_healthy(self._session, url):
+                self._tree |= tree.snapshot(proc.pid)  # helpers may leave the group later
                 polled_at = time.monotonic()
                 remaining = deadline - polled_at
                 if remaining <= 0:
@@ -292,7 +295,15 @@ class ManagedProcess:
     async def _watch_exit(self) -> None:
         proc = self._proc
         assert proc is not None
-        await proc.wait()
+        # Refresh the tree snapshot while waiting: once the backend is gone, helpers that
+        # called setsid() can only be found through it.
+        while True:
+            self._tree = tree.alive(self._tree) | tree.snapshot(proc.pid)
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), TREE_REFRESH_SECONDS)
+                break
+            except TimeoutError:
+                continue
         if self._state is not S.READY or proc is not self._proc:
             return  # a stop is under way; it owns the outcome
         await self._drain_output()

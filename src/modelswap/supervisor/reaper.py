@@ -24,6 +24,7 @@ from modelswap.supervisor import tree
 
 SCAN_INTERVAL = 0.2
 GRACE_SECONDS = 1.5
+READY_LINE = b"modelswap-reaper ready"
 
 
 class Reaper:
@@ -32,19 +33,35 @@ class Reaper:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the watchdog and wait for its hello, so a watchdog that cannot run (e.g.
+        modelswap not importable by ``sys.executable``) fails loudly here, not silently later."""
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "modelswap.supervisor.reaper", str(os.getpid())],
+            [sys.executable, "-m", "modelswap.supervisor.reaper"],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
+        assert self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        hello = self._proc.stdout.readline() if ready else b""
+        if hello.strip() != READY_LINE:
+            self._proc.kill()
+            self._proc.communicate()
+            self._proc = None
+            raise RuntimeError(
+                f"the orphan watchdog ({sys.executable} -m modelswap.supervisor.reaper) "
+                "did not start"
+            )
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     def register(self, pid: int) -> None:
+        if pid <= 1 or pid == os.getpid():
+            raise ValueError(f"refusing to watch pid {pid}: not a backend")
         self._send(f"+{pid}\n")
 
     def unregister(self, pid: int) -> None:
@@ -66,6 +83,8 @@ class Reaper:
                 self._proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=GRACE_SECONDS + 2)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
         self._proc = None
 
 
@@ -88,8 +107,10 @@ def _apply(line: str, known: dict[int, set[tree.ProcKey]]) -> None:
     if len(line) < 2 or not line[1:].isdigit():
         return
     pid = int(line[1:])
+    if pid <= 1 or pid in (os.getpid(), os.getppid()):
+        return  # never init, the watchdog itself or the gateway
     if line[0] == "+":
-        known[pid] = tree.snapshot(pid)
+        known[pid] = known.get(pid, set()) | tree.snapshot(pid)
     elif line[0] == "-":
         known.pop(pid, None)
 
@@ -98,6 +119,9 @@ def run() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only end-of-file ends the watch
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     known: dict[int, set[tree.ProcKey]] = {}
+    gateway = os.getppid()
+    sys.stdout.buffer.write(READY_LINE + b"\n")
+    sys.stdout.flush()
     fd = sys.stdin.fileno()
     buffer = b""
     while True:
@@ -113,7 +137,8 @@ def run() -> None:
                 _apply(line, known)
         for root in list(known):
             # Union, not replace: a helper whose parent already exited stays known.
-            known[root] = tree.alive(known[root]) | tree.snapshot(root)
+            keys = tree.alive(known[root]) | tree.snapshot(root)
+            known[root] = {key for key in keys if key[0] != gateway}
     if known:
         _reap(known)
 

@@ -44,13 +44,23 @@ def alive(keys: set[ProcKey]) -> set[ProcKey]:
     return {key for key in keys if _alive(key) is not None}
 
 
+def _protected(pid: int) -> bool:
+    """Never signal init, ourselves, or our own process group: a wrong pid here would take
+    down far more than a backend."""
+    return pid <= 1 or pid == os.getpid() or pid == os.getpgrp()
+
+
 def signal_group(pgid: int, sig: signal.Signals) -> None:
+    if _protected(pgid):
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
 def signal_all(keys: set[ProcKey], sig: signal.Signals) -> None:
     for key in keys:
+        if _protected(key[0]):
+            continue
         proc = _alive(key)
         if proc is not None:
             with contextlib.suppress(psutil.Error):
