@@ -89,6 +89,10 @@ class UpstreamError(ModelswapError):
         super().__init__(f"Backend for model `{model}` failed: {detail}")
 
 
+class UpstreamUnreachableError(UpstreamError):
+    """The backend refused the connection: the request never reached it (safe to retry)."""
+
+
 class UpstreamTimeoutError(ModelswapError):
     def __init__(self, model: str, which: str, seconds: float) -> None:
         self.model = model

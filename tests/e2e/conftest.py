@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.util
 import json
 import os
@@ -13,9 +14,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -68,8 +70,111 @@ def llamacpp_cmd(ctx: int = 2048, extra: str = "") -> str:
 
 def fake_cmd(*flags: str) -> str:
     """A YAML scalar (JSON-quoted) running the fake backend with ``flags``."""
+    return json.dumps(fake_cmd_text(*flags))
+
+
+def fake_cmd_text(*flags: str) -> str:
+    """The fake backend's command line with ``flags`` (not quoted for YAML)."""
     joined = " ".join(flags)
-    return json.dumps(f'"{sys.executable}" "{FAKE_BACKEND}" --port ${{PORT}} {joined}')
+    return f'"{sys.executable}" "{FAKE_BACKEND}" --port ${{PORT}} {joined}'
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs; a zombie (dead, not yet reaped) counts as dead."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_dead(pids: Iterable[int], timeout: float) -> None:
+    """Poll until none of ``pids`` is alive; fail naming the survivors after ``timeout``."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout
+    while (alive := [pid for pid in pids if pid_alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive, f"still alive after {timeout} s: {alive}"
+
+
+@dataclass
+class Reply:
+    """A whole HTTP response: status, headers (case-insensitive) and body bytes."""
+
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def request(
+    gw: Gateway,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> Reply:
+    """One request on its own connection (closed before returning)."""
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return Reply(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
+
+
+def chat_body(model: str, *, stream: bool = False, **extra: object) -> bytes:
+    body: dict[str, object] = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello there"}],
+        **extra,
+    }
+    if stream:
+        body["stream"] = True
+    return json.dumps(body).encode()
+
+
+def chat(gw: Gateway, model: str, **extra: object) -> Reply:
+    """A non-streaming chat completion for ``model``."""
+    return request(
+        gw,
+        "POST",
+        "/v1/chat/completions",
+        chat_body(model, **extra),
+        {"Content-Type": "application/json"},
+    )
+
+
+@contextlib.contextmanager
+def open_stream(
+    gw: Gateway, model: str, timeout: float = 15.0, **extra: object
+) -> Iterator[http.client.HTTPResponse]:
+    """A streaming chat completion; leaving the block closes the connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)
+    try:
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            chat_body(model, stream=True, **extra),
+            {"Content-Type": "application/json"},
+        )
+        yield conn.getresponse()
+    finally:
+        conn.close()
+
+
+def next_event(resp: http.client.HTTPResponse) -> str | None:
+    """The payload of the next SSE ``data:`` line, or None at the end of the stream."""
+    while True:
+        line = resp.readline()
+        if not line:
+            return None
+        line = line.strip()
+        if line.startswith(b"data: "):
+            return line[len(b"data: ") :].decode()
 
 
 @dataclass

@@ -17,30 +17,37 @@ from modelswap.errors import Diagnosis
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """``patterns`` in priority order: the root-cause line first, wrapper lines last."""
+
     code: str
-    pattern: re.Pattern[str]
+    patterns: tuple[re.Pattern[str], ...]
     summary: str
     fix: str
+
+
+def _re(*patterns: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p, re.I) for p in patterns)
 
 
 RULES: tuple[Rule, ...] = (
     Rule(
         "port_in_use",
-        re.compile(r"address already in use|couldn't bind HTTP server socket", re.I),
+        _re(r"address already in use|couldn't bind HTTP server socket"),
         "the backend could not bind its port: another process is listening there.",
         "stop the other process, or change startPort / the model's --port.",
     ),
     Rule(
         "model_load_error",
-        re.compile(
-            r"error loading model|exiting due to model loading error|failed to load model", re.I
+        _re(
+            r"error loading model\b",
+            r"failed to load model|exiting due to model loading error",
         ),
         "the backend could not load the model file.",
         "check the model path in cmd and that the file is a complete, supported model.",
     ),
     Rule(
         "cuda_oom",
-        re.compile(r"CUDA out of memory|cudaMalloc failed|unable to allocate \S+ buffer", re.I),
+        _re(r"CUDA out of memory|cudaMalloc failed|unable to allocate \S+ buffer"),
         "the GPU ran out of memory while loading the model.",
         "use a smaller quantization or context, or free GPU memory used by other processes.",
     ),
@@ -64,11 +71,13 @@ def _describe_exit(returncode: int | None) -> str:
 
 
 def match_rules(lines: Sequence[str]) -> tuple[Rule, str] | None:
-    """The first rule (in table order) that matches any line, with the latest matching line."""
+    """The first rule (in table order) that matches any line, with the latest line matching
+    its most specific pattern (the root cause, not the wrapper printed after it)."""
     for rule in RULES:
-        for line in reversed(lines):
-            if rule.pattern.search(line):
-                return rule, line.strip()
+        for pattern in rule.patterns:
+            for line in reversed(lines):
+                if pattern.search(line):
+                    return rule, line.strip()
     return None
 
 

@@ -78,9 +78,8 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     if request.query_string:
         path += "?" + request.query_string
     body = await read_body(request, runtime.config.max_request_body_bytes)
-    lease = await runtime.router.acquire(model.id)
-    return await proxy.forward(
-        request, runtime.proxy_session, lease, path_qs=path, body=body, timeouts=model.timeouts
+    return await proxy.send_to_model(
+        request, runtime.router, runtime.proxy_session, model, path_qs=path, body=body
     )
 
 

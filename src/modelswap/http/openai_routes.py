@@ -51,14 +51,8 @@ async def inference(request: web.Request) -> web.StreamResponse:
     model = runtime.resolve(name)
     if model.upstream_name != name:
         body = replace_model(content_type, body, model.upstream_name)
-    lease = await runtime.router.acquire(model.id)
-    return await proxy.forward(
-        request,
-        runtime.proxy_session,
-        lease,
-        path_qs=request.path_qs,
-        body=body,
-        timeouts=model.timeouts,
+    return await proxy.send_to_model(
+        request, runtime.router, runtime.proxy_session, model, path_qs=request.path_qs, body=body
     )
 
 

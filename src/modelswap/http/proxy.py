@@ -15,10 +15,10 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from modelswap.config import Timeouts
-from modelswap.errors import UpstreamError, UpstreamTimeoutError
+from modelswap.config import ModelConfig, Timeouts
+from modelswap.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnreachableError
 from modelswap.http.errors import envelope
-from modelswap.routing.local import Lease
+from modelswap.routing.local import Lease, LocalRouter
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,39 @@ async def _open_upstream(
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             raise UpstreamTimeoutError(lease.model, "connection", timeouts.connect) from exc
         raise UpstreamTimeoutError(lease.model, "response", timeouts.first_byte) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamUnreachableError(lease.model, str(exc) or type(exc).__name__) from exc
     except aiohttp.ClientError as exc:
         raise UpstreamError(lease.model, str(exc) or type(exc).__name__) from exc
+
+
+async def send_to_model(
+    request: web.Request,
+    router: LocalRouter,
+    session: aiohttp.ClientSession,
+    model: ModelConfig,
+    *,
+    path_qs: str,
+    body: bytes,
+) -> web.StreamResponse:
+    """Wait for ``model`` to be ready, then :func:`forward` to it.
+
+    A refused connection means the request never reached the backend. If the backend has just
+    died (its exit not yet noticed), the model is marked failed and the request is tried once
+    more, which starts it again — a request right after a crash is not lost.
+    """
+    for attempt in (1, 2):
+        lease = await router.acquire(model.id)
+        process = lease.process
+        try:
+            return await forward(
+                request, session, lease, path_qs=path_qs, body=body, timeouts=model.timeouts
+            )
+        except UpstreamUnreachableError:
+            if attempt == 2 or not await process.confirm_exit():
+                raise
+            log.info("model %s: backend had died; starting it again for this request", model.id)
+    raise AssertionError("unreachable")
 
 
 async def forward(

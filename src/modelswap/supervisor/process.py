@@ -304,17 +304,42 @@ class ManagedProcess:
                 break
             except TimeoutError:
                 continue
-        if self._state is not S.READY or proc is not self._proc:
+        if not self._mark_died(proc):
             return  # a stop is under way; it owns the outcome
+        # The scheduler already knows; now read what the backend printed last, refine the
+        # diagnosis with it, and clean up what the backend left behind.
         await self._drain_output()
-        if self._state is not S.READY:
-            return
-        diagnosis = self._diagnoser.exit(
+        self.last_failure = self._diagnoser.exit(
             self.logs.tail(DIAGNOSIS_TAIL), proc.returncode, during="serving"
         )
-        log.warning("model %s: backend died: %s", self.model, diagnosis.summary)
-        self._fail(diagnosis)
+        log.warning("model %s: backend died: %s", self.model, self.last_failure.summary)
         await self._terminate()  # the tree's leftovers, the reaper's registration
+
+    def _mark_died(self, proc: asyncio.subprocess.Process) -> bool:
+        """``proc`` has exited: if it was our ready backend, fail at once. Idempotent."""
+        if self._state is not S.READY or proc is not self._proc:
+            return False
+        self._fail(
+            self._diagnoser.exit(self.logs.tail(DIAGNOSIS_TAIL), proc.returncode, during="serving")
+        )
+        return True
+
+    async def confirm_exit(self, grace: float = 1.0) -> bool:
+        """A connection to the backend was refused: has the backend died?
+
+        Returns True (and the model is failed, so the next request starts it again) if the
+        process has exited or exits within ``grace`` seconds; False if it is alive.
+        """
+        proc = self._proc
+        if proc is None:
+            return True
+        if proc.returncode is None:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+            except TimeoutError:
+                return False
+        self._mark_died(proc)
+        return True
 
     # ---- the stop --------------------------------------------------------------------------
 

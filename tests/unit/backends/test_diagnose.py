@@ -18,7 +18,8 @@ def test_diagnose_llamacpp_model_load_error_names_the_line() -> None:
     ]
     d = diagnose_exit(lines, 1, during="startup")
     assert d.code == "model_load_error"
-    assert d.evidence == "main: exiting due to model loading error"
+    # The root cause, not the wrapper line printed after it.
+    assert d.evidence == lines[1]
     assert "exited with code 1 during startup" in d.summary
     assert d.fix
     assert d.numbers == {"returncode": 1.0}

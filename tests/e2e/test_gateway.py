@@ -1,0 +1,659 @@
+"""End to end with fake backends: ``python -m modelswap serve`` as a subprocess, real HTTP clients
+(urllib/http.client, aiohttp), real child processes checked with psutil."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import http.client
+import json
+import re
+import shlex
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+from tests.e2e.conftest import (
+    Gateway,
+    Reply,
+    chat,
+    chat_body,
+    fake_cmd,
+    fake_cmd_text,
+    next_event,
+    open_stream,
+    pid_alive,
+    request,
+    wait_dead,
+)
+
+pytestmark = pytest.mark.e2e
+
+StartGateway = Callable[..., Gateway]
+JSON = {"Content-Type": "application/json"}
+ENVELOPE_KEYS = {"message", "type", "code", "param"}
+
+
+def gateway_error(reply: Reply, status: int, code: str) -> dict[str, object]:
+    """Assert ``reply`` is an error modelswap authored; return its ``error`` object."""
+    assert reply.status == status, reply.body
+    assert reply.headers["X-Modelswap-Error"] == "1"
+    assert reply.headers.get_content_type() == "application/json"
+    error = reply.json()["error"]
+    assert set(error) >= ENVELOPE_KEYS
+    assert error["code"] == code
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    return error  # type: ignore[no-any-return]
+
+
+def fake_pid(reply: Reply) -> int:
+    assert reply.status == 200, reply.body
+    return int(reply.headers["X-Fake-Pid"])
+
+
+def starts(gw: Gateway, model: str) -> int:
+    """How many times modelswap began starting ``model`` (from its own log)."""
+    return gw.log().count(f"model {model}: stopped -> starting") + gw.log().count(
+        f"model {model}: failed -> starting"
+    )
+
+
+def send_only(
+    gw: Gateway, body: bytes, path: str = "/v1/chat/completions"
+) -> http.client.HTTPConnection:
+    """Send a request now, read the response later with ``conn.getresponse()``."""
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn.request("POST", path, body, JSON)
+    return conn
+
+
+def read_reply(conn: http.client.HTTPConnection) -> Reply:
+    try:
+        resp = conn.getresponse()
+        return Reply(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
+
+
+def stream_tokens(resp: http.client.HTTPResponse) -> tuple[list[str], list[str]]:
+    """Every content delta and every raw event payload until the stream ends."""
+    tokens: list[str] = []
+    events: list[str] = []
+    while (event := next_event(resp)) is not None:
+        events.append(event)
+        if event == "[DONE]":
+            continue
+        for choice in json.loads(event).get("choices", []):
+            content = choice.get("delta", {}).get("content")
+            if content:
+                tokens.append(content)
+    return tokens, events
+
+
+EXPECTED_20 = [f"tok{i} " for i in range(20)]
+
+
+def model(model_id: str, *flags: str, delay: float = 0.2, **keys: str) -> str:
+    """One model's YAML: the fake backend with ``flags``; ``keys`` are more YAML keys."""
+    lines = [f"  {model_id}:"]
+    lines += [f"    {key}: {value}" for key, value in keys.items()]
+    lines.append(f"    cmd: {fake_cmd('--load-delay', str(delay), *flags)}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- starting and swapping
+
+
+async def test_concurrent_requests_for_a_stopped_model_start_it_once(
+    gateway: StartGateway,
+) -> None:
+    gw = gateway(model("a", delay=0.5))
+
+    async def one(session: aiohttp.ClientSession) -> tuple[int, str]:
+        async with session.post(gw.url("/v1/chat/completions"), data=chat_body("a")) as resp:
+            await resp.read()
+            return resp.status, resp.headers["X-Fake-Pid"]
+
+    async with aiohttp.ClientSession(headers=JSON) as session:
+        results = await asyncio.gather(*(one(session) for _ in range(8)))
+
+    assert [status for status, _ in results] == [200] * 8
+    pids = {pid for _, pid in results}
+    assert len(pids) == 1
+    assert starts(gw, "a") == 1
+    assert gw.running()["a"]["state"] == "ready"
+    stats = request(gw, "GET", "/upstream/a/stats").json()
+    assert stats["pid"] == int(pids.pop())
+    assert stats["requests"] == 8
+    assert stats["completed"] == 8
+
+
+def test_swap_stops_the_old_backend_and_collates_a_b_a_b(gateway: StartGateway) -> None:
+    gw = gateway(model("a") + model("b") + model("c", delay=1.0))
+    pid_a = fake_pid(chat(gw, "a"))
+    pid_b = fake_pid(chat(gw, "b"))
+    assert pid_a != pid_b
+    assert not pid_alive(pid_a)
+    assert pid_alive(pid_b)
+    assert set(gw.running()) == {"b"}
+    assert gw.running()["b"]["state"] == "ready"
+
+    # c starts (slowly); A B A B arrive while it is starting.
+    conn_c = send_only(gw, chat_body("c"))
+    gw.wait_for(lambda: gw.running().get("c", {}).get("state") == "starting")
+    order = ("a", "b", "a", "b")
+    conns = [send_only(gw, chat_body(name)) for name in order]
+    assert gw.running()["c"]["state"] == "starting", "the test needs A B A B queued during c"
+    reply_c = read_reply(conn_c)
+    replies = [read_reply(conn) for conn in conns]
+
+    fake_pid(reply_c)
+    by_model: dict[str, set[int]] = {"a": set(), "b": set()}
+    for name, reply in zip(order, replies, strict=True):
+        by_model[name].add(fake_pid(reply))
+    assert len(by_model["a"]) == 1
+    assert len(by_model["b"]) == 1
+    assert pid_a not in by_model["a"]
+    assert pid_b not in by_model["b"]
+    # One start each before, one more each for A B A B: two further starts, not four.
+    assert starts(gw, "a") == 2
+    assert starts(gw, "b") == 2
+    assert starts(gw, "c") == 1
+
+
+def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway) -> None:
+    gw = gateway(model("a", "--tps", "20", "--tokens", "20") + model("b"))
+    answered: list[tuple[float, Reply]] = []
+    with open_stream(gw, "a") as resp:
+        assert resp.status == 200
+        pid_a = int(resp.headers["X-Fake-Pid"])
+        assert next_event(resp) is not None  # the role chunk
+        conn_b = send_only(gw, chat_body("b"))  # b arrives mid-stream
+
+        def wait_b() -> None:
+            reply = read_reply(conn_b)
+            answered.append((time.monotonic(), reply))
+
+        waiter = threading.Thread(target=wait_b)
+        waiter.start()
+        try:
+            tokens: list[str] = []
+            for i in range(18):  # until the last tokens, a is surely still streaming
+                event = next_event(resp)
+                assert event is not None
+                assert f'"tok{i} "' in event
+                tokens.append(f"tok{i} ")
+                running = gw.running()
+                assert set(running) == {"a"}, "b started while a was serving"
+                assert running["a"]["in_flight"] == 1
+            rest, events = stream_tokens(resp)
+            finished = time.monotonic()
+        finally:
+            waiter.join(timeout=30)
+    assert tokens + rest == EXPECTED_20
+    assert events[-1] == "[DONE]"
+    assert len(answered) == 1
+    when_b, reply_b = answered[0]
+    assert when_b > finished
+    assert fake_pid(reply_b) != pid_a
+    assert not pid_alive(pid_a)
+    assert set(gw.running()) == {"b"}
+
+
+def test_ttl_unloads_after_the_last_request_ends_not_during_it(gateway: StartGateway) -> None:
+    gw = gateway(model("a", "--tps", "10", "--tokens", "15", ttl="1"))
+    with open_stream(gw, "a") as resp:
+        assert resp.status == 200
+        pid = int(resp.headers["X-Fake-Pid"])
+        # Tokens come every 0.1 s; until the last one the request is surely in flight.
+        for i in range(14):
+            event = next_event(resp)
+            while event is not None and "tok" not in event:  # the role chunk
+                event = next_event(resp)
+            assert event is not None
+            assert f"tok{i} " in event
+            row = gw.running()["a"]
+            assert row["state"] == "ready"
+            assert row["in_flight"] == 1
+            assert "unload_in" not in row, "the idle timer runs while a request is in flight"
+        tokens, events = stream_tokens(resp)
+        ended = time.monotonic()
+    assert tokens == ["tok14 "]
+    assert events[-1] == "[DONE]"
+    gw.wait_for(lambda: "a" not in gw.running(), timeout=5)
+    idle = time.monotonic() - ended
+    assert 0.8 <= idle <= 3.0, idle
+    assert not pid_alive(pid)
+
+
+def test_unload_all_and_one(gateway: StartGateway) -> None:
+    gw = gateway(model("a", aliases="[alias-a]") + model("b"))
+    pid = fake_pid(chat(gw, "a"))
+    reply = request(gw, "POST", "/api/models/unload/a")
+    assert reply.status == 200
+    assert reply.json() == {"unloaded": ["a"]}
+    assert gw.running() == {}
+    assert not pid_alive(pid)
+
+    pid = fake_pid(chat(gw, "a"))
+    reply = request(gw, "POST", "/api/models/unload/alias-a")
+    assert reply.json() == {"unloaded": ["a"]}
+    assert not pid_alive(pid)
+
+    pid = fake_pid(chat(gw, "b"))
+    reply = request(gw, "POST", "/api/models/unload")
+    assert reply.status == 200
+    assert reply.json() == {"unloaded": ["b"]}
+    assert gw.running() == {}
+    assert not pid_alive(pid)
+
+    assert request(gw, "POST", "/api/models/unload").json() == {"unloaded": []}
+    assert request(gw, "POST", "/api/models/unload/b").json() == {"unloaded": []}
+    error = gateway_error(request(gw, "POST", "/api/models/unload/nope"), 404, "model_not_found")
+    assert "nope" in str(error["message"])
+
+
+# ---------------------------------------------------------------- forwarding
+
+
+def test_use_model_name_rewrites_the_model_for_the_backend(gateway: StartGateway) -> None:
+    gw = gateway(
+        model(
+            "my-model",
+            "--strict-model",
+            "--model",
+            "served-name",
+            aliases="[mine]",
+            useModelName="served-name",
+        )
+    )
+    reply = chat(gw, "my-model")
+    assert reply.status == 200, reply.body
+    assert reply.json()["model"] == "served-name"
+
+    sent = b'{"model": "my-model", "query": "q", "documents": ["x"]}'
+    echo = request(gw, "POST", "/v1/rerank", sent, JSON).json()
+    assert echo["echo"] is True
+    assert echo["path"] == "/v1/rerank"
+    assert json.loads(base64.b64decode(echo["body_b64"])) == {
+        "model": "served-name",
+        "query": "q",
+        "documents": ["x"],
+    }
+
+    reply = chat(gw, "mine")
+    assert reply.status == 200, reply.body
+    assert reply.json()["model"] == "served-name"
+
+
+def test_body_and_headers_are_forwarded_byte_for_byte(gateway: StartGateway) -> None:
+    gw = gateway(model("raw-model"))
+    sent = (
+        b'{  "query" : "caf\xc3\xa9\\u00e9",\n\t"model":"raw-model" ,'
+        b'"documents":[ "a","b" ],"top_n":1.50e0 ,"z":null}'
+    )
+    reply = request(
+        gw,
+        "POST",
+        "/v1/rerank?x=1&y=%20z",
+        sent,
+        {"Content-Type": "application/json", "X-Custom": "hello, world"},
+    )
+    assert reply.status == 200
+    assert "X-Modelswap-Error" not in reply.headers
+    echo = reply.json()
+    assert base64.b64decode(echo["body_b64"]) == sent
+    assert echo["body_sha256"] == hashlib.sha256(sent).hexdigest()
+    assert echo["method"] == "POST"
+    assert echo["path"] == "/v1/rerank"
+    assert echo["query"] == "x=1&y=%20z"
+    headers = echo["headers"]
+    assert headers["x-custom"] == "hello, world"
+    assert headers["content-type"] == "application/json"
+    assert headers["content-length"] == str(len(sent))
+    assert headers["host"] != f"127.0.0.1:{gw.port}"
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", headers["host"])
+
+
+def multipart(model: str, boundary: str = "----modelswapBoundary7MA4YWxk") -> bytes:
+    audio = bytes(range(256)) * 4 + b"\r\n--not-a-boundary\r\n" + b"\x00\xff" * 100
+    parts = [
+        f"--{boundary}\r\n"
+        'Content-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n".encode()
+        + audio
+        + b"\r\n",
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="language"\r\n\r\nen\r\n'.encode(),
+        f"--{boundary}--\r\n".encode(),
+    ]
+    return b"".join(parts)
+
+
+def test_multipart_is_routed_by_its_model_field_and_forwarded_intact(
+    gateway: StartGateway,
+) -> None:
+    gw = gateway(
+        model("chat-model")
+        + model("whisper", aliases="[stt]", useModelName="whisper-1")
+        + model("whisper-1")
+    )
+    content_type = "multipart/form-data; boundary=----modelswapBoundary7MA4YWxk"
+    fake_pid(chat(gw, "chat-model"))
+
+    # The id equals the upstream name: no rewrite, the bytes arrive unchanged.
+    sent = multipart("whisper-1")
+    reply = request(gw, "POST", "/v1/audio/transcriptions", sent, {"Content-Type": content_type})
+    assert reply.status == 200, reply.body
+    echo = reply.json()
+    assert echo["path"] == "/v1/audio/transcriptions"
+    assert echo["body_sha256"] == hashlib.sha256(sent).hexdigest()
+    assert echo["headers"]["content-type"] == content_type
+    assert set(gw.running()) == {"whisper-1"}
+
+    # Through an alias with useModelName: only the model part changes.
+    reply = request(
+        gw, "POST", "/v1/audio/transcriptions", multipart("stt"), {"Content-Type": content_type}
+    )
+    assert reply.status == 200, reply.body
+    assert base64.b64decode(reply.json()["body_b64"]) == multipart("whisper-1")
+    assert set(gw.running()) == {"whisper"}
+
+
+def test_upstream_passthrough_starts_the_model(gateway: StartGateway) -> None:
+    gw = gateway(model("lc", "--ctx", "4096"))
+    assert gw.running() == {}
+    reply = request(gw, "GET", "/upstream/lc/props")
+    assert reply.status == 200, reply.body
+    assert reply.json()["default_generation_settings"]["n_ctx"] == 4096
+    assert gw.running()["lc"]["state"] == "ready"
+
+    echo = request(gw, "PUT", "/upstream/lc/some/path?q=1", b"abc", {"X-Custom": "v"}).json()
+    assert echo["method"] == "PUT"
+    assert echo["path"] == "/some/path"
+    assert echo["query"] == "q=1"
+    assert base64.b64decode(echo["body_b64"]) == b"abc"
+    assert echo["headers"]["x-custom"] == "v"
+
+    gateway_error(request(gw, "GET", "/upstream/nope/props"), 404, "model_not_found")
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
+    gw = gateway(
+        model("a")
+        + model("wrong-name", "--strict-model", "--model", "served", useModelName="not-served"),
+        extra_top="maxRequestBodyBytes: 1000",
+    )
+    big = chat_body("a", padding="x" * 2000)
+    error = gateway_error(
+        request(gw, "POST", "/v1/chat/completions", big, JSON), 413, "request_too_large"
+    )
+    assert set(error) == ENVELOPE_KEYS
+    assert "1000" in str(error["message"])
+
+    # Chunked (no Content-Length): the limit holds while reading, too.
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=iter([big[:600], big[600:1200], big[1200:]]),
+            headers=JSON,
+            encode_chunked=True,
+        )
+        resp = conn.getresponse()
+        chunked = Reply(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
+    gateway_error(chunked, 413, "request_too_large")
+
+    no_model = json.dumps({"messages": []}).encode()
+    error = gateway_error(
+        request(gw, "POST", "/v1/chat/completions", no_model, JSON), 400, "invalid_request"
+    )
+    assert set(error) == ENVELOPE_KEYS
+    assert error["param"] == "model"
+    assert error["type"] == "invalid_request_error"
+
+    not_str = json.dumps({"model": 123, "messages": []}).encode()
+    error = gateway_error(
+        request(gw, "POST", "/v1/chat/completions", not_str, JSON), 400, "invalid_request"
+    )
+    assert error["param"] == "model"
+
+    error = gateway_error(request(gw, "GET", "/v1/nope"), 404, "http_404")
+    assert set(error) == ENVELOPE_KEYS
+    error = gateway_error(request(gw, "GET", "/v1/chat/completions"), 405, "http_405")
+    assert set(error) == ENVELOPE_KEYS
+    assert gw.running() == {}, "no request above named a usable model"
+
+    # The backend's own errors pass through unchanged and unmarked.
+    reply = chat(gw, "a", max_tokens="many")
+    assert reply.status == 400
+    assert "X-Modelswap-Error" not in reply.headers
+    assert reply.json() == {
+        "error": {
+            "message": "`max_tokens` must be a non-negative integer",
+            "type": "invalid_request_error",
+            "code": 400,
+        }
+    }
+    reply = chat(gw, "wrong-name")
+    assert reply.status == 404
+    assert "X-Modelswap-Error" not in reply.headers
+    assert reply.json()["error"]["message"] == "The model `not-served` does not exist."
+    assert reply.json()["error"]["type"] == "NotFoundError"
+
+
+def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway) -> None:
+    gw = gateway(
+        model("bad", "--fail-start")
+        + '  ghost:\n    cmd: "/nonexistent/dir/llama-server --port ${PORT}"\n'
+    )
+    error = gateway_error(chat(gw, "bad"), 503, "model_load_error")
+    diagnosis = error["diagnosis"]
+    assert isinstance(diagnosis, dict)
+    assert diagnosis["code"] == "model_load_error"
+    assert diagnosis["summary"] in str(error["message"])
+    assert "Fix:" in str(error["message"])
+    assert diagnosis["fix"] in str(error["message"])
+    row = gw.running()["bad"]
+    assert row["state"] == "failed"
+    assert isinstance(row["last_failure"], dict)
+    assert row["last_failure"]["code"] == "model_load_error"
+    assert row["last_failure"]["evidence"] == diagnosis["evidence"]
+    models = {m["id"]: m for m in gw.get_json("/v1/models")["data"]}  # type: ignore[union-attr]
+    assert models["bad"]["state"] == "failed"
+    # A failed model is tried again by the next request.
+    gateway_error(chat(gw, "bad"), 503, "model_load_error")
+    assert starts(gw, "bad") == 2
+
+    error = gateway_error(chat(gw, "ghost"), 503, "executable_not_found")
+    assert "/nonexistent/dir/llama-server" in str(error["message"])
+    assert gw.running()["ghost"]["state"] == "failed"
+
+    # The evidence is the root cause the backend printed (it says *why*), not the wrapper
+    # line llama.cpp prints after it ("main: exiting due to model loading error").
+    assert diagnosis["evidence"] == "llama_model_load: error loading model: simulated failure"
+
+
+def test_backend_crash_mid_response_is_a_502_then_the_next_request_restarts_it(
+    gateway: StartGateway,
+) -> None:
+    gw = gateway(model("plain", "--crash-after", "2"))
+    first = fake_pid(chat(gw, "plain"))
+    error = gateway_error(chat(gw, "plain"), 502, "upstream_error")
+    assert "plain" in str(error["message"])
+    assert set(error) == ENVELOPE_KEYS
+    gw.wait_for(lambda: gw.running()["plain"]["state"] == "failed", timeout=5)
+    assert not pid_alive(first)
+    again = fake_pid(chat(gw, "plain"))
+    assert again != first
+    assert starts(gw, "plain") == 2
+
+
+def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
+    gateway: StartGateway,
+) -> None:
+    gw = gateway(model("streamy", "--crash-after", "2", "--tokens", "6"))
+    first = fake_pid(chat(gw, "streamy"))
+    began = time.monotonic()
+    with open_stream(gw, "streamy", timeout=10) as resp:
+        assert resp.status == 200
+        tokens, events = stream_tokens(resp)
+    assert time.monotonic() - began < 5, "the stream did not end promptly"
+    assert tokens == ["tok0 ", "tok1 ", "tok2 "]
+    assert "[DONE]" not in events
+    last = json.loads(events[-1])
+    assert set(last) == {"error"}
+    assert set(last["error"]) >= ENVELOPE_KEYS
+    assert last["error"]["code"] == "upstream_error"
+    assert "streamy" in last["error"]["message"]
+    gw.wait_for(lambda: gw.running()["streamy"]["state"] == "failed", timeout=5)
+    again = fake_pid(chat(gw, "streamy"))
+    assert again != first
+    assert starts(gw, "streamy") == 2
+
+
+def test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend(
+    gateway: StartGateway,
+) -> None:
+    # The backend's helper (like vLLM's engine processes) keeps its stdout open for a moment
+    # after the server process died; the server itself is gone at once.
+    inner = "sleep 3 & exec " + fake_cmd_text("--load-delay", "0.2", "--crash-after", "2")
+    gw = gateway(f"  helper:\n    cmd: {json.dumps(f'bash -c {shlex.quote(inner)}')}\n")
+    first = fake_pid(chat(gw, "helper"))
+    gateway_error(chat(gw, "helper"), 502, "upstream_error")
+    assert not pid_alive(first)
+    # The client retries at once, as clients do: the dead server must be started again.
+    again = chat(gw, "helper")
+    assert again.status == 200, f"request right after the crash: {again.status} {again.body!r}"
+    assert fake_pid(again) != first
+
+
+def test_upstream_first_byte_timeout_is_504_and_frees_the_lease(gateway: StartGateway) -> None:
+    gw = gateway(model("hung", "--hang", timeouts="{firstByte: 1}"))
+    assert request(gw, "GET", "/upstream/hung/health").status == 200  # started and ready
+    began = time.monotonic()
+    error = gateway_error(chat(gw, "hung"), 504, "upstream_timeout")
+    took = time.monotonic() - began
+    assert 0.9 <= took <= 3.0, took
+    assert "hung" in str(error["message"])
+    row = gw.running()["hung"]
+    assert row["in_flight"] == 0
+    assert row["state"] == "ready"
+
+
+# ---------------------------------------------------------------- listings and logs
+
+
+def test_model_listing_and_running_rows(gateway: StartGateway) -> None:
+    gw = gateway(
+        model("a", name="Model A", description="the first", aliases="[a1, a2]")
+        + model("b")
+        + model("hidden", unlisted="true")
+    )
+    pid = fake_pid(chat(gw, "a"))
+    for path in ("/v1/models", "/models"):
+        listing = gw.get_json(path)
+        assert listing["object"] == "list"
+        rows = {row["id"]: row for row in listing["data"]}  # type: ignore[union-attr]
+        assert list(rows) == ["a", "a1", "a2", "b"]
+        assert rows["a"]["state"] == "ready"
+        assert rows["a"]["name"] == "Model A"
+        assert rows["a"]["description"] == "the first"
+        assert rows["a"]["aliases"] == ["a1", "a2"]
+        assert rows["a"]["object"] == "model"
+        for alias in ("a1", "a2"):
+            assert rows[alias]["alias_for"] == "a"
+            assert rows[alias]["state"] == "ready"
+            assert "aliases" not in rows[alias]
+        assert rows["b"]["state"] == "stopped"
+        assert "alias_for" not in rows["a"]
+
+    running = gw.get_json("/running")
+    text = json.dumps(running)
+    assert str(pid) not in text
+    assert "openai_backend" not in text
+    for row in running["running"]:  # type: ignore[union-attr]
+        assert "pid" not in row
+        assert "cmd" not in row
+        assert row["model"] == "a"
+
+    fake_pid(chat(gw, "hidden"))  # unlisted, still routable
+    rows = {row["id"]: row for row in gw.get_json("/v1/models")["data"]}  # type: ignore[union-attr]
+    assert "hidden" not in rows
+    assert rows["a"]["state"] == "stopped"
+    assert set(gw.running()) == {"hidden"}
+
+
+def test_logs_tail_is_plain_text(gateway: StartGateway) -> None:
+    gw = gateway(model("a"))
+    fake_pid(chat(gw, "a"))
+    full = request(gw, "GET", "/logs/a")
+    assert full.status == 200
+    assert full.headers.get_content_type() == "text/plain"
+    all_lines = full.body.decode().splitlines()
+    assert any(line.startswith("fake backend ready on http://127.0.0.1:") for line in all_lines)
+    assert "load_tensors: loading model tensors ... 100%" in all_lines
+    tail = request(gw, "GET", "/logs/a?lines=5")
+    assert tail.status == 200
+    assert tail.headers.get_content_type() == "text/plain"
+    lines = tail.body.decode().splitlines()
+    assert 0 < len(lines) <= 5
+    assert lines == all_lines[-len(lines) :]
+    gateway_error(request(gw, "GET", "/logs/a?lines=x"), 400, "invalid_request")
+    gateway_error(request(gw, "GET", "/logs/nope"), 404, "model_not_found")
+
+
+# ---------------------------------------------------------------- the gateway's own death
+
+
+def test_sigterm_finishes_the_stream_then_exits_0(gateway: StartGateway) -> None:
+    gw = gateway(model("a", "--tps", "20", "--tokens", "20"))
+    with open_stream(gw, "a") as resp:
+        assert resp.status == 200
+        pid = int(resp.headers["X-Fake-Pid"])
+        assert next_event(resp) is not None
+        gw.proc.send_signal(signal.SIGTERM)
+        tokens, events = stream_tokens(resp)
+    assert tokens == EXPECTED_20
+    assert events[-1] == "[DONE]"
+    assert gw.proc.wait(timeout=15) == 0
+    wait_dead([pid], timeout=5)
+
+
+def test_sigkill_of_the_gateway_leaves_no_backend(gateway: StartGateway, tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    inner = fake_cmd_text("--load-delay", "0.2", "--fork-grandchild", shlex.quote(str(pidfile)))
+    wrapped = json.dumps(f"bash -c {shlex.quote(inner + '; true')}")
+    gw = gateway(model("plain") + f"  wrapped:\n    cmd: {wrapped}\n")
+    plain = fake_pid(chat(gw, "plain"))
+    fake = fake_pid(chat(gw, "wrapped"))
+    assert not pid_alive(plain)
+    bash = psutil.Process(fake).ppid()
+    assert psutil.Process(bash).name() == "bash"
+    grandchild = int(pidfile.read_text())
+    assert pid_alive(grandchild)
+    assert psutil.Process(grandchild).pid != fake
+
+    reapers = [
+        p.pid
+        for p in psutil.Process(gw.proc.pid).children()
+        if "modelswap.supervisor.reaper" in " ".join(p.cmdline())
+    ]
+    assert len(reapers) == 1
+
+    gw.proc.send_signal(signal.SIGKILL)
+    gw.proc.wait(timeout=5)
+    wait_dead([fake, bash, grandchild, *reapers], timeout=5)
