@@ -24,8 +24,8 @@ run: $(STAMP)
 	$(BIN)/modelswap serve $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

