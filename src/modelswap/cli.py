@@ -11,10 +11,12 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
 from modelswap import __version__
+from modelswap.backends.diagnose import diagnose_text, missing_tool_flags
 from modelswap.config import (
     Config,
     config_json_schema,
@@ -53,6 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a config and print the resolved commands")
     check.add_argument("config", nargs="?", help="YAML config file (default: the demo config)")
     sub.add_parser("schema", help="print the config's JSON Schema (for editor completion)")
+    diag = sub.add_parser(
+        "diagnose",
+        help="explain why a backend failed to start, from its saved log",
+        description="Read a saved backend log and print the root cause as JSON "
+        "(exit 0 when a known cause is found, 1 when not).",
+    )
+    # Every known format is read (vLLM's and llama.cpp's lines never collide), so there is
+    # no --backend switch: it could not change the answer.
+    diag.add_argument("log", help="log file ('-' for standard input)")
     return parser
 
 
@@ -61,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "schema":
         print(json.dumps(config_json_schema(), indent=2))
         return EXIT_OK
+    if args.command == "diagnose":
+        return diagnose_file(args.log)
     try:
         config = load_config(args.config) if args.config else demo_config()
         if args.command == "serve" and args.listen:
@@ -79,6 +92,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(serve(config))
     except KeyboardInterrupt:
         return EXIT_OK
+
+
+def diagnose_file(path: str) -> int:
+    """``modelswap diagnose FILE``: the Diagnosis of a saved log as JSON."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(errors="replace")
+    except OSError as exc:
+        print(f"modelswap: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    found = diagnose_text(text)
+    if found is None:
+        print(json.dumps({"code": None, "summary": "no known cause of failure in this log"}))
+        return EXIT_RUNTIME
+    print(json.dumps(found.as_dict(), indent=2))
+    return EXIT_OK
 
 
 def describe(config: Config) -> str:
@@ -103,6 +131,9 @@ def describe(config: Config) -> str:
             lines.append(f"  upstream name: {model.use_model_name}")
         if model.env:
             lines.append(f"  env:   {', '.join(sorted(model.env))}")
+        note = missing_tool_flags(model.cmd)
+        if note:
+            lines.append(f"  info:  {note}")
     return "\n".join(lines)
 
 

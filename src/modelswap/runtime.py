@@ -11,10 +11,13 @@ import time
 
 import aiohttp
 
+from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
+from modelswap.backends.logreader import BackendLogReader
+from modelswap.backends.probe import MetadataProbe
 from modelswap.config import Config, ModelConfig
 from modelswap.errors import ModelNotFoundError
-from modelswap.events import EventBus
+from modelswap.events import Event, EventBus
 from modelswap.routing.local import LocalRouter
 from modelswap.routing.resolve import close_names
 from modelswap.supervisor.process import ManagedProcess
@@ -30,6 +33,10 @@ class Runtime:
         self.config = config
         self.events = EventBus()
         self.started_at = time.time()
+        self.configured: dict[str, ConfiguredLimits] = {
+            model_id: parse_configured(model.cmd) for model_id, model in config.models.items()
+        }
+        self.events.add_listener(self._warn_on_context_mismatch)
         self._stop_grace = stop_grace
         self._reaper = Reaper() if use_reaper else None
         self._health_session: aiohttp.ClientSession | None = None
@@ -53,6 +60,8 @@ class Runtime:
                 events=self.events,
                 session=self._health_session,
                 diagnoser=GenericDiagnoser(),
+                log_reader=BackendLogReader(),
+                prober=MetadataProbe(self._health_session),
                 reaper=self._reaper,
                 stop_grace=self._stop_grace,
             )
@@ -68,6 +77,21 @@ class Runtime:
                 await session.close()
         if self._reaper is not None:
             self._reaper.close()
+
+    def _warn_on_context_mismatch(self, event: Event) -> None:
+        if event.kind != "process.metadata":
+            return
+        model_id = str(event.data["model"])
+        reported = getattr(event.data["metadata"], "context_length", None)
+        configured = self.configured[model_id].context
+        if reported is not None and configured is not None and reported < configured:
+            log.warning(
+                "model %s: the backend serves %d tokens of context per request, but its command "
+                "line asked for %d (a fit/auto-fit reduction, or slots sharing the context)",
+                model_id,
+                reported,
+                configured,
+            )
 
     @property
     def router(self) -> LocalRouter:

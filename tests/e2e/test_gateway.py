@@ -457,7 +457,8 @@ def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
 
 def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway) -> None:
     gw = gateway(
-        model("bad", "--fail-start")
+        model("bad", "--fail-start", failureBackoff="0")
+        + model("again", "--fail-start", failureBackoff="30")
         + '  ghost:\n    cmd: "/nonexistent/dir/llama-server --port ${PORT}"\n'
     )
     error = gateway_error(chat(gw, "bad"), 503, "model_load_error")
@@ -474,9 +475,16 @@ def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway) -> None
     assert row["last_failure"]["evidence"] == diagnosis["evidence"]
     models = {m["id"]: m for m in gw.get_json("/v1/models")["data"]}  # type: ignore[union-attr]
     assert models["bad"]["state"] == "failed"
-    # A failed model is tried again by the next request.
+    # With failureBackoff 0, a failed model is tried again by the next request.
     gateway_error(chat(gw, "bad"), 503, "model_load_error")
     assert starts(gw, "bad") == 2
+    # Within the backoff, the next request gets the same diagnosis at once: no start loop.
+    first = gateway_error(chat(gw, "again"), 503, "model_load_error")
+    began = time.monotonic()
+    second = gateway_error(chat(gw, "again"), 503, "model_load_error")
+    assert time.monotonic() - began < 0.5
+    assert second["diagnosis"] == first["diagnosis"]
+    assert starts(gw, "again") == 1
 
     error = gateway_error(chat(gw, "ghost"), 503, "executable_not_found")
     assert "/nonexistent/dir/llama-server" in str(error["message"])

@@ -73,7 +73,9 @@ def model(name: str, cmd: list[str], port: int) -> ModelConfig:
         description=None,
         backend="llamacpp",
         timeouts=Timeouts(),
-        health_check_timeout=30.0,
+        start_timeout=30.0,
+        silence_timeout=30.0,
+        failure_backoff=0.0,
     )
 
 

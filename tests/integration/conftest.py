@@ -137,7 +137,9 @@ def make_model() -> MakeModel:
             "description": None,
             "backend": "llamacpp",
             "timeouts": Timeouts(),
-            "health_check_timeout": 10.0,
+            "start_timeout": 10.0,
+            "silence_timeout": 10.0,
+            "failure_backoff": 0.0,
         }
         fields.update(overrides)
         return ModelConfig(**fields)

@@ -435,7 +435,7 @@ async def test_port_in_use_is_diagnosed_without_spawning(
 async def test_health_timeout_fails_the_start_and_kills_the_child(
     make_model: MakeModel, make_process: MakeProcess
 ) -> None:
-    process = make_process(make_model("--load-delay", "30", health_check_timeout=1.0))
+    process = make_process(make_model("--load-delay", "30", start_timeout=1.0))
     starts = started_pids(process)
 
     started = time.monotonic()
@@ -444,7 +444,7 @@ async def test_health_timeout_fails_the_start_and_kills_the_child(
     took = time.monotonic() - started
 
     diagnosis = failed.value.diagnosis
-    assert diagnosis.code == "start_timeout"
+    assert diagnosis.code == "ceiling_timeout"
     assert diagnosis.numbers.get("timeout_seconds") == 1.0
     assert "loading model tensors" in diagnosis.summary  # says what it was doing
     assert 1.0 <= took < 2.5

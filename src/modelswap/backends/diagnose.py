@@ -1,8 +1,13 @@
 """Turn a failed start's log tail into a :class:`Diagnosis`: the root cause and its fix.
 
-Pure functions over text. The rules are matched bottom-up over the tail, first rule in table
-order wins, so a wrapper line printed after the root cause (vLLM's "Engine core initialization
-failed") is never the answer.
+Pure functions over text. The rules are tried in root-cause order (BACKENDS.md §8 item 4);
+within a rule its patterns go from the most specific line to the wrapper, and each pattern is
+matched bottom-up over the tail. So a wrapper printed after the root cause (vLLM's "Engine core
+initialization failed", llama.cpp's "failed to load model") is never the answer.
+
+Evidence is the matching line as printed, ANSI colour codes removed and whitespace stripped
+(vLLM's ``(EngineCore_DP0 pid=79) ERROR ... [core.py:NNN]`` prefix is kept: it names the
+process). Matching itself ignores the prefix and logging header (:func:`logtext.message`).
 """
 
 from __future__ import annotations
@@ -12,17 +17,43 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from modelswap.backends import causes
+from modelswap.backends.causes import Cause, Context, Explain
+from modelswap.backends.hints import fit_notices, missing_tool_flags, tool_choice_hint
+from modelswap.backends.logtext import logical_lines, message, text_lines
+from modelswap.backends.progress import last_progress as find_last_progress
 from modelswap.errors import Diagnosis
+from modelswap.receipts import Progress
+
+__all__ = [
+    "RULES",
+    "GenericDiagnoser",
+    "Rule",
+    "diagnose_ceiling",
+    "diagnose_exit",
+    "diagnose_port_taken",
+    "diagnose_silence",
+    "diagnose_spawn_error",
+    "diagnose_text",
+    "diagnose_timeout",
+    "fit_notices",
+    "last_error_line",
+    "match_rules",
+    "missing_tool_flags",
+    "tool_choice_hint",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """``patterns`` in priority order: the root-cause line first, wrapper lines last."""
+    """``patterns`` in priority order: the root-cause line first, wrapper lines last.
+    ``explain`` (when set) turns the match into a summary, fix and numbers."""
 
     code: str
     patterns: tuple[re.Pattern[str], ...]
     summary: str
     fix: str
+    explain: Explain | None = None
 
 
 def _re(*patterns: str) -> tuple[re.Pattern[str], ...]:
@@ -31,32 +62,145 @@ def _re(*patterns: str) -> tuple[re.Pattern[str], ...]:
 
 RULES: tuple[Rule, ...] = (
     Rule(
+        "utilization_guard",
+        _re(causes.UTILIZATION, r"Free memory on device.*less than desired GPU memory"),
+        "vLLM needs more GPU memory than is free: another process is using the GPU.",
+        "lower --gpu-memory-utilization, or free the GPU.",
+        causes.utilization_guard,
+    ),
+    Rule(
+        "kv_cache_too_small",
+        _re(
+            causes.KV_V1,
+            causes.KV_PRE_V1,
+            r"^llama_kv_cache\w*: failed to allocate buffer for kv cache",
+            r"failed to allocate buffer for kv cache|llama_kv_cache_init\(\) failed",
+        ),
+        "the KV cache does not fit in the memory left for it.",
+        "lower --max-model-len or raise --gpu-memory-utilization.",
+        causes.kv_cache_too_small,
+    ),
+    Rule(
+        "mamba_cache_blocks",
+        _re(causes.MAMBA),
+        "max_num_seqs is larger than the number of Mamba cache blocks that fit.",
+        "lower --max-num-seqs or raise --gpu-memory-utilization.",
+        causes.mamba_cache_blocks,
+    ),
+    Rule(
+        "no_kv_cache_memory",
+        _re(r"No available memory for the cache blocks"),
+        "the weights and activations leave no GPU memory for the KV cache.",
+        "raise --gpu-memory-utilization, use a quantized model, or add GPUs "
+        "(--tensor-parallel-size).",
+        causes.no_kv_cache_memory,
+    ),
+    Rule(
+        "cuda_oom",
+        _re(
+            r"Failed to load model - not enough GPU memory",
+            r"CUDA out of memory",
+            r"\b(?:CUDA|ROCm|HIP) error: out of memory",
+            r"cudaMalloc failed",
+            r"unable to allocate \S+ buffer|failed to allocate \S+ buffer of size",
+            r"failed to allocate compute (?:pp )?buffers",
+        ),
+        "the GPU ran out of memory.",
+        "use a smaller quantization or context, or free GPU memory used by other processes.",
+        causes.cuda_oom,
+    ),
+    Rule(
+        "profiling_race",
+        _re(r"Error in memory profiling"),
+        "another process changed its GPU memory use while vLLM was profiling; "
+        "this is not an out-of-memory error.",
+        "retry when the GPU is quiet (start other GPU programs first), or set "
+        "--kv-cache-memory-bytes to skip profiling.",
+        causes.profiling_race,
+    ),
+    Rule(
         "port_in_use",
-        _re(r"address already in use|couldn't bind HTTP server socket"),
+        _re(r"address already in use|couldn't bind HTTP server socket|\[Errno 98\]"),
         "the backend could not bind its port: another process is listening there.",
         "stop the other process, or change startPort / the model's --port.",
+        causes.port_in_use,
     ),
     Rule(
         "model_load_error",
         _re(
+            r"error loading model: ",
+            causes.HF_MISSING,
             r"error loading model\b",
             r"failed to load model|exiting due to model loading error",
         ),
-        "the backend could not load the model file.",
+        "the backend could not load the model.",
         "check the model path in cmd and that the file is a complete, supported model.",
-    ),
-    Rule(
-        "cuda_oom",
-        _re(r"CUDA out of memory|cudaMalloc failed|unable to allocate \S+ buffer"),
-        "the GPU ran out of memory while loading the model.",
-        "use a smaller quantization or context, or free GPU memory used by other processes.",
+        causes.model_load_error,
     ),
 )
 
-# The last exception-looking line is a good fallback evidence for an unknown cause.
-# "ValueError:" has no word boundary before "Error", hence the first alternative.
-_ERROR_LINE = re.compile(r"(error|exception)\b|\b(fatal|failed|traceback)\b", re.I)
-_WRAPPER = re.compile(r"Engine core initialization failed|See root cause above", re.I)
+# An exception line ("ValueError: ...", "torch.OutOfMemoryError: ..."), best evidence of an
+# unknown cause; then anything that says error/failed; never a wrapper or traceback frame.
+_EXCEPTION = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
+)
+_ERROR_LINE = re.compile(r"(error|exception)\b|\b(fatal|failed|abort(ed)?)\b", re.I)
+_WRAPPER = re.compile(
+    r"Engine core initialization failed|See root cause above"
+    r"|please check the stack trace above for the root cause|See stack trace for root cause",
+    re.I,
+)
+_FRAME = re.compile(r'^(?:File "|raise\b|Traceback \(most recent call last\)|\^|~)')
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    rule: Rule
+    evidence: str
+    cause: Cause
+
+
+def _find(lines: Sequence[str]) -> _Found | None:
+    logical = list(logical_lines(lines))
+    messages = [message(line) for line in logical]
+    for rule in RULES:
+        for pattern in rule.patterns:
+            for index in range(len(messages) - 1, -1, -1):
+                match = pattern.search(messages[index])
+                if match is None:
+                    continue
+                cause = Cause(rule.summary[:1].upper() + rule.summary[1:], rule.fix, {})
+                if rule.explain is not None:
+                    cause = rule.explain(match, Context(messages, index), cause)
+                return _Found(rule, logical[index], cause)
+    return None
+
+
+def match_rules(lines: Sequence[str]) -> tuple[Rule, str] | None:
+    """The first rule (in root-cause order) that matches any line, with the latest line
+    matching its most specific pattern (the root cause, not the wrapper printed after it)."""
+    found = _find(lines)
+    return None if found is None else (found.rule, found.evidence)
+
+
+def last_error_line(lines: Sequence[str]) -> str | None:
+    """The latest exception line, else the latest line saying error/failed (never a wrapper,
+    never a traceback frame)."""
+    logical = list(logical_lines(lines))
+    candidates = [(line, message(line)) for line in reversed(logical)]
+    for test in (_EXCEPTION.search, _ERROR_LINE.search):
+        for line, text in candidates:
+            if test(text) and not _WRAPPER.search(text) and not _FRAME.search(text):
+                return line
+    return None
+
+
+def _last_meaningful(lines: Sequence[str]) -> str | None:
+    for line in reversed(list(logical_lines(lines))):
+        text = message(line)
+        if text and not _WRAPPER.search(text) and not _FRAME.search(text):
+            return line
+    return None
 
 
 def _describe_exit(returncode: int | None) -> str:
@@ -70,41 +214,31 @@ def _describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def match_rules(lines: Sequence[str]) -> tuple[Rule, str] | None:
-    """The first rule (in table order) that matches any line, with the latest line matching
-    its most specific pattern (the root cause, not the wrapper printed after it)."""
-    for rule in RULES:
-        for pattern in rule.patterns:
-            for line in reversed(lines):
-                if pattern.search(line):
-                    return rule, line.strip()
-    return None
-
-
-def last_error_line(lines: Sequence[str]) -> str | None:
-    for line in reversed(lines):
-        if _ERROR_LINE.search(line) and not _WRAPPER.search(line):
-            return line.strip()
-    return None
+def diagnose_text(text: str) -> Diagnosis | None:
+    """The root cause shown in a saved log (``modelswap diagnose FILE``); None when the log
+    shows no known cause."""
+    found = _find(text_lines(text))
+    if found is None:
+        return None
+    cause = found.cause
+    return Diagnosis(found.rule.code, cause.summary, found.evidence, cause.fix, cause.numbers)
 
 
 def diagnose_exit(lines: Sequence[str], returncode: int | None, *, during: str) -> Diagnosis:
-    """Why a backend stopped ``during`` ("startup" or "serving")."""
+    """Why a backend stopped ``during`` ("startup" or "serving"); ``lines`` is its log tail."""
     how = _describe_exit(returncode)
     numbers = {"returncode": float(returncode)} if returncode is not None else {}
-    found = match_rules(lines)
+    found = _find(lines)
     if found is not None:
-        rule, evidence = found
+        cause = found.cause
         return Diagnosis(
-            rule.code,
-            f"The backend {how} during {during}: {rule.summary}",
-            evidence,
-            rule.fix,
-            numbers,
+            found.rule.code,
+            f"The backend {how} during {during}. {cause.summary}",
+            found.evidence,
+            cause.fix,
+            {**cause.numbers, **numbers},
         )
-    last = last_error_line(lines) or next(
-        (line.strip() for line in reversed(lines) if not _WRAPPER.search(line)), None
-    )
+    last = last_error_line(lines) or _last_meaningful(lines)
     detail = f" Last output: {last}" if last else " It printed nothing."
     return Diagnosis(
         "exited",
@@ -132,7 +266,8 @@ def diagnose_spawn_error(cmd0: str, error: OSError) -> Diagnosis:
 
 
 def diagnose_timeout(lines: Sequence[str], seconds: float) -> Diagnosis:
-    last = lines[-1].strip() if lines else None
+    """The single-clock timeout (code ``start_timeout``), kept for callers without progress."""
+    last = _last_meaningful(lines)
     doing = f" Its last output was: {last}" if last else " It printed nothing."
     return Diagnosis(
         "start_timeout",
@@ -140,6 +275,58 @@ def diagnose_timeout(lines: Sequence[str], seconds: float) -> Diagnosis:
         last,
         "raise healthCheckTimeout if the model is slow to load, or check the model's log.",
         {"timeout_seconds": seconds},
+    )
+
+
+def _timed_out(
+    code: str, lead: str, fix: str, lines: Sequence[str], seconds: float, last: Progress | None
+) -> Diagnosis:
+    progress = last if last is not None else find_last_progress(lines)
+    numbers = {"timeout_seconds": float(seconds)}
+    if progress is not None and progress.done is not None and progress.total:
+        numbers |= {"progress_done": float(progress.done), "progress_total": float(progress.total)}
+    doing = progress.label() if progress is not None else None
+    summary = lead.format(s=f"{seconds:g}", doing=doing or "")
+    if doing is None:
+        summary = summary.split(";")[0] + "; it showed no recognisable progress."
+    evidence = _last_meaningful(lines)
+    found = _find(lines)
+    if found is not None:  # e.g. the engine died but the API server hangs on
+        summary += f" Its log shows a likely cause: {found.cause.summary}"
+        evidence, fix = found.evidence, found.cause.fix
+        numbers = {**found.cause.numbers, **numbers}
+    elif evidence is not None:
+        summary += f" Last output: {evidence}"
+    return Diagnosis(code, summary, evidence, fix, numbers)
+
+
+def diagnose_silence(
+    lines: Sequence[str], seconds: float, last_progress: Progress | None
+) -> Diagnosis:
+    """No sign of life for ``seconds`` (the silence clock): name what it was doing last."""
+    return _timed_out(
+        "silent_timeout",
+        "The backend showed no sign of life for {s} s; it was last {doing}.",
+        "raise silenceTimeout if this phase is legitimately slow (cold compiles and autotuning "
+        "can be quiet for minutes), or check the model's log.",
+        lines,
+        seconds,
+        last_progress,
+    )
+
+
+def diagnose_ceiling(
+    lines: Sequence[str], seconds: float, last_progress: Progress | None
+) -> Diagnosis:
+    """The start took longer than ``seconds`` in all (the hard ceiling)."""
+    return _timed_out(
+        "ceiling_timeout",
+        "The backend did not become ready within {s} s; it was still {doing}.",
+        "raise startTimeout if this model legitimately takes longer to start (first starts "
+        "compile and autotune for many minutes), or check the model's log.",
+        lines,
+        seconds,
+        last_progress,
     )
 
 
@@ -165,6 +352,16 @@ class GenericDiagnoser:
 
     def timeout(self, lines: Sequence[str], seconds: float) -> Diagnosis:
         return diagnose_timeout(lines, seconds)
+
+    def silence(
+        self, lines: Sequence[str], seconds: float, last_progress: Progress | None
+    ) -> Diagnosis:
+        return diagnose_silence(lines, seconds, last_progress)
+
+    def ceiling(
+        self, lines: Sequence[str], seconds: float, last_progress: Progress | None
+    ) -> Diagnosis:
+        return diagnose_ceiling(lines, seconds, last_progress)
 
     def port_taken(self, host: str, port: int) -> Diagnosis:
         return diagnose_port_taken(host, port)

@@ -23,7 +23,7 @@ from modelswap.config.macros import (
     transitive_references,
 )
 from modelswap.config.resolved import Config, ModelConfig, Timeouts
-from modelswap.config.schema import NO_CHECK_ENDPOINT, RawConfig, RawModel
+from modelswap.config.schema import DEFAULT_START_TIMEOUT, NO_CHECK_ENDPOINT, RawConfig, RawModel
 from modelswap.errors import ConfigError
 
 Problems = list[tuple[str, str]]
@@ -70,6 +70,7 @@ def build_config(
         models[model_id] = _resolve_model(
             model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems
         )
+    start_timeout = _start_timeout(raw, (), problems) or DEFAULT_START_TIMEOUT
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -77,7 +78,7 @@ def build_config(
         listen_host=host,
         listen_port=port,
         start_port=raw.start_port,
-        health_check_timeout=raw.health_check_timeout,
+        start_timeout=start_timeout,
         log_level=raw.log_level,
         max_request_body_bytes=raw.max_request_body_bytes,
         source=source,
@@ -270,12 +271,32 @@ def _resolve_model(
         description=model.description,
         backend=model.backend,
         timeouts=Timeouts(t.connect, t.first_byte, t.idle_between_chunks, t.total),
-        health_check_timeout=(
-            raw.health_check_timeout
-            if model.health_check_timeout is None
-            else model.health_check_timeout
+        start_timeout=(
+            _start_timeout(model, base, problems)
+            or _start_timeout(raw, (), [])
+            or DEFAULT_START_TIMEOUT
+        ),
+        silence_timeout=(
+            raw.silence_timeout if model.silence_timeout is None else model.silence_timeout
+        ),
+        failure_backoff=(
+            raw.failure_backoff if model.failure_backoff is None else model.failure_backoff
         ),
     )
+
+
+def _start_timeout(
+    raw: RawConfig | RawModel, base: tuple[str | int, ...], problems: Problems
+) -> float | None:
+    """startTimeout, or its llama-swap name healthCheckTimeout; both at once is an error."""
+    if raw.start_timeout is not None and raw.health_check_timeout is not None:
+        problems.append(
+            (
+                key_path(*base, "healthCheckTimeout"),
+                "is another name for startTimeout: set only one of the two",
+            )
+        )
+    return raw.start_timeout if raw.start_timeout is not None else raw.health_check_timeout
 
 
 def _expand(text: str, scope: Scope, path: tuple[str | int, ...], problems: Problems) -> str:

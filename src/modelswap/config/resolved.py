@@ -45,7 +45,9 @@ class ModelConfig:
     description: str | None
     backend: str
     timeouts: Timeouts
-    health_check_timeout: float
+    start_timeout: float
+    silence_timeout: float
+    failure_backoff: float
 
     @property
     def upstream_name(self) -> str:
@@ -61,7 +63,7 @@ class Config:
     listen_host: str
     listen_port: int
     start_port: int
-    health_check_timeout: float
+    start_timeout: float
     log_level: str
     max_request_body_bytes: int
     source: str

@@ -170,11 +170,29 @@ class RawModel(BaseModel):
     ttl: float = Field(
         0.0, ge=0, description="Unload after this many idle seconds; 0 keeps the model loaded."
     )
+    start_timeout: float | None = Field(
+        None,
+        gt=0,
+        alias="startTimeout",
+        description="Hard ceiling in seconds for this model's start (default: top level).",
+    )
     health_check_timeout: float | None = Field(
         None,
         gt=0,
         alias="healthCheckTimeout",
-        description="Seconds this model may take to pass its health check (default: top level).",
+        description="llama-swap name of startTimeout (set one of the two).",
+    )
+    silence_timeout: float | None = Field(
+        None,
+        gt=0,
+        alias="silenceTimeout",
+        description="Seconds a starting server may print nothing before it is stopped.",
+    )
+    failure_backoff: float | None = Field(
+        None,
+        ge=0,
+        alias="failureBackoff",
+        description="Seconds a failed start is reported as-is before a new attempt is made.",
     )
     unlisted: bool = Field(False, description="Hide this model from GET /v1/models.")
     name: str | None = Field(None, description="Human-readable name shown in listings.")
@@ -190,6 +208,11 @@ class RawModel(BaseModel):
         default_factory=dict,
         description="Macros for this model only; they override top-level macros of that name.",
     )
+
+
+DEFAULT_START_TIMEOUT = 1800.0
+DEFAULT_SILENCE_TIMEOUT = 120.0
+DEFAULT_FAILURE_BACKOFF = 10.0
 
 
 class RawConfig(BaseModel):
@@ -211,11 +234,29 @@ class RawConfig(BaseModel):
         alias="startPort",
         description="First port handed out as ${PORT}; later models get the next ones.",
     )
-    health_check_timeout: float = Field(
-        120.0,
+    start_timeout: float | None = Field(
+        None,
+        gt=0,
+        alias="startTimeout",
+        description="Hard ceiling in seconds for a start, however busy (default 1800).",
+    )
+    health_check_timeout: float | None = Field(
+        None,
         gt=0,
         alias="healthCheckTimeout",
-        description="Seconds a starting server may take to pass its health check.",
+        description="llama-swap name of startTimeout (set one of the two).",
+    )
+    silence_timeout: float = Field(
+        DEFAULT_SILENCE_TIMEOUT,
+        gt=0,
+        alias="silenceTimeout",
+        description="Seconds a starting server may print nothing before it is stopped.",
+    )
+    failure_backoff: float = Field(
+        DEFAULT_FAILURE_BACKOFF,
+        ge=0,
+        alias="failureBackoff",
+        description="Seconds a failed start is reported as-is before a new attempt is made.",
     )
     log_level: LogLevel = Field("info", alias="logLevel", description="Gateway log verbosity.")
     macros: dict[str, Scalar] = Field(

@@ -8,6 +8,7 @@ from typing import Any
 
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState
+from modelswap.supervisor.process import ManagedProcess
 
 
 def model_rows(runtime: Runtime) -> list[dict[str, Any]]:
@@ -31,12 +32,46 @@ def model_rows(runtime: Runtime) -> list[dict[str, Any]]:
             row["description"] = model.description
         if model.aliases:
             row["aliases"] = list(model.aliases)
+        row.update(reported_context(runtime, model.id))
+        configured = runtime.configured[model.id].as_dict()
+        if configured:
+            row["configured"] = configured
         rows.append(row)
         for alias in model.aliases:
             alias_row = {key: value for key, value in row.items() if key != "aliases"}
             alias_row.update(id=alias, alias_for=model.id)
             rows.append(alias_row)
     return rows
+
+
+def reported_context(runtime: Runtime, model_id: str) -> dict[str, Any]:
+    """The context the running backend itself reported — only for a ready model whose probe
+    succeeded. Otherwise nothing at all: omitted, never null, never a guess from the config."""
+    process = runtime.router.processes[model_id]
+    found = process.metadata
+    if process.state is not ProcessState.READY or found is None or found.context_length is None:
+        return {}
+    meta: dict[str, int] = {"n_ctx": found.context_length}
+    if found.n_ctx_train is not None:
+        meta["n_ctx_train"] = found.n_ctx_train
+    return {
+        "max_model_len": found.context_length,
+        "context_length": found.context_length,
+        "meta": meta,
+    }
+
+
+def context_mismatch(runtime: Runtime, model_id: str) -> str | None:
+    """A note when the backend serves less context than its command line asked for."""
+    process = runtime.router.processes[model_id]
+    reported = process.metadata.context_length if process.metadata else None
+    configured = runtime.configured[model_id].context
+    if reported is None or configured is None or reported >= configured:
+        return None
+    return (
+        f"the backend reports {reported} tokens of context per request, but its command line "
+        f"asked for {configured}"
+    )
 
 
 def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
@@ -60,10 +95,40 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
             row["unload_in"] = round(max(0.0, deadline - now_loop), 1)
         if process.started_at is not None and process.ready_at is not None:
             row["start_seconds"] = round(process.ready_at - process.started_at, 3)
+        if process.state is ProcessState.STARTING:
+            row.update(_start_progress(process))
+        row.update(reported_context(runtime, model_id))
+        if process.state is ProcessState.READY and process.metadata is not None:
+            row["reported"] = process.metadata.as_dict()
+        configured = runtime.configured[model_id].as_dict()
+        if configured:
+            row["configured"] = configured
+        mismatch = (
+            context_mismatch(runtime, model_id) if process.state is ProcessState.READY else None
+        )
+        if mismatch:
+            row["context_mismatch"] = mismatch
+        if process.state is ProcessState.READY and process.capacity is not None:
+            capacity = process.capacity.as_dict()
+            if capacity:
+                row["capacity"] = capacity
         if process.last_failure is not None:
             row["last_failure"] = process.last_failure.as_dict()
         rows.append(row)
     return rows
+
+
+def _start_progress(process: ManagedProcess) -> dict[str, Any]:
+    out: dict[str, Any] = {"phase": process.progress.label() if process.progress else "starting"}
+    if process.progress is not None and process.progress.fraction is not None:
+        out["progress"] = round(process.progress.fraction, 4)
+    if process.last_progress_at is not None:
+        out["last_progress_at"] = _iso(process.last_progress_at)
+    if process.last_progress_line is not None:
+        out["last_progress_line"] = process.last_progress_line
+    if process.started_at is not None:
+        out["elapsed"] = round(time.time() - process.started_at, 1)
+    return out
 
 
 def _iso(epoch: float) -> str:

@@ -89,3 +89,14 @@ def replace_model(content_type: str, body: bytes, name: str) -> bytes:
     data = _json_object(body)
     data["model"] = name
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def wants_stream(content_type: str, body: bytes) -> bool:
+    """Whether a JSON request asks for a streamed answer (``"stream": true``)."""
+    if _media_type(content_type) == "multipart/form-data" or b'"stream"' not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and data.get("stream") is True

@@ -7,7 +7,7 @@ from aiohttp import web
 from modelswap.errors import BodyTooLargeError
 from modelswap.http import proxy
 from modelswap.http.catalog import model_rows
-from modelswap.http.extract import extract_model, replace_model
+from modelswap.http.extract import extract_model, replace_model, wants_stream
 from modelswap.http.keys import RUNTIME
 
 # Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
@@ -52,7 +52,13 @@ async def inference(request: web.Request) -> web.StreamResponse:
     if model.upstream_name != name:
         body = replace_model(content_type, body, model.upstream_name)
     return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs=request.path_qs, body=body
+        request,
+        runtime.router,
+        runtime.proxy_session,
+        model,
+        path_qs=request.path_qs,
+        body=body,
+        stream=wants_stream(content_type, body),
     )
 
 

@@ -15,9 +15,16 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from modelswap.backends.diagnose import tool_choice_hint
 from modelswap.config import ModelConfig, Timeouts
-from modelswap.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnreachableError
+from modelswap.errors import (
+    ModelswapError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnreachableError,
+)
 from modelswap.http.errors import envelope
+from modelswap.http.waiting import WaitingStream
 from modelswap.routing.local import Lease, LocalRouter
 
 log = logging.getLogger(__name__)
@@ -37,6 +44,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
+HINT_HEADER = "X-Modelswap-Hint"
+MAX_ERROR_BODY = 1024 * 1024
 
 
 def request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
@@ -96,24 +105,42 @@ async def send_to_model(
     *,
     path_qs: str,
     body: bytes,
+    stream: bool = False,
 ) -> web.StreamResponse:
     """Wait for ``model`` to be ready, then :func:`forward` to it.
 
+    A streaming request that waits long gets its event stream opened early, with progress
+    comments (:mod:`modelswap.http.waiting`); errors then arrive as a final ``data:`` event.
     A refused connection means the request never reached the backend. If the backend has just
     died (its exit not yet noticed), the model is marked failed and the request is tried once
     more, which starts it again — a request right after a crash is not lost.
     """
-    for attempt in (1, 2):
-        lease = await router.acquire(model.id)
-        process = lease.process
-        try:
-            return await forward(
-                request, session, lease, path_qs=path_qs, body=body, timeouts=model.timeouts
-            )
-        except UpstreamUnreachableError:
-            if attempt == 2 or not await process.confirm_exit():
-                raise
-            log.info("model %s: backend had died; starting it again for this request", model.id)
+    waiting = WaitingStream(request) if stream else None
+    try:
+        for attempt in (1, 2):
+            if waiting is not None:
+                lease = await waiting.acquire(router, model.id)
+            else:
+                lease = await router.acquire(model.id)
+            process = lease.process
+            try:
+                return await forward(
+                    request,
+                    session,
+                    lease,
+                    path_qs=path_qs,
+                    body=body,
+                    timeouts=model.timeouts,
+                    into=waiting.response if waiting is not None else None,
+                )
+            except UpstreamUnreachableError:
+                if attempt == 2 or not await process.confirm_exit():
+                    raise
+                log.info("model %s: backend had died; starting it again", model.id)
+    except ModelswapError as exc:
+        if waiting is not None and waiting.response is not None:
+            return await waiting.fail(exc)
+        raise
     raise AssertionError("unreachable")
 
 
@@ -125,8 +152,10 @@ async def forward(
     path_qs: str,
     body: bytes,
     timeouts: Timeouts,
+    into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
-    """Send the request to the lease's backend and relay the answer as it arrives.
+    """Send the request to the lease's backend and relay the answer as it arrives (into an
+    already-open event stream when ``into`` is given).
 
     Always releases ``lease``. Raises UpstreamError / UpstreamTimeoutError when nothing was sent
     to the client yet; after that, a broken backend ends the stream (with an SSE error event
@@ -144,6 +173,8 @@ async def forward(
                 timeouts,
             )
             try:
+                if into is not None:
+                    return await _relay_into(into, upstream, lease, timeouts)
                 return await _relay(request, upstream, lease, timeouts)
             finally:
                 upstream.close()
@@ -163,36 +194,115 @@ async def _relay(
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.update(_response_headers(upstream))
+    if upstream.status >= 400:
+        return await _relay_error(request, response, upstream)
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     await response.prepare(request)
-    is_sse = upstream.content_type == "text/event-stream"
-    failure: str | None = None
+    failure = await _copy(upstream, response, lease, timeouts)
+    if failure is None:
+        await response.write_eof()
+        return response
+    if upstream.content_type != "text/event-stream":
+        # A truncated body with a Content-Length (or an unfinished chunked body) tells the
+        # client the answer is incomplete; closing the connection makes sure it notices.
+        raise ConnectionAbortedError(failure[1])
+    return await _end_with_error_event(response, *failure)
+
+
+async def _relay_into(
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    lease: Lease,
+    timeouts: Timeouts,
+) -> web.StreamResponse:
+    """Relay into an event stream whose headers were already sent (see ``waiting``)."""
+    if upstream.status >= 400:
+        body = await _read_bounded(upstream)
+        if json_object_with_error(body) is None:
+            text = body.decode("utf-8", errors="replace")[:1000]
+            message = f"Backend for model `{lease.model}` answered {upstream.status}: {text}"
+            body = json.dumps(envelope(message, 502, code="upstream_error")).encode()
+        await response.write(b"data: " + body + b"\n\n")
+        await response.write_eof()
+        return response
+    failure = await _copy(upstream, response, lease, timeouts)
+    if failure is not None:
+        return await _end_with_error_event(response, *failure)
+    await response.write_eof()
+    return response
+
+
+async def _relay_error(
+    request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse
+) -> web.StreamResponse:
+    """Backend errors pass through unchanged; a known misconfiguration adds a hint header.
+    (Read first, bounded, to look for the hint; a huge error body is relayed as it comes.)"""
+    body = await _read_bounded(upstream)
+    hint = tool_choice_hint(upstream.status, body)
+    if hint is not None:
+        response.headers[HINT_HEADER] = hint
+    complete = upstream.content.at_eof()
+    if complete:
+        response.content_length = len(body)
+    elif upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    await response.prepare(request)
+    await response.write(body)
+    while not complete and (chunk := await upstream.content.readany()):
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
+async def _read_bounded(upstream: aiohttp.ClientResponse) -> bytes:
+    """At most about MAX_ERROR_BODY bytes of the body; the rest stays unread."""
+    body = bytearray()
+    while len(body) <= MAX_ERROR_BODY and (chunk := await upstream.content.readany()):
+        body += chunk
+    return bytes(body)
+
+
+def json_object_with_error(body: bytes) -> dict[str, object] | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) and "error" in data else None
+
+
+async def _copy(
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    lease: Lease,
+    timeouts: Timeouts,
+) -> tuple[int, str] | None:
+    """Relay chunks as they arrive; on a broken or stalled backend, ``(status, message)``."""
     try:
         while True:
             async with asyncio.timeout(timeouts.idle_between_chunks):
                 chunk = await upstream.content.readany()
             if not chunk:
-                break
+                return None
             await response.write(chunk)
     except TimeoutError:
-        failure = (
+        message = (
             f"Backend for model `{lease.model}` sent nothing for "
             f"{timeouts.idle_between_chunks:g} s; the response was cut."
         )
+        log.warning("%s", message)
+        return 504, message
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-        failure = f"Backend for model `{lease.model}` broke the response: {exc or type(exc)}"
-    if failure is None:
-        await response.write_eof()
-        return response
-    log.warning("%s", failure)
-    if not is_sse:
-        # A truncated body with a Content-Length (or an unfinished chunked body) tells the
-        # client the answer is incomplete; closing the connection makes sure it notices.
-        raise ConnectionAbortedError(failure)
-    code = "upstream_timeout" if "sent nothing" in failure else "upstream_error"
-    status = 504 if code == "upstream_timeout" else 502
-    event = json.dumps(envelope(failure, status, code=code))
+        message = f"Backend for model `{lease.model}` broke the response: {exc or type(exc)}"
+        log.warning("%s", message)
+        return 502, message
+
+
+async def _end_with_error_event(
+    response: web.StreamResponse, status: int, message: str
+) -> web.StreamResponse:
+    code = "upstream_timeout" if status == 504 else "upstream_error"
+    event = json.dumps(envelope(message, status, code=code))
     await response.write(f"\n\ndata: {event}\n\n".encode())
     await response.write_eof()
     return response

@@ -25,11 +25,16 @@ class LogBuffer:
         self._listeners: list[LineListener] = []
         self.total_lines = 0
         self.last_line_at: float | None = None
+        # Monotonic time of the last byte received, line or not: llama.cpp prints its loading
+        # progress as dots on one line, and that is a sign of life too.
+        self.last_output_monotonic: float | None = None
 
     def add_listener(self, listener: LineListener) -> None:
         self._listeners.append(listener)
 
     def feed(self, data: bytes) -> None:
+        if data:
+            self.last_output_monotonic = time.monotonic()
         data = self._partial + data
         parts = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
         self._partial = parts.pop()

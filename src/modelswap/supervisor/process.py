@@ -24,9 +24,10 @@ import aiohttp
 from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
+from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
 from modelswap.supervisor import health, tree
-from modelswap.supervisor.diagnoser import Diagnoser
+from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.reaper import Reaper
 
@@ -60,6 +61,8 @@ class ManagedProcess:
         events: EventBus,
         session: aiohttp.ClientSession,
         diagnoser: Diagnoser,
+        log_reader: LogReader | None = None,
+        prober: Prober | None = None,
         reaper: Reaper | None = None,
         stop_grace: float = 5.0,
         log_capacity: int = 500,
@@ -68,10 +71,14 @@ class ManagedProcess:
         self.model = config.id
         self.logs = LogBuffer(log_capacity)
         self._output_seen = asyncio.Event()
-        self.logs.add_listener(lambda _line: self._output_seen.set())
+        self.logs.add_listener(self._on_line)
         self._events = events
         self._session = session
         self._diagnoser = diagnoser
+        self._log_reader = log_reader
+        self._prober = prober
+        self._probe_task: asyncio.Task[None] | None = None
+        self._start_failed_at: float | None = None
         self._reaper = reaper
         self._stop_grace = stop_grace
         self._lock = asyncio.Lock()
@@ -85,6 +92,12 @@ class ManagedProcess:
         self.last_failure: Diagnosis | None = None
         self.started_at: float | None = None
         self.ready_at: float | None = None
+        # Ephemeral, per start: cleared before anything else when a new start begins.
+        self.metadata: ModelMetadata | None = None
+        self.capacity: CapacityReceipt | None = None
+        self.progress: Progress | None = None
+        self.last_progress_at: float | None = None
+        self.last_progress_line: str | None = None
 
     # ---- snapshots -----------------------------------------------------------------------
 
@@ -109,6 +122,7 @@ class ManagedProcess:
                     return
                 if self._state is S.SHUTDOWN:
                     raise ShuttingDownError()
+                self._raise_during_backoff()
                 if self._state is not S.STARTING:
                     self._begin_start()
                 task = self._start_task
@@ -136,6 +150,15 @@ class ManagedProcess:
                         fix="retry the request.",
                     ),
                 )
+
+    def _raise_during_backoff(self) -> None:
+        """A start that failed is not retried in a loop: for ``failureBackoff`` seconds the
+        same diagnosis is the answer, then a fresh attempt is made."""
+        failed_at, failure = self._start_failed_at, self.last_failure
+        if self._state is not S.FAILED or failed_at is None or failure is None:
+            return
+        if time.monotonic() - failed_at < self.config.failure_backoff:
+            raise StartError(self.model, failure)
 
     async def stop(self) -> None:
         """Stop the backend (``cmdStop`` or SIGTERM to its group, then SIGKILL). Idempotent."""
@@ -166,7 +189,13 @@ class ManagedProcess:
     # ---- the start -------------------------------------------------------------------------
 
     def _begin_start(self) -> None:
+        self.metadata = None  # first of all: no stale receipt may survive a restart
+        self.capacity = None
+        self.progress = None
+        self.last_progress_at = None
+        self.last_progress_line = None
         self.last_failure = None
+        self._start_failed_at = None
         self.logs.clear()
         self.started_at = time.time()
         self.ready_at = None
@@ -181,6 +210,7 @@ class ManagedProcess:
             await self._wait_healthy()
         except _StartFailed as failed:
             await self._terminate()
+            self._start_failed_at = time.monotonic()
             self._fail(failed.diagnosis)
             return
         except asyncio.CancelledError:
@@ -194,10 +224,39 @@ class ManagedProcess:
         assert self.started_at is not None
         elapsed = self.ready_at - self.started_at
         self.logs.append(f"[modelswap] ready after {elapsed:.2f} s")
+        if self._log_reader is not None:
+            self.capacity = self._log_reader.capacity(self.logs.tail())
         self._set_state(S.READY, start_seconds=round(elapsed, 4))
-        self._monitor_task = asyncio.get_running_loop().create_task(
-            self._watch_exit(), name=f"monitor:{self.model}"
-        )
+        loop = asyncio.get_running_loop()
+        self._monitor_task = loop.create_task(self._watch_exit(), name=f"monitor:{self.model}")
+        if self._prober is not None:
+            # Concurrently with the first requests: the probe never delays serving.
+            self._probe_task = loop.create_task(self._probe(), name=f"probe:{self.model}")
+
+    async def _probe(self) -> None:
+        assert self._prober is not None
+        proc = self._proc
+        found = await self._prober.probe(self.config)
+        if found is not None and proc is self._proc and self._state is S.READY:
+            self.metadata = found
+            self._events.publish("process.metadata", model=self.model, metadata=found)
+
+    def _on_line(self, line: str) -> None:
+        self._output_seen.set()
+        if self._state is not S.STARTING or self._log_reader is None:
+            return
+        found = self._log_reader.progress(line)
+        if found is not None:
+            self.progress = found
+            self.last_progress_at = time.time()
+            self.last_progress_line = line
+            self._events.publish(
+                "process.progress",
+                model=self.model,
+                phase=found.label(),
+                progress=found.fraction,
+                line=line,
+            )
 
     async def _spawn(self) -> None:
         cfg = self.config
@@ -242,24 +301,24 @@ class ManagedProcess:
         self.logs.flush()
 
     async def _wait_healthy(self) -> None:
+        """Poll readiness under two clocks: ``startTimeout`` (a hard ceiling) and
+        ``silenceTimeout`` (restarted by every byte of output, so a backend that compiles or
+        autotunes for twenty minutes while printing progress is never killed by it)."""
         proc = self._proc
         assert proc is not None
-        timeout = self.config.health_check_timeout
-        deadline = time.monotonic() + timeout
+        cfg = self.config
+        started = time.monotonic()
         exited = asyncio.ensure_future(proc.wait())
         try:
-            endpoint = self.config.check_endpoint
-            if endpoint is None:
+            if cfg.check_endpoint is None:
                 return
-            url = self.config.proxy + endpoint
+            url = cfg.proxy + cfg.check_endpoint
             intervals = health.intervals()
             interval = next(intervals)
             while not await health.is_healthy(self._session, url):
                 self._tree |= tree.snapshot(proc.pid)  # helpers may leave the group later
                 polled_at = time.monotonic()
-                remaining = deadline - polled_at
-                if remaining <= 0:
-                    raise _StartFailed(self._diagnoser.timeout(self.logs.tail(), timeout))
+                remaining = self._check_clocks(started, polled_at)
                 # Wake on output too: servers print "listening"/"model loaded" as they become
                 # ready, so a new line is the best moment to look again.
                 self._output_seen.clear()
@@ -286,6 +345,19 @@ class ManagedProcess:
         finally:
             if not exited.done():
                 exited.cancel()
+
+    def _check_clocks(self, started: float, now: float) -> float:
+        """Seconds until the nearer clock runs out; raise when one has."""
+        cfg = self.config
+        last_output = max(started, self.logs.last_output_monotonic or started)
+        silence_left = last_output + cfg.silence_timeout - now
+        ceiling_left = started + cfg.start_timeout - now
+        lines = self.logs.tail(DIAGNOSIS_TAIL)
+        if ceiling_left <= 0:
+            raise _StartFailed(self._diagnoser.ceiling(lines, cfg.start_timeout, self.progress))
+        if silence_left <= 0:
+            raise _StartFailed(self._diagnoser.silence(lines, cfg.silence_timeout, self.progress))
+        return min(silence_left, ceiling_left)
 
     async def _drain_output(self) -> None:
         if self._pump_task is not None:
@@ -362,8 +434,9 @@ class ManagedProcess:
                 await proc.wait()
         self._kill_leftovers()
         await self._drain_output()
-        if self._monitor_task is not None and self._monitor_task is not asyncio.current_task():
-            self._monitor_task.cancel()
+        for task in (self._monitor_task, self._probe_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         if self._reaper is not None:
             self._reaper.unregister(proc.pid)
         self._proc = None

@@ -48,7 +48,7 @@ def test_load_minimal_config_applies_defaults() -> None:
     config = one_model("cmd: srv --port ${PORT}")
     assert (config.listen_host, config.listen_port) == ("127.0.0.1", 8080)
     assert config.start_port == 5800
-    assert config.health_check_timeout == 120
+    assert config.start_timeout == 1800
     assert config.log_level == "info"
     assert config.max_request_body_bytes == 64 * 1024 * 1024
     assert config.source == "<string>"
@@ -61,7 +61,9 @@ def test_load_minimal_config_applies_defaults() -> None:
     assert (model.ttl, model.unlisted, model.backend) == (0, False, "auto")
     assert model.timeouts == Timeouts(10.0, 600.0, 300.0, None)
     assert dict(model.env) == {}
-    assert model.health_check_timeout == 120
+    assert model.start_timeout == 1800
+    assert model.silence_timeout == 120
+    assert model.failure_backoff == 10
     assert model.upstream_name == "m"
 
 
@@ -100,8 +102,40 @@ def test_load_per_model_health_check_timeout_overrides_top_level() -> None:
           b: {cmd: "srv --port ${PORT}"}
         """
     )
-    assert config.models["a"].health_check_timeout == 900
-    assert config.models["b"].health_check_timeout == 30
+    assert config.models["a"].start_timeout == 900
+    assert config.models["b"].start_timeout == 30
+
+
+def test_load_start_timeout_silence_and_backoff_per_model_and_top_level() -> None:
+    config = load(
+        """
+        startTimeout: 600
+        silenceTimeout: 60
+        failureBackoff: 0
+        models:
+          a: {cmd: "srv --port ${PORT}", startTimeout: 1200, silenceTimeout: 300,
+              failureBackoff: 5}
+          b: {cmd: "srv --port ${PORT}"}
+        """
+    )
+    a, b = config.models["a"], config.models["b"]
+    assert (a.start_timeout, a.silence_timeout, a.failure_backoff) == (1200, 300, 5)
+    assert (b.start_timeout, b.silence_timeout, b.failure_backoff) == (600, 60, 0)
+    assert config.start_timeout == 600
+
+
+def test_load_health_check_timeout_and_start_timeout_together_is_an_error() -> None:
+    found = problems(
+        """
+        healthCheckTimeout: 30
+        startTimeout: 40
+        models:
+          a: {cmd: "srv --port ${PORT}", healthCheckTimeout: 5, startTimeout: 6}
+        """
+    )
+    message = "is another name for startTimeout: set only one of the two"
+    assert ("healthCheckTimeout", message) in found
+    assert ("models.a.healthCheckTimeout", message) in found
 
 
 # --- unknown keys and types -----------------------------------------------------------------
@@ -256,7 +290,7 @@ def test_load_config_reads_file_and_records_source(tmp_path: Path) -> None:
 def test_load_config_example_loads() -> None:
     config = load_config(REPO / "config.example.yaml", environ={})
     assert len(config.models) >= 4
-    assert config.models["qwen3-30b-vllm"].health_check_timeout == 1800
+    assert config.models["qwen3-30b-vllm"].start_timeout == 3600
     assert config.models["whisper"].cmd_stop == ("kill", "-INT", "${PID}")
 
 

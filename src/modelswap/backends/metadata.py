@@ -1,0 +1,94 @@
+"""Pure parsers for what a backend says about its model: ``/v1/models``, llama.cpp ``/props``,
+Ollama ``/api/ps``. Every number goes through :func:`positive_int`; anything else is "unknown"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAX_SANE = 2**31
+
+# owned_by → backend kind (BACKENDS.md §1–2). Ollama's owned_by is a namespace, not a name.
+_OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp"}
+
+
+def positive_int(value: object) -> int | None:
+    """``value`` if it is a plain positive integer no larger than 2^31, else None.
+
+    Rejects booleans (``True`` is an int in Python), floats (even ``2048.0``), strings, zero,
+    negatives and absurd values."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 < value <= MAX_SANE else None
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def model_rows(body: bytes) -> list[dict[str, Any]]:
+    """The ``data`` rows of an OpenAI-style model list (only the well-formed ones)."""
+    data = json_object(body)
+    rows = data.get("data") if data else None
+    if not isinstance(rows, list):
+        return []
+    return [row for row in rows if isinstance(row, dict)]
+
+
+def select_row(rows: Sequence[Mapping[str, Any]], upstream_name: str) -> Mapping[str, Any] | None:
+    """The row whose ``id`` is the name we send upstream; else the only row; else none."""
+    for row in rows:
+        if row.get("id") == upstream_name:
+            return row
+    return rows[0] if len(rows) == 1 else None
+
+
+def kind_of(row: Mapping[str, Any] | None) -> str | None:
+    owner = row.get("owned_by") if row else None
+    return _OWNERS.get(owner) if isinstance(owner, str) else None
+
+
+def _meta(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = row.get("meta")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def row_context(row: Mapping[str, Any]) -> int | None:
+    """A model row's context: ``max_model_len``, ``context_length`` or ``meta.n_ctx``."""
+    for value in (row.get("max_model_len"), row.get("context_length"), _meta(row).get("n_ctx")):
+        number = positive_int(value)
+        if number is not None:
+            return number
+    return None
+
+
+def row_n_ctx_train(row: Mapping[str, Any]) -> int | None:
+    return positive_int(_meta(row).get("n_ctx_train"))
+
+
+def llamacpp_props(body: bytes) -> tuple[int | None, int | None]:
+    """``(per-slot n_ctx, total_slots)`` from llama.cpp ``/props``."""
+    data = json_object(body)
+    if data is None:
+        return None, None
+    settings = data.get("default_generation_settings")
+    n_ctx = positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+    return n_ctx, positive_int(data.get("total_slots"))
+
+
+def ollama_context(body: bytes, upstream_name: str) -> int | None:
+    """``context_length`` of the loaded model in Ollama's ``/api/ps`` (same selection rule)."""
+    data = json_object(body)
+    models = data.get("models") if data else None
+    if not isinstance(models, list):
+        return None
+    rows = [m for m in models if isinstance(m, dict)]
+    for row in rows:
+        if upstream_name in (row.get("name"), row.get("model")):
+            return positive_int(row.get("context_length"))
+    return positive_int(rows[0].get("context_length")) if len(rows) == 1 else None

@@ -1,0 +1,106 @@
+"""The metadata probe: after a backend is ready, ask it what it actually allocated (DESIGN §5).
+
+Bounded in every way: one total timeout (2 s) for all requests, each body read as a stream and
+abandoned past 64 KiB, http/https only. Any failure means "metadata unavailable" (``None``),
+logged once at debug level: it never fails a start and never marks a healthy model unhealthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from modelswap.backends import metadata as parse
+from modelswap.config import ModelConfig
+from modelswap.receipts import ModelMetadata
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 2.0
+MAX_BODY = 64 * 1024
+
+
+class _Unavailable(Exception):
+    pass
+
+
+class MetadataProbe:
+    """Reads a ready backend's model metadata through an injected client session."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        timeout: float = PROBE_TIMEOUT,
+        max_body: int = MAX_BODY,
+    ) -> None:
+        self._session = session
+        self._timeout = timeout
+        self._max_body = max_body
+
+    async def probe(self, config: ModelConfig) -> ModelMetadata | None:
+        if urlsplit(config.proxy).scheme not in ("http", "https"):
+            log.debug("model %s: metadata unavailable: %s is not http(s)", config.id, config.proxy)
+            return None
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._probe(config)
+        except TimeoutError:
+            reason = f"no answer within {self._timeout:g} s"
+        except (_Unavailable, aiohttp.ClientError, OSError, ValueError) as exc:
+            reason = str(exc) or type(exc).__name__
+        log.debug("model %s: metadata unavailable: %s", config.id, reason)
+        return None
+
+    async def _probe(self, config: ModelConfig) -> ModelMetadata | None:
+        base, name = config.proxy, config.upstream_name
+        configured = None if config.backend in ("auto", "generic") else config.backend
+        if configured == "ollama":
+            context = parse.ollama_context(await self._get(base + "/api/ps"), name)
+            return ModelMetadata("ollama", context, source="/api/ps") if context else None
+        if configured == "llamacpp":
+            found = await self._llamacpp(base, None)
+            if found is not None:
+                return found
+        row = parse.select_row(parse.model_rows(await self._get(base + "/v1/models")), name)
+        kind = configured or parse.kind_of(row) or "generic"
+        if kind == "llamacpp":
+            return await self._llamacpp(base, row)
+        if row is None:
+            return None
+        if kind in ("vllm", "sglang"):
+            context = parse.positive_int(row.get("max_model_len"))
+        else:
+            context = parse.row_context(row)
+        if context is None:
+            return None
+        return ModelMetadata(kind, context, parse.row_n_ctx_train(row), source="/v1/models")
+
+    async def _llamacpp(self, base: str, row: object) -> ModelMetadata | None:
+        """``/props`` first (per-slot n_ctx, total_slots); ``/v1/models`` ``meta.n_ctx`` else."""
+        n_ctx, slots = None, None
+        with contextlib.suppress(_Unavailable):
+            n_ctx, slots = parse.llamacpp_props(await self._get(base + "/props"))
+        n_ctx_train = parse.row_n_ctx_train(row) if isinstance(row, dict) else None
+        if n_ctx is not None:
+            return ModelMetadata("llamacpp", n_ctx, n_ctx_train, slots, source="/props")
+        if isinstance(row, dict):
+            fallback = parse.row_context(row)
+            if fallback is not None:
+                return ModelMetadata("llamacpp", fallback, n_ctx_train, slots, "/v1/models")
+        return None
+
+    async def _get(self, url: str) -> bytes:
+        async with self._session.get(url, allow_redirects=False) as response:
+            if response.status != 200:
+                raise _Unavailable(f"GET {urlsplit(url).path} answered {response.status}")
+            body = bytearray()
+            async for chunk in response.content.iter_any():
+                body += chunk
+                if len(body) > self._max_body:
+                    raise _Unavailable(f"GET {urlsplit(url).path}: body over {self._max_body} B")
+            return bytes(body)

@@ -1,0 +1,85 @@
+"""Keep a streaming client informed while its model starts.
+
+A streaming request that has waited more than a second for its model gets its 200 event-stream
+headers, then SSE comment lines — ``: loading model X — autotuning 7/16 (95 s)`` — whenever the
+phase changes and every few seconds otherwise. OpenAI clients ignore comments, so no fake
+content ever enters the answer; a client (or proxy) with a read timeout sees a live connection.
+Non-streaming requests simply wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from modelswap.errors import ModelswapError
+from modelswap.http.errors import response_for
+from modelswap.routing.local import Lease, LocalRouter
+from modelswap.states import ProcessState
+
+EARLY_AFTER = 1.0  # a quick start or swap needs no comments: the answer starts normally
+TICK = 0.5
+KEEPALIVE = 5.0
+
+
+class WaitingStream:
+    """``acquire`` like the router's; ``response`` is set once the stream was opened early."""
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self.response: web.StreamResponse | None = None
+
+    async def acquire(self, router: LocalRouter, model: str) -> Lease:
+        task = asyncio.ensure_future(router.acquire(model))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=EARLY_AFTER)
+            started = time.monotonic() - EARLY_AFTER
+            last_label, last_sent = "", 0.0
+            while task not in done:
+                label = _label(router, model)
+                now = time.monotonic()
+                if label != last_label or now - last_sent >= KEEPALIVE:
+                    response = await self._open()
+                    line = f": loading model {model} — {label} ({now - started:.0f} s)\n\n"
+                    await response.write(line.encode())
+                    last_label, last_sent = label, now
+                done, _ = await asyncio.wait({task}, timeout=TICK)
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()  # the client went away: acquire() withdraws from the queue
+
+    async def _open(self) -> web.StreamResponse:
+        if self.response is None:
+            response = web.StreamResponse(
+                status=200,
+                headers={
+                    "Content-Type": "text/event-stream; charset=utf-8",
+                    "Cache-Control": "no-cache",
+                    "X-Accel-Buffering": "no",
+                },
+            )
+            await response.prepare(self._request)
+            self.response = response
+        return self.response
+
+    async def fail(self, error: ModelswapError) -> web.StreamResponse:
+        """End the already-open stream with the error as a final ``data:`` event."""
+        assert self.response is not None
+        await self.response.write(b"data: " + _body(response_for(error)) + b"\n\n")
+        await self.response.write_eof()
+        return self.response
+
+
+def _body(response: web.Response) -> bytes:
+    body = response.body
+    return body if isinstance(body, bytes) else b"{}"
+
+
+def _label(router: LocalRouter, model: str) -> str:
+    process = router.processes[model]
+    if process.state is ProcessState.STARTING:
+        return process.progress.label() if process.progress else "starting"
+    return "waiting for its turn"

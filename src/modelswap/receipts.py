@@ -1,0 +1,67 @@
+"""What a running backend reports about itself: its metadata, its allocator's receipt, and the
+progress of its start. Plain data (stdlib only), so ``supervisor`` can hold what ``backends``
+parses without importing it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """Read back from the backend's own API after it became ready (never from the config).
+
+    ``context_length`` is what one request can use: vLLM/SGLang ``max_model_len``, llama.cpp's
+    per-slot ``n_ctx``, Ollama's ``context_length``. ``source`` names the endpoint it came from.
+    """
+
+    backend: str
+    context_length: int | None = None
+    n_ctx_train: int | None = None
+    total_slots: int | None = None
+    source: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReceipt:
+    """The allocator's receipt, as the backend printed it at startup. Absent values were not
+    printed (and are omitted from :meth:`as_dict`)."""
+
+    # vLLM
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_tokens_per_request: int | None = None
+    kv_cache_gib: float | None = None
+    weights_gib: float | None = None
+    # llama.cpp
+    n_ctx: int | None = None
+    n_ctx_seq: int | None = None
+    kv_cache_mib: float | None = None
+    kv_cells: int | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One recognised sign of life during a start: a phase and, where a bar gives it, a count."""
+
+    phase: str
+    done: int | None = None
+    total: int | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        if self.done is None or not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+    def label(self) -> str:
+        """``"autotuning 7/16"`` or ``"loading weights"``."""
+        if self.done is not None and self.total:
+            return f"{self.phase} {self.done}/{self.total}"
+        return self.phase
