@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from aiohttp import web
@@ -72,6 +73,13 @@ class Config:
     fork_grandchild: str | None
     hang: bool
     exit_after_ready: float | None
+    print_log: str | None = None
+    quiet_loading: bool = False
+    silent_after: float | None = None
+    progress_interval: float = 0.1
+    metadata_delay: float = 0.0
+    metadata_forever: bool = False
+    models_body_file: str | None = None
 
 
 @dataclasses.dataclass
@@ -161,6 +169,10 @@ class FakeBackend:
         method, path = request.method, request.path
         if method == "GET" and path == "/stats":
             return json_response({**dataclasses.asdict(self.stats), "pid": self.pid})
+        if method == "GET" and path in (*MODELS_PATHS, "/props", "/api/ps"):
+            special = await self.metadata_special(request)
+            if special is not None:
+                return special
         if method == "GET" and path in MODELS_PATHS:
             return json_response(self.models_body())
         if not self.ready:
@@ -181,6 +193,22 @@ class FakeBackend:
         if method == "POST" and kind is not None:
             return await self.inference(request, kind)
         return await self.echo(request)
+
+    async def metadata_special(self, request: web.Request) -> web.StreamResponse | None:
+        """--metadata-delay, --metadata-forever and --models-body, for probe tests."""
+        if self.cfg.metadata_delay > 0:
+            await asyncio.sleep(self.cfg.metadata_delay)
+        if self.cfg.metadata_forever:
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+            await response.write(b'{"object":"list","data":[')
+            for _ in range(1_000_000):  # bounded: ~1 GB at most, the reader gives up far sooner
+                await response.write(b'{"id":"x","object":"model"},' * 64)
+            return response
+        if self.cfg.models_body_file and request.path in MODELS_PATHS:
+            body = Path(self.cfg.models_body_file).read_bytes()  # tiny test file  # noqa: ASYNC240
+            return web.Response(body=body, content_type="application/json")
+        return None
 
     def models_body(self) -> dict[str, Any]:
         entry: dict[str, Any]
@@ -469,7 +497,15 @@ async def reap(child: subprocess.Popen[bytes]) -> None:
 
 
 async def loading_phase(cfg: Config) -> None:
-    """Print loading progress every LOG_INTERVAL seconds for cfg.load_delay seconds."""
+    """Print loading progress every --progress-interval seconds for cfg.load_delay seconds
+    (nothing with --quiet-loading; nothing more after --silent-after seconds); --print-log
+    lines are spread over the same time."""
+    if cfg.print_log:
+        await print_log_file(cfg)
+        return
+    if cfg.quiet_loading:
+        await asyncio.sleep(cfg.load_delay)
+        return
     loop = asyncio.get_running_loop()
     start = loop.time()
     if cfg.flavor == "vllm":
@@ -478,25 +514,40 @@ async def loading_phase(cfg: Config) -> None:
     else:
         log("llama_model_loader: loaded meta data from /fake/model.gguf")
         log("main: loading model")
+    step = 0
     while True:
         elapsed = loop.time() - start
         pct = 100 if cfg.load_delay <= 0 else min(100, int(elapsed / cfg.load_delay * 100))
-        if cfg.flavor == "vllm":
-            log(
-                f"INFO {vllm_ts()} [default_loader.py:3] "
-                f"Loading safetensors checkpoint shards: {pct}% Completed"
-            )
-        else:
-            log(f"load_tensors: loading model tensors ... {pct}%")
+        silent = cfg.silent_after is not None and elapsed >= cfg.silent_after
+        if not silent:
+            step += 1
+            if cfg.flavor == "vllm":
+                log(
+                    f"Capturing CUDA graphs (decode, FULL): {pct:3d}%|#####     | "
+                    f"{min(step, 51)}/51 [00:01<00:01, 20.00it/s]"
+                )
+            else:
+                log(f"load_tensors: loading model tensors ... {pct}%")
         remaining = cfg.load_delay - (loop.time() - start)
         if remaining <= 0:
             break
-        await asyncio.sleep(min(LOG_INTERVAL, remaining))
+        await asyncio.sleep(min(cfg.progress_interval, remaining))
     took = loop.time() - start
     if cfg.flavor == "vllm":
         log(f"INFO {vllm_ts()} [default_loader.py:4] Loading weights took {took:.2f} seconds")
     else:
         log(f"llama_context: n_ctx = {cfg.ctx}")
+
+
+async def print_log_file(cfg: Config) -> None:
+    """Print a saved startup log, its lines spread evenly over --load-delay."""
+    assert cfg.print_log is not None
+    lines = Path(cfg.print_log).read_text(errors="replace").splitlines()  # noqa: ASYNC240
+    pause = cfg.load_delay / max(1, len(lines))
+    for line in lines:
+        log(line)
+        if pause:
+            await asyncio.sleep(pause)
 
 
 def print_failure(cfg: Config) -> None:
@@ -593,6 +644,18 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--fork-grandchild", metavar="PIDFILE", default=None)
     p.add_argument("--hang", action="store_true")
     p.add_argument("--exit-after-ready", type=float, default=None)
+    p.add_argument("--print-log", metavar="FILE", default=None, help="print FILE while loading")
+    p.add_argument("--quiet-loading", action="store_true", help="print nothing while loading")
+    p.add_argument("--silent-after", type=float, default=None, help="go quiet after S s")
+    p.add_argument("--progress-interval", type=float, default=LOG_INTERVAL)
+    p.add_argument("--metadata-delay", type=float, default=0.0, help="delay model metadata")
+    p.add_argument("--metadata-forever", action="store_true", help="endless metadata bodies")
+    p.add_argument("--models-body", metavar="FILE", default=None, help="serve FILE as /v1/models")
+    # Accepted and ignored, so a test's command line can carry what a real one would.
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=None)
+    p.add_argument("-np", "--parallel", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -612,6 +675,13 @@ def parse_args(argv: list[str] | None) -> Config:
         fork_grandchild=a.fork_grandchild,
         hang=a.hang,
         exit_after_ready=a.exit_after_ready,
+        print_log=a.print_log,
+        quiet_loading=a.quiet_loading,
+        silent_after=a.silent_after,
+        progress_interval=max(0.01, a.progress_interval),
+        metadata_delay=max(0.0, a.metadata_delay),
+        metadata_forever=a.metadata_forever,
+        models_body_file=a.models_body,
     )
 
 
