@@ -8,8 +8,9 @@ logged once at debug level: it never fails a start and never marks a healthy mod
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -48,11 +49,17 @@ class MetadataProbe:
             return None
         try:
             async with asyncio.timeout(self._timeout):
-                return await self._probe(config)
+                found = await self._probe(config)
+            if found is None:
+                log.debug("model %s: metadata unavailable: no context reported", config.id)
+            return found
         except TimeoutError:
             reason = f"no answer within {self._timeout:g} s"
         except (_Unavailable, aiohttp.ClientError, OSError, ValueError) as exc:
             reason = str(exc) or type(exc).__name__
+        except asyncio.CancelledError:
+            log.debug("model %s: metadata unavailable: the probe was cancelled", config.id)
+            raise
         log.debug("model %s: metadata unavailable: %s", config.id, reason)
         return None
 
@@ -62,11 +69,12 @@ class MetadataProbe:
         if configured == "ollama":
             context = parse.ollama_context(await self._get(base + "/api/ps"), name)
             return ModelMetadata("ollama", context, source="/api/ps") if context else None
-        if configured == "llamacpp":
-            found = await self._llamacpp(base, None)
-            if found is not None:
-                return found
-        row = parse.select_row(parse.model_rows(await self._get(base + "/v1/models")), name)
+        row = None
+        try:
+            row = parse.select_row(parse.model_rows(await self._get(base + "/v1/models")), name)
+        except _Unavailable:
+            if configured != "llamacpp":  # llama.cpp still has /props
+                raise
         kind = configured or parse.kind_of(row) or "generic"
         if kind == "llamacpp":
             return await self._llamacpp(base, row)
@@ -80,15 +88,19 @@ class MetadataProbe:
             return None
         return ModelMetadata(kind, context, parse.row_n_ctx_train(row), source="/v1/models")
 
-    async def _llamacpp(self, base: str, row: object) -> ModelMetadata | None:
+    async def _llamacpp(self, base: str, row: Mapping[str, Any] | None) -> ModelMetadata | None:
         """``/props`` first (per-slot n_ctx, total_slots); ``/v1/models`` ``meta.n_ctx`` else."""
         n_ctx, slots = None, None
-        with contextlib.suppress(_Unavailable):
+        try:
             n_ctx, slots = parse.llamacpp_props(await self._get(base + "/props"))
-        n_ctx_train = parse.row_n_ctx_train(row) if isinstance(row, dict) else None
+        except _Unavailable:
+            if row is None:
+                raise  # nothing to fall back on: report why
+
+        n_ctx_train = parse.row_n_ctx_train(row) if row is not None else None
         if n_ctx is not None:
             return ModelMetadata("llamacpp", n_ctx, n_ctx_train, slots, source="/props")
-        if isinstance(row, dict):
+        if row is not None:
             fallback = parse.row_context(row)
             if fallback is not None:
                 return ModelMetadata("llamacpp", fallback, n_ctx_train, slots, "/v1/models")
