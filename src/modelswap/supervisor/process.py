@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 S = ProcessState
 DIAGNOSIS_TAIL = 250
 TREE_REFRESH_SECONDS = 1.0
+OWN_LINE_PREFIX = "[modelswap]"
 
 
 class _StartFailed(Exception):
@@ -242,6 +243,8 @@ class ManagedProcess:
             self._events.publish("process.metadata", model=self.model, metadata=found)
 
     def _on_line(self, line: str) -> None:
+        if line.startswith(OWN_LINE_PREFIX):
+            return  # modelswap's own notes are not the backend's output or progress
         self._output_seen.set()
         if self._state is not S.STARTING or self._log_reader is None:
             return
