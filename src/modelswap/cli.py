@@ -8,14 +8,12 @@ import asyncio
 import json
 import logging
 import shlex
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiohttp import web
-
 from modelswap import __version__
+from modelswap.audit import HIGH, MEDIUM, audit_config, audit_url, key_from_env
 from modelswap.backends.diagnose import diagnose_text, missing_tool_flags
 from modelswap.config import (
     Config,
@@ -24,9 +22,11 @@ from modelswap.config import (
     load_config,
     override_listen,
 )
+from modelswap.config.export import export_config
+from modelswap.config.security import exposure_problem
 from modelswap.errors import ConfigError
-from modelswap.http.app import create_app
-from modelswap.runtime import Runtime
+from modelswap.http.serving import host_port, serve
+from modelswap.redact import Redactor
 
 log = logging.getLogger("modelswap")
 
@@ -52,8 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--listen", help="host:port to listen on (overrides the config's listen)")
     serve.add_argument("--log-level", choices=sorted(_LEVELS), help="overrides logLevel")
+    serve.add_argument(
+        "--allow-unauthenticated-network",
+        action="store_true",
+        help="allow a non-loopback --listen address without apiKeys (a trusted network only)",
+    )
     check = sub.add_parser("check", help="validate a config and print the resolved commands")
     check.add_argument("config", nargs="?", help="YAML config file (default: the demo config)")
+    check.add_argument(
+        "--show", action="store_true", help="print the whole resolved config as JSON, redacted"
+    )
+    audit = sub.add_parser(
+        "audit",
+        help="security report of a config file or a running instance",
+        description="Rate exposure, keys, open switches, remote backends and plain-text "
+        "secrets; exit 1 when anything is rated high.",
+    )
+    audit.add_argument("--config", help="YAML config file (default: the demo config)")
+    audit.add_argument("--url", help="a running modelswap, e.g. http://127.0.0.1:8080")
+    audit.add_argument("--key", help="a key with the read scope, for --url (or MODELSWAP_KEY)")
     sub.add_parser("schema", help="print the config's JSON Schema (for editor completion)")
     diag = sub.add_parser(
         "diagnose",
@@ -74,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "diagnose":
         return diagnose_file(args.log)
+    if args.command == "audit":
+        return run_audit(args)
     try:
         config = load_config(args.config) if args.config else demo_config()
         if args.command == "serve" and args.listen:
@@ -85,13 +104,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {path}: {message}" if path else f"  {message}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check":
-        print(describe(config))
+        if args.show:
+            print(json.dumps(export_config(config, Redactor(config.secrets)), indent=2))
+        else:
+            print(describe(config))
         return EXIT_OK
-    _setup_logging(args.log_level or config.log_level)
+    allow = args.allow_unauthenticated_network or config.security.allow_unauthenticated_network
+    refused = exposure_problem(config.listen_host, config.api_keys, allow)
+    if refused:
+        print(f"modelswap: {refused}", file=sys.stderr)
+        return EXIT_CONFIG
+    _setup_logging(args.log_level or config.log_level, Redactor(config.secrets))
     try:
-        return asyncio.run(serve(config))
+        return asyncio.run(serve(config, allow_unauthenticated_network=allow))
     except KeyboardInterrupt:
         return EXIT_OK
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    """``modelswap audit``: findings one per line, high first; exit 1 if any is high."""
+    if args.url:
+        findings = audit_url(args.url, args.key or key_from_env())
+    else:
+        try:
+            config = load_config(args.config) if args.config else demo_config()
+        except ConfigError as exc:
+            print(f"modelswap: invalid configuration: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        findings = audit_config(config, Path(args.config) if args.config else None)
+    order = {HIGH: 0, MEDIUM: 1}
+    for finding in sorted(findings, key=lambda f: order.get(f.severity, 2)):
+        print(finding.line())
+    high = sum(f.severity == HIGH for f in findings)
+    print(f"\n{high} high, {sum(f.severity == MEDIUM for f in findings)} medium")
+    return EXIT_RUNTIME if high else EXIT_OK
 
 
 def diagnose_file(path: str) -> int:
@@ -113,7 +159,7 @@ def describe(config: Config) -> str:
     """The resolved configuration, one block per model (no process is started)."""
     lines = [
         f"config: {config.source}",
-        f"listen: {_host_port(config.listen_host, config.listen_port)}",
+        f"listen: {host_port(config.listen_host, config.listen_port)}",
         f"models: {len(config.models)}",
     ]
     for model in config.models.values():
@@ -137,53 +183,23 @@ def describe(config: Config) -> str:
     return "\n".join(lines)
 
 
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+class RedactingFilter(logging.Filter):
+    """Masks secrets in every gateway log record (message and arguments, as rendered)."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self._redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._redactor.text(message)
+        if redacted != message or record.args:
+            record.msg, record.args = redacted, None
+        return True
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=_LEVELS.get(level, logging.INFO),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-async def serve(config: Config, *, ready: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT; then finish in-flight requests and stop every backend."""
-    runtime = Runtime(config)
-    await runtime.start()
-    runner = web.AppRunner(
-        create_app(runtime), handler_cancellation=True, access_log=None, shutdown_timeout=10.0
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, config.listen_host, config.listen_port)
-    try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        await runtime.close()
-        where = _host_port(config.listen_host, config.listen_port)
-        print(f"modelswap: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_RUNTIME
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop.set)
-    where = _host_port(config.listen_host, config.listen_port)
-    log.info(
-        "listening on http://%s with %d models: %s",
-        where,
-        len(config.models),
-        ", ".join(config.models),
-    )
-    print(f"modelswap {__version__} listening on http://{where}", file=sys.stderr, flush=True)
-    if ready is not None:
-        ready.set()
-    try:
-        await stop.wait()
-    finally:
-        log.info("shutting down: finishing in-flight requests, then stopping backends")
-        await runner.cleanup()
-        await runtime.close()
-    return EXIT_OK
+def _setup_logging(level: str, redactor: Redactor) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter(redactor))
+    logging.basicConfig(level=_LEVELS.get(level, logging.INFO), handlers=[handler])

@@ -16,8 +16,10 @@ from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
 from modelswap.config import Config, ModelConfig
+from modelswap.config.resolved import ApiKey
 from modelswap.errors import ModelNotFoundError
 from modelswap.events import Event, EventBus
+from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
 from modelswap.routing.resolve import close_names
 from modelswap.supervisor.process import ManagedProcess
@@ -29,10 +31,19 @@ log = logging.getLogger(__name__)
 class Runtime:
     """Everything one running gateway owns. Use ``await start()`` then ``await close()``."""
 
-    def __init__(self, config: Config, *, stop_grace: float = 5.0, use_reaper: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        stop_grace: float = 5.0,
+        use_reaper: bool = True,
+        allow_unauthenticated_network: bool = False,
+    ) -> None:
         self.config = config
+        self.allow_unauthenticated_network = allow_unauthenticated_network
         self.events = EventBus()
         self.started_at = time.time()
+        self.redactor = Redactor(config.secrets)
         self.configured: dict[str, ConfiguredLimits] = {
             model_id: parse_configured(model.cmd) for model_id, model in config.models.items()
         }
@@ -103,9 +114,19 @@ class Runtime:
         assert self._proxy_session is not None, "Runtime.start() was not awaited"
         return self._proxy_session
 
-    def resolve(self, name: str) -> ModelConfig:
-        """The model a request names (its id or an alias). Raises ModelNotFoundError."""
+    def resolve(self, name: str, key: ApiKey | None = None) -> ModelConfig:
+        """The model a request names (its id or an alias). Raises ModelNotFoundError — also
+        for a model the client's key may not use, exactly as if it did not exist."""
         model = self.config.resolve(name)
-        if model is None:
-            raise ModelNotFoundError(name, close_names(name, self.config.names()))
+        if model is None or (key is not None and not key.allows(model)):
+            raise ModelNotFoundError(name, close_names(name, self.visible_names(key)))
         return model
+
+    def visible_names(self, key: ApiKey | None) -> list[str]:
+        """Model ids and aliases ``key`` may use (all of them without keys)."""
+        return [
+            name
+            for model in self.config.models.values()
+            if key is None or key.allows(model)
+            for name in (model.id, *model.aliases)
+        ]

@@ -24,6 +24,12 @@ from modelswap.config.macros import (
 )
 from modelswap.config.resolved import Config, ModelConfig, Timeouts
 from modelswap.config.schema import DEFAULT_START_TIMEOUT, NO_CHECK_ENDPOINT, RawConfig, RawModel
+from modelswap.config.security import (
+    check_backend_locality,
+    resolve_api_keys,
+    resolve_limits,
+    resolve_security,
+)
 from modelswap.errors import ConfigError
 
 Problems = list[tuple[str, str]]
@@ -53,7 +59,10 @@ def build_config(
 ) -> Config:
     """Resolve ``raw``; raise :class:`ConfigError` with every problem found."""
     problems: Problems = []
+    secrets: set[str] = set()
     host, port = _check_listen(raw.listen, problems)
+    api_keys = resolve_api_keys(raw, environ, problems, secrets)
+    security = resolve_security(raw, api_keys, problems)
     top_macros = {**extra_macros, **_check_macros(raw.macros, ("macros",), problems)}
     _check_names(raw, problems)
     macros = {
@@ -68,7 +77,7 @@ def build_config(
     for model_id, model in raw.models.items():
         _check_port_is_used(model_id, model, macros[model_id], problems)
         models[model_id] = _resolve_model(
-            model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems
+            model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems, secrets
         )
     start_timeout = _start_timeout(raw, (), problems) or DEFAULT_START_TIMEOUT
     if problems:
@@ -82,6 +91,11 @@ def build_config(
         log_level=raw.log_level,
         max_request_body_bytes=raw.max_request_body_bytes,
         source=source,
+        max_upload_body_bytes=raw.max_upload_body_bytes,
+        api_keys=api_keys,
+        security=security,
+        limits=resolve_limits(raw),
+        secrets=frozenset(secrets),
     )
 
 
@@ -235,6 +249,7 @@ def _resolve_model(
     port: int | None,
     raw: RawConfig,
     problems: Problems,
+    secrets: set[str],
 ) -> ModelConfig:
     base = ("models", model_id)
     builtins = {"MODEL_ID": model_id} | ({"PORT": str(port)} if port is not None else {})
@@ -243,6 +258,7 @@ def _resolve_model(
         macros=macros,
         environ=environ,
         unavailable={"PID": "is only available in cmdStop"},
+        secrets=secrets,
     )
     stop_scope = replace(scope, keep=frozenset({"PID"}), unavailable={})
     cmd = _resolve_command(model.cmd, scope, (*base, "cmd"), problems)
@@ -255,11 +271,22 @@ def _resolve_model(
         if not model.use_model_name.strip():
             problems.append((key_path(*base, "useModelName"), "must not be empty"))
     t = model.timeouts
+    before = len(problems)
+    proxy = _resolve_proxy(model.proxy, scope, (*base, "proxy"), problems)
+    if len(problems) == before:  # a proxy that did not resolve has no meaningful host
+        check_backend_locality(
+            urlsplit(proxy).hostname, model.allow_remote_backend, problems, key_path(*base, "proxy")
+        )
+    upstream_key = None
+    if model.api_key is not None:
+        upstream_key = _expand(model.api_key, scope, (*base, "apiKey"), problems).strip() or None
+        if upstream_key:
+            secrets.add(upstream_key)
     return ModelConfig(
         id=model_id,
         cmd=cmd,
         cmd_stop=cmd_stop,
-        proxy=_resolve_proxy(model.proxy, scope, (*base, "proxy"), problems),
+        proxy=proxy,
         port=port,
         aliases=tuple(model.aliases),
         use_model_name=use_model_name,
@@ -282,6 +309,8 @@ def _resolve_model(
         failure_backoff=(
             raw.failure_backoff if model.failure_backoff is None else model.failure_backoff
         ),
+        allow_remote_backend=model.allow_remote_backend,
+        upstream_api_key=upstream_key,
     )
 
 

@@ -59,6 +59,8 @@ class Scope:
     environ: Mapping[str, str]
     keep: frozenset[str] = frozenset()
     unavailable: Mapping[str, str] = field(default_factory=dict)
+    # Collects every value taken from the environment: they are treated as secrets.
+    secrets: set[str] = field(default_factory=set)
 
 
 def ref(name: str) -> str:
@@ -207,7 +209,9 @@ def _resolve_env(name: str, scope: Scope, stack: tuple[str, ...], problems: list
     if var not in scope.environ:
         problems.append(_within(stack) + f"{ref(name)}: environment variable {var} is not set")
         return ""
-    return scope.environ[var]
+    value = scope.environ[var]
+    scope.secrets.add(value)
+    return value
 
 
 def _within(stack: tuple[str, ...]) -> str:

@@ -7,6 +7,7 @@ allocated, defaults are applied. Instances are immutable snapshots; mappings are
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +20,40 @@ class Timeouts:
     first_byte: float = 600.0
     idle_between_chunks: float = 300.0
     total: float | None = None
+
+
+SCOPES = ("inference", "read", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A client key. ``secret`` never appears in repr, logs or exports; ``models`` holds glob
+    patterns over model ids and aliases (empty = every model)."""
+
+    name: str
+    secret: str = field(repr=False)
+    scopes: frozenset[str]
+    models: tuple[str, ...] = ()
+
+    def allows(self, model: ModelConfig) -> bool:
+        if not self.models:
+            return True
+        names = (model.id, *model.aliases)
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.models for name in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Security:
+    allow_unauthenticated_network: bool = False
+    cors_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    header_timeout: float = 30.0
+    max_header_bytes: int = 16384
+    max_headers: int = 100
+    max_connections: int = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +83,8 @@ class ModelConfig:
     start_timeout: float
     silence_timeout: float
     failure_backoff: float
+    allow_remote_backend: bool = False
+    upstream_api_key: str | None = field(default=None, repr=False)
 
     @property
     def upstream_name(self) -> str:
@@ -67,6 +104,12 @@ class Config:
     log_level: str
     max_request_body_bytes: int
     source: str
+    max_upload_body_bytes: int = 32 * 1024 * 1024
+    api_keys: tuple[ApiKey, ...] = ()
+    security: Security = field(default_factory=Security)
+    limits: Limits = field(default_factory=Limits)
+    # Every secret value the config holds (keys, ${env.*} values, key files), for redaction.
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

@@ -17,7 +17,7 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_PROXY = "http://127.0.0.1:${PORT}"
 DEFAULT_CHECK_ENDPOINT = "/health"
 NO_CHECK_ENDPOINT = "none"
-DEFAULT_MAX_BODY = 64 * 1024 * 1024
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
 SCHEMA_TITLE = "modelswap configuration"
 
 LogLevel = Literal["debug", "info", "warn", "error"]
@@ -208,6 +208,85 @@ class RawModel(BaseModel):
         default_factory=dict,
         description="Macros for this model only; they override top-level macros of that name.",
     )
+    allow_remote_backend: bool = Field(
+        False,
+        alias="allowRemoteBackend",
+        description="Allow a proxy URL that is not on this machine (loopback) for this model.",
+    )
+    api_key: str | None = Field(
+        None,
+        alias="apiKey",
+        description="Key sent upstream as 'Authorization: Bearer' (use ${env.NAME}); the "
+        "client's own key is never forwarded.",
+    )
+
+
+Scope = Literal["inference", "read", "admin"]
+
+
+def _default_scopes() -> list[Scope]:
+    return ["inference"]
+
+
+class RawApiKey(BaseModel):
+    """A client key with a name, scopes and the models it may use."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG)
+
+    key: str | None = Field(None, description="The key itself (prefer keyEnv or keyFile).")
+    key_env: str | None = Field(
+        None, alias="keyEnv", description="Name of an environment variable holding the key."
+    )
+    key_file: str | None = Field(
+        None, alias="keyFile", description="Path of a file holding the key (first line)."
+    )
+    name: str | None = Field(None, description="Shown in logs instead of the key.")
+    scopes: list[Scope] = Field(
+        default_factory=_default_scopes,
+        description="inference: model routes; read: status, logs, metrics; admin: load, "
+        "unload, config export, upstream passthrough.",
+    )
+    models: list[str] | None = Field(
+        None, description="Model ids/aliases (glob patterns) this key may use; default all."
+    )
+
+
+class RawSecurity(BaseModel):
+    """Switches that open modelswap up. Each one that is on is logged and listed."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG)
+
+    allow_unauthenticated_network: bool = Field(
+        False,
+        alias="allowUnauthenticatedNetwork",
+        description="Allow listening on a non-loopback address without apiKeys.",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        alias="corsOrigins",
+        description="Origins allowed to call modelswap from a browser; '*' only with apiKeys.",
+    )
+
+
+class RawLimits(BaseModel):
+    """Bounds on what a client may send."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG)
+
+    header_timeout: float = Field(
+        30.0,
+        gt=0,
+        alias="headerTimeout",
+        description="Seconds a client may take to send a request's headers (also the idle "
+        "keep-alive timeout).",
+    )
+    max_header_bytes: int = Field(
+        16384, ge=1024, alias="maxHeaderBytes", description="Largest request line or header."
+    )
+    max_headers: int = Field(100, ge=1, alias="maxHeaders", description="Most headers.")
+    max_connections: int = Field(
+        1024, ge=1, alias="maxConnections", description="Most client connections at once."
+    )
 
 
 DEFAULT_START_TIMEOUT = 1800.0
@@ -267,8 +346,24 @@ class RawConfig(BaseModel):
         DEFAULT_MAX_BODY,
         gt=0,
         alias="maxRequestBodyBytes",
-        description="Largest request body accepted from clients, in bytes.",
+        description="Largest request body accepted from clients, in bytes (32 MiB).",
     )
+    max_upload_body_bytes: int = Field(
+        DEFAULT_MAX_BODY,
+        gt=0,
+        alias="maxUploadBodyBytes",
+        description="Largest multipart upload (audio, images) accepted, in bytes (32 MiB).",
+    )
+    api_keys: list[str | RawApiKey] = Field(
+        default_factory=list,
+        alias="apiKeys",
+        description="Client keys: a string (inference, all models) or {key|keyEnv|keyFile, "
+        "name, scopes, models}. With none, every route is open (loopback only by default).",
+    )
+    security: RawSecurity = Field(
+        default_factory=RawSecurity, description="Switches that open modelswap up."
+    )
+    limits: RawLimits = Field(default_factory=RawLimits, description="Bounds on client input.")
 
 
 def config_json_schema() -> dict[str, Any]:

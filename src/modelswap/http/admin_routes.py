@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
 from modelswap import __version__
@@ -18,12 +20,11 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def index(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
+    """Open to all, so it names no model (GET /v1/models does, to those allowed)."""
     return web.json_response(
         {
             "name": "modelswap",
             "version": __version__,
-            "models": list(runtime.config.models),
             "endpoints": ["/v1/models", "/v1/chat/completions", "/running", "/health"],
         }
     )
@@ -56,7 +57,7 @@ async def logs(request: web.Request) -> web.Response:
     if count is not None and count < 0:
         raise BadRequestError("`lines` must not be negative.", param="lines")
     tail = runtime.router.processes[model.id].logs.tail(count)
-    text = "\n".join(tail) + ("\n" if tail else "")
+    text = runtime.redactor.text("\n".join(tail)) + ("\n" if tail else "")
     return web.Response(text=text, content_type="text/plain")
 
 
@@ -67,6 +68,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     """
     runtime = request.app[RUNTIME]
     rest = request.match_info["rest"]
+    check_upstream_path(request.raw_path, rest)
     parts = rest.split("/")
     for cut in range(len(parts), 0, -1):
         model = runtime.config.resolve("/".join(parts[:cut]))
@@ -81,6 +83,29 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     return await proxy.send_to_model(
         request, runtime.router, runtime.proxy_session, model, path_qs=path, body=body
     )
+
+
+_ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|5c|25)", re.IGNORECASE)
+
+
+def check_upstream_path(raw_path: str, decoded: str) -> None:
+    """Refuse anything but a plain relative path below the backend's root: ``..`` and ``.``
+    segments (also percent-encoded or double-encoded), backslashes, absolute URLs."""
+    segments = decoded.split("/") + raw_path.split("?", 1)[0].split("/")
+    if (
+        ".." in segments
+        or "." in segments
+        or "\\" in decoded
+        or "://" in decoded
+        or decoded.startswith("/")
+        or "\x00" in decoded
+        or _ENCODED_TRAVERSAL.search(raw_path)
+    ):
+        raise BadRequestError(
+            "The upstream path must be a plain relative path (no '..', '.', encoded "
+            "slashes or dots, backslashes or URLs).",
+            param="path",
+        )
 
 
 def add_routes(app: web.Application) -> None:

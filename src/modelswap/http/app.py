@@ -8,7 +8,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http import admin_routes, openai_routes
+from modelswap.http import admin_routes, openai_routes, security_routes
+from modelswap.http.auth import FailureLimiter, auth_middleware
+from modelswap.http.cors import Cors
 from modelswap.http.errors import error_response, response_for
 from modelswap.http.keys import RUNTIME
 from modelswap.runtime import Runtime
@@ -24,7 +26,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ModelswapError as exc:
-        return response_for(exc)
+        return response_for(exc, request.app[RUNTIME].redactor)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -37,8 +39,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def create_app(runtime: Runtime) -> web.Application:
-    app = web.Application(middlewares=[error_middleware])
+    """Middleware order: errors (outermost) → CORS (answers preflights) → auth → routes."""
+    config = runtime.config
+    cors = Cors(config.security.cors_origins)
+    app = web.Application(
+        middlewares=[
+            error_middleware,
+            cors.preflight,
+            auth_middleware(config.api_keys, FailureLimiter()),
+        ]
+    )
+    app.on_response_prepare.append(cors.on_prepare)
     app[RUNTIME] = runtime
     openai_routes.add_routes(app)
     admin_routes.add_routes(app)
+    security_routes.add_routes(app)
     return app

@@ -6,18 +6,19 @@ import asyncio
 import time
 from typing import Any
 
+from modelswap.config.resolved import ApiKey
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
 
 
-def model_rows(runtime: Runtime) -> list[dict[str, Any]]:
-    """One row per listed model, then one per alias (``alias_for`` names the model)."""
+def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any]]:
+    """One row per listed model ``key`` may use, then one per alias (``alias_for``)."""
     rows: list[dict[str, Any]] = []
     created = int(runtime.started_at)
     router = runtime.router
     for model in runtime.config.models.values():
-        if model.unlisted:
+        if model.unlisted or (key is not None and not key.allows(model)):
             continue
         row: dict[str, Any] = {
             "id": model.id,
@@ -113,7 +114,9 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
             if capacity:
                 row["capacity"] = capacity
         if process.last_failure is not None:
-            row["last_failure"] = process.last_failure.as_dict()
+            row["last_failure"] = runtime.redactor.diagnosis_dict(process.last_failure.as_dict())
+        if "last_progress_line" in row:
+            row["last_progress_line"] = runtime.redactor.text(row["last_progress_line"])
         rows.append(row)
     return rows
 

@@ -20,6 +20,7 @@ from modelswap.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from modelswap.redact import Redactor
 
 GATEWAY_ERROR_HEADER = "X-Modelswap-Error"
 
@@ -61,8 +62,16 @@ def error_response(
     )
 
 
-def response_for(error: ModelswapError) -> web.Response:
-    """Map a domain error to its status code and envelope."""
+def response_for(error: ModelswapError, redactor: Redactor | None = None) -> web.Response:
+    """Map a domain error to its status code and envelope (secrets masked)."""
+    response = _response_for(error)
+    if redactor is not None and isinstance(response.body, bytes):
+        data = json.loads(response.body)
+        response.body = json.dumps(redactor.data(data)).encode()
+    return response
+
+
+def _response_for(error: ModelswapError) -> web.Response:
     if isinstance(error, ModelNotFoundError):
         return error_response(
             str(error), 404, code="model_not_found", param="model", suggestions=error.close

@@ -8,7 +8,8 @@ from modelswap.errors import BodyTooLargeError
 from modelswap.http import proxy
 from modelswap.http.catalog import model_rows
 from modelswap.http.extract import extract_model, replace_model, wants_stream
-from modelswap.http.keys import RUNTIME
+from modelswap.http.keys import API_KEY, RUNTIME
+from modelswap.runtime import Runtime
 
 # Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
 INFERENCE_PATHS = (
@@ -43,12 +44,19 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def body_limit(runtime: Runtime, content_type: str) -> int:
+    """Multipart uploads (audio, images) have their own cap; everything else the JSON one."""
+    if content_type.lower().startswith("multipart/"):
+        return runtime.config.max_upload_body_bytes
+    return runtime.config.max_request_body_bytes
+
+
 async def inference(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME]
-    body = await read_body(request, runtime.config.max_request_body_bytes)
     content_type = request.headers.get("Content-Type", "application/json")
+    body = await read_body(request, body_limit(runtime, content_type))
     name = extract_model(content_type, body)
-    model = runtime.resolve(name)
+    model = runtime.resolve(name, request.get(API_KEY))
     if model.upstream_name != name:
         body = replace_model(content_type, body, model.upstream_name)
     return await proxy.send_to_model(
@@ -64,7 +72,8 @@ async def inference(request: web.Request) -> web.StreamResponse:
 
 async def list_models(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    return web.json_response({"object": "list", "data": model_rows(runtime)})
+    rows = model_rows(runtime, request.get(API_KEY))
+    return web.json_response({"object": "list", "data": rows})
 
 
 def add_routes(app: web.Application) -> None:

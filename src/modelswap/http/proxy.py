@@ -44,15 +44,22 @@ HOP_BY_HOP = frozenset(
     }
 )
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
+# The client's credentials are for modelswap; a backend that needs a key gets its own.
+_CLIENT_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
 HINT_HEADER = "X-Modelswap-Hint"
 MAX_ERROR_BODY = 1024 * 1024
 
 
-def request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+def request_headers(
+    headers: CIMultiDictProxy[str], upstream_key: str | None = None
+) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
-        if name.lower() not in _NOT_FORWARDED:
+        lowered = name.lower()
+        if lowered not in _NOT_FORWARDED and lowered not in _CLIENT_CREDENTIALS:
             out.add(name, value)
+    if upstream_key:
+        out["Authorization"] = f"Bearer {upstream_key}"
     return out
 
 
@@ -168,7 +175,7 @@ async def forward(
                 lease,
                 request.method,
                 path_qs,
-                request_headers(request.headers),
+                request_headers(request.headers, lease.process.config.upstream_api_key),
                 body,
                 timeouts,
             )

@@ -50,7 +50,11 @@ def test_load_minimal_config_applies_defaults() -> None:
     assert config.start_port == 5800
     assert config.start_timeout == 1800
     assert config.log_level == "info"
-    assert config.max_request_body_bytes == 64 * 1024 * 1024
+    assert config.max_request_body_bytes == 32 * 1024 * 1024
+    assert config.max_upload_body_bytes == 32 * 1024 * 1024
+    assert config.api_keys == ()
+    assert config.security.allow_unauthenticated_network is False
+    assert config.security.cors_origins == ()
     assert config.source == "<string>"
     model = config.models["m"]
     assert model.cmd == ("srv", "--port", "5800")
@@ -287,9 +291,21 @@ def test_load_config_reads_file_and_records_source(tmp_path: Path) -> None:
     assert load_config(path, environ={}).source == str(path)
 
 
-def test_load_config_example_loads() -> None:
-    config = load_config(REPO / "config.example.yaml", environ={})
+def test_load_config_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    key_file = tmp_path / ".config" / "modelswap" / "editor.key"
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text("editor-key-from-file\n")
+    environ = {"MODELSWAP_ADMIN_KEY": "admin-key-from-env", "VLLM_API_KEY": "vllm-upstream-key"}
+    config = load_config(REPO / "config.example.yaml", environ=environ)
     assert len(config.models) >= 4
+    assert [(k.name, k.secret, sorted(k.scopes)) for k in config.api_keys] == [
+        ("admin", "admin-key-from-env", ["admin", "inference", "read"]),
+        ("editor", "editor-key-from-file", ["inference"]),
+    ]
+    assert config.models["qwen3-30b-vllm"].upstream_api_key == "vllm-upstream-key"
+    assert config.models["big-box"].allow_remote_backend is True
+    assert {"admin-key-from-env", "editor-key-from-file", "vllm-upstream-key"} <= config.secrets
     assert config.models["qwen3-30b-vllm"].start_timeout == 3600
     assert config.models["whisper"].cmd_stop == ("kill", "-INT", "${PID}")
 
@@ -298,7 +314,7 @@ def test_load_config_example_loads() -> None:
 
 
 def test_load_unknown_macro_suggests_closest_macro() -> None:
-    found = problems("models:\n  qwen: {cmd: 'srv --port ${PORTT}', proxy: 'http://h:1'}\n")
+    found = problems("models:\n  qwen: {cmd: 'srv --port ${PORTT}', proxy: 'http://127.0.0.1:1'}\n")
     assert found == [("models.qwen.cmd", "${PORTT} is not a known macro (did you mean ${PORT}?)")]
 
 

@@ -1,0 +1,202 @@
+"""``modelswap audit``: a security report of a config file or of a running instance.
+
+Each finding has a severity: ``high`` (fix before exposing anything), ``medium`` (deliberate
+openings worth a second look) or ``info``. The command exits 1 when any finding is high.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modelswap.config import Config
+from modelswap.config.security import is_loopback_host, open_switches
+from modelswap.redact import is_secret_name
+
+HIGH, MEDIUM, INFO = "high", "medium", "info"
+MIN_KEY_LENGTH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: str
+    topic: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.severity.upper():<6} {self.topic}: {self.message}"
+
+
+def audit_config(config: Config, path: Path | None) -> list[Finding]:
+    found: list[Finding] = []
+    host = config.listen_host
+    if not is_loopback_host(host):
+        if not config.api_keys:
+            found.append(
+                Finding(
+                    HIGH,
+                    "exposure",
+                    f"listens on {host} with no apiKeys: "
+                    "anyone who can reach it may use every model",
+                )
+            )
+        else:
+            found.append(Finding(INFO, "exposure", f"listens on {host}; keys are required"))
+    else:
+        found.append(Finding(INFO, "exposure", f"listens on loopback ({host}) only"))
+    found += _keys(config)
+    for switch in open_switches(config):
+        found.append(Finding(MEDIUM, "open switch", switch))
+    if path is not None:
+        found += _file(path)
+    return found
+
+
+def _keys(config: Config) -> list[Finding]:
+    found: list[Finding] = []
+    if not config.api_keys:
+        found.append(Finding(INFO, "keys", "no apiKeys: every route is open on the listen address"))
+    for key in config.api_keys:
+        scopes = ", ".join(sorted(key.scopes))
+        models = ", ".join(key.models) or "all models"
+        found.append(Finding(INFO, "keys", f"{key.name}: scopes {scopes}; {models}"))
+        if len(key.secret) < MIN_KEY_LENGTH:
+            found.append(
+                Finding(
+                    MEDIUM,
+                    "keys",
+                    f"{key.name} is shorter than {MIN_KEY_LENGTH} characters: easy to guess",
+                )
+            )
+    return found
+
+
+def _file(path: Path) -> list[Finding]:
+    found: list[Finding] = []
+    try:
+        raw = yaml.safe_load(path.read_text())
+        mode = path.stat().st_mode
+    except (OSError, yaml.YAMLError):
+        return found
+    plain = list(plain_text_secrets(raw))
+    for where in plain:
+        found.append(
+            Finding(
+                HIGH,
+                "plain-text secret",
+                f"{where} holds a secret in the file; use ${{env.NAME}}, keyEnv or keyFile instead",
+            )
+        )
+    if mode & stat.S_IROTH:
+        severity = HIGH if plain else MEDIUM
+        found.append(Finding(severity, "file", f"{path} is world-readable (chmod 600 it)"))
+    return found
+
+
+def _is_macro(value: str) -> bool:
+    return value.strip().startswith("${")
+
+
+def plain_text_secrets(raw: Any) -> Iterable[str]:
+    """Key paths in a raw config that hold a literal secret rather than a reference."""
+    if not isinstance(raw, dict):
+        return
+    for index, entry in enumerate(raw.get("apiKeys") or []):
+        literal = entry if isinstance(entry, str) else (entry or {}).get("key")
+        if isinstance(literal, str) and not _is_macro(literal):
+            yield f"apiKeys[{index}]"
+    for model_id, model in (raw.get("models") or {}).items():
+        if not isinstance(model, dict):
+            continue
+        base = f"models.{model_id}"
+        key = model.get("apiKey")
+        if isinstance(key, str) and not _is_macro(key):
+            yield f"{base}.apiKey"
+        yield from _env_secrets(model.get("env"), f"{base}.env")
+        yield from _cmd_secrets(model.get("cmd"), f"{base}.cmd")
+        proxy = model.get("proxy")
+        if isinstance(proxy, str) and "@" in proxy.split("//", 1)[-1].split("/", 1)[0]:
+            yield f"{base}.proxy"
+
+
+def _env_secrets(env: Any, base: str) -> Iterable[str]:
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(env, dict):
+        pairs = list(env.items())
+    elif isinstance(env, list):
+        pairs = [tuple(str(e).split("=", 1)) for e in env if "=" in str(e)]  # type: ignore[misc]
+    for name, value in pairs:
+        if is_secret_name(str(name)) and str(value).strip() and not _is_macro(str(value)):
+            yield f"{base}.{name}"
+
+
+def _cmd_secrets(cmd: Any, base: str) -> Iterable[str]:
+    words = cmd if isinstance(cmd, list) else str(cmd or "").split()
+    words = [str(w) for w in words]
+    for index, word in enumerate(words):
+        flag, eq, inline = word.partition("=")
+        if not flag.startswith("--") or not is_secret_name(flag.lstrip("-")):
+            continue
+        value = inline if eq else (words[index + 1] if index + 1 < len(words) else "")
+        if value and not value.startswith("-") and not _is_macro(value):
+            yield f"{base} ({flag})"
+
+
+def audit_url(url: str, key: str | None) -> list[Finding]:
+    """Audit a running instance through its own /api/security (read scope)."""
+    found: list[Finding] = []
+    base = url.rstrip("/")
+    try:
+        status = _status(base + "/v1/models", None)
+    except OSError as exc:
+        return [Finding(HIGH, "reach", f"cannot reach {base}: {exc}")]
+    if status == 200:
+        found.append(Finding(HIGH, "exposure", f"{base}/v1/models answers without a key"))
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    request = urllib.request.Request(base + "/api/security", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            report = json.loads(response.read(1 << 20))
+    except urllib.error.HTTPError as exc:
+        found.append(
+            Finding(
+                INFO,
+                "report",
+                f"/api/security answered {exc.code} "
+                "(give a key with the read scope for the full report)",
+            )
+        )
+        return found
+    except (OSError, ValueError) as exc:
+        return [*found, Finding(HIGH, "reach", f"cannot read {base}/api/security: {exc}")]
+    if not report.get("loopback_only") and not report.get("keys"):
+        found.append(Finding(HIGH, "exposure", f"listens on {report.get('listen')} without keys"))
+    for switch in report.get("open_switches", []):
+        found.append(Finding(MEDIUM, "open switch", str(switch)))
+    for k in report.get("keys", []):
+        found.append(
+            Finding(INFO, "keys", f"{k.get('name')}: scopes {', '.join(k.get('scopes', []))}")
+        )
+    return found
+
+
+def _status(url: str, key: str | None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def key_from_env() -> str | None:
+    return os.environ.get("MODELSWAP_KEY") or None

@@ -1,0 +1,68 @@
+"""The resolved configuration as data, secrets masked: ``GET /api/config`` and
+``modelswap check --show``. Key values never appear; the Redactor masks everything else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelswap.config.resolved import Config, ModelConfig
+from modelswap.redact import MASK, Redactor
+
+
+def _model(model: ModelConfig, redactor: Redactor) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "cmd": redactor.argv(model.cmd),
+        "cmdStop": redactor.argv(model.cmd_stop) if model.cmd_stop else None,
+        "proxy": redactor.url(model.proxy),
+        "aliases": list(model.aliases),
+        "useModelName": model.use_model_name,
+        "env": {name: value for name, value in model.env.items()},
+        "checkEndpoint": model.check_endpoint or "none",
+        "ttl": model.ttl,
+        "unlisted": model.unlisted,
+        "name": model.name,
+        "description": model.description,
+        "backend": model.backend,
+        "startTimeout": model.start_timeout,
+        "silenceTimeout": model.silence_timeout,
+        "failureBackoff": model.failure_backoff,
+        "timeouts": {
+            "connect": model.timeouts.connect,
+            "firstByte": model.timeouts.first_byte,
+            "idleBetweenChunks": model.timeouts.idle_between_chunks,
+            "total": model.timeouts.total,
+        },
+        "allowRemoteBackend": model.allow_remote_backend,
+        "apiKey": MASK if model.upstream_api_key else None,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def export_config(config: Config, redactor: Redactor) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "source": config.source,
+        "listen": f"{config.listen_host}:{config.listen_port}",
+        "startPort": config.start_port,
+        "startTimeout": config.start_timeout,
+        "logLevel": config.log_level,
+        "maxRequestBodyBytes": config.max_request_body_bytes,
+        "maxUploadBodyBytes": config.max_upload_body_bytes,
+        "apiKeys": [
+            {"name": k.name, "key": MASK, "scopes": sorted(k.scopes), "models": list(k.models)}
+            for k in config.api_keys
+        ],
+        "security": {
+            "allowUnauthenticatedNetwork": config.security.allow_unauthenticated_network,
+            "corsOrigins": list(config.security.cors_origins),
+        },
+        "limits": {
+            "headerTimeout": config.limits.header_timeout,
+            "maxHeaderBytes": config.limits.max_header_bytes,
+            "maxHeaders": config.limits.max_headers,
+            "maxConnections": config.limits.max_connections,
+        },
+        "models": {mid: _model(m, redactor) for mid, m in config.models.items()},
+    }
+    redacted = redactor.data(data)
+    assert isinstance(redacted, dict)
+    return redacted

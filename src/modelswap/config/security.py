@@ -1,0 +1,183 @@
+"""Security settings: client keys, open switches, backend locality. Checked before anything
+starts; every problem names its key path."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from pathlib import Path
+
+from modelswap.config.macros import ENV_NAME_RE
+from modelswap.config.resolved import SCOPES, ApiKey, Config, Limits, Security
+from modelswap.config.schema import RawApiKey, RawConfig
+
+Problems = list[tuple[str, str]]
+
+
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 and ``localhost`` — traffic that never leaves this machine."""
+    host = host.strip("[]").lower()
+    if host in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_api_keys(
+    raw: RawConfig, environ: Mapping[str, str], problems: Problems, secrets: set[str]
+) -> tuple[ApiKey, ...]:
+    keys: list[ApiKey] = []
+    seen_names: set[str] = set()
+    seen_secrets: set[str] = set()
+    for index, entry in enumerate(raw.api_keys):
+        path = f"apiKeys[{index}]"
+        if isinstance(entry, str):
+            entry = RawApiKey(key=entry)
+        secret = _key_value(entry, environ, path, problems)
+        name = entry.name or f"key-{index + 1}"
+        if name in seen_names:
+            problems.append((f"{path}.name", f"{name!r} is used by another key"))
+        seen_names.add(name)
+        if secret is None:
+            continue
+        if secret in seen_secrets:
+            problems.append((path, "the same key is listed twice"))
+        seen_secrets.add(secret)
+        secrets.add(secret)
+        scopes = frozenset(entry.scopes)
+        if not scopes <= set(SCOPES):  # pydantic already checks; kept for direct callers
+            problems.append((f"{path}.scopes", f"scopes are {', '.join(SCOPES)}"))
+        keys.append(ApiKey(name, secret, scopes, tuple(entry.models or ())))
+    return tuple(keys)
+
+
+def _key_value(
+    entry: RawApiKey, environ: Mapping[str, str], path: str, problems: Problems
+) -> str | None:
+    given = [
+        n
+        for n, v in (("key", entry.key), ("keyEnv", entry.key_env), ("keyFile", entry.key_file))
+        if v is not None
+    ]
+    if len(given) != 1:
+        problems.append((path, "give exactly one of key, keyEnv, keyFile"))
+        return None
+    if entry.key is not None:
+        value = entry.key
+    elif entry.key_env is not None:
+        if not ENV_NAME_RE.fullmatch(entry.key_env):
+            problems.append((f"{path}.keyEnv", f"{entry.key_env!r} is not a variable name"))
+            return None
+        if entry.key_env not in environ:
+            problems.append((f"{path}.keyEnv", f"environment variable {entry.key_env} is not set"))
+            return None
+        value = environ[entry.key_env]
+    else:
+        assert entry.key_file is not None
+        try:
+            lines = Path(entry.key_file).expanduser().read_text().splitlines()
+        except OSError as exc:
+            problems.append((f"{path}.keyFile", f"cannot read {entry.key_file}: {exc.strerror}"))
+            return None
+        value = lines[0] if lines else ""
+    value = value.strip()
+    if not value:
+        problems.append((path, "the key is empty"))
+        return None
+    return value
+
+
+def resolve_security(raw: RawConfig, keys: tuple[ApiKey, ...], problems: Problems) -> Security:
+    origins = tuple(raw.security.cors_origins)
+    if "*" in origins and not keys:
+        problems.append(
+            (
+                "security.corsOrigins",
+                "'*' lets any web page call modelswap; it is allowed only together with apiKeys",
+            )
+        )
+    for index, origin in enumerate(origins):
+        if origin != "*" and not origin.startswith(("http://", "https://")):
+            problems.append(
+                (
+                    f"security.corsOrigins[{index}]",
+                    f"{origin!r} is not an origin like https://app.example.com",
+                )
+            )
+    return Security(raw.security.allow_unauthenticated_network, origins)
+
+
+def resolve_limits(raw: RawConfig) -> Limits:
+    lim = raw.limits
+    return Limits(lim.header_timeout, lim.max_header_bytes, lim.max_headers, lim.max_connections)
+
+
+def check_backend_locality(
+    proxy_host: str | None, allow_remote: bool, problems: Problems, path: str
+) -> None:
+    if proxy_host is None or allow_remote or is_loopback_host(proxy_host):
+        return
+    problems.append(
+        (
+            path,
+            f"{proxy_host} is not on this machine; backends are loopback-only unless the "
+            f"model sets allowRemoteBackend: true",
+        )
+    )
+
+
+def exposure_problem(host: str, keys: tuple[ApiKey, ...], allowed: bool) -> str | None:
+    """Why listening on ``host`` must be refused, if it must (the exposure policy)."""
+    if is_loopback_host(host) or keys or allowed:
+        return None
+    return (
+        f"refusing to listen on {host} without apiKeys: anyone who can reach this address "
+        "could use every model. Either configure apiKeys, or pass "
+        "--allow-unauthenticated-network (config security.allowUnauthenticatedNetwork: true) "
+        "if this network is trusted."
+    )
+
+
+def open_switches(config: Config, *, allow_flag: bool = False) -> list[str]:
+    """Every switch that opens modelswap up and is on, in words (logged and listed)."""
+    found: list[str] = []
+    if config.security.allow_unauthenticated_network or allow_flag:
+        found.append(
+            "security.allowUnauthenticatedNetwork: a non-loopback listen address is allowed "
+            "without apiKeys"
+        )
+    if "*" in config.security.cors_origins:
+        found.append("security.corsOrigins: '*' — any web page may call modelswap with a key")
+    for model in config.models.values():
+        if model.allow_remote_backend:
+            found.append(
+                f"models.{model.id}.allowRemoteBackend: requests go to {model.proxy}, "
+                "off this machine"
+            )
+    return found
+
+
+def security_report(config: Config, *, allow_flag: bool = False) -> dict[str, object]:
+    """What ``GET /api/security`` shows: exposure, keys (names, never values), switches."""
+    host = config.listen_host
+    return {
+        "listen": f"{host}:{config.listen_port}",
+        "loopback_only": is_loopback_host(host),
+        "authentication": "api keys" if config.api_keys else "none (every route is open)",
+        "keys": [
+            {"name": k.name, "scopes": sorted(k.scopes), "models": list(k.models) or ["*"]}
+            for k in config.api_keys
+        ],
+        "cors_origins": list(config.security.cors_origins),
+        "open_switches": open_switches(config, allow_flag=allow_flag),
+        "limits": {
+            "max_request_body_bytes": config.max_request_body_bytes,
+            "max_upload_body_bytes": config.max_upload_body_bytes,
+            "header_timeout": config.limits.header_timeout,
+            "max_header_bytes": config.limits.max_header_bytes,
+            "max_headers": config.limits.max_headers,
+            "max_connections": config.limits.max_connections,
+        },
+    }

@@ -1,0 +1,146 @@
+"""Client authentication and authorisation: keys with scopes, compared in constant time.
+
+Route classes: ``open`` (``/health``, ``/``), ``inference`` (model routes, the model list),
+``read`` (status, logs, events, security report) and ``admin`` (load/unload, config export,
+upstream passthrough). With no ``apiKeys`` configured every route is open — modelswap then
+listens on loopback only (the exposure policy in ``config.security``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from modelswap.config.resolved import ApiKey
+from modelswap.http.errors import error_response
+from modelswap.http.keys import API_KEY
+from modelswap.http.openai_routes import INFERENCE_PATHS
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
+
+_INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
+_INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
+_READ_EXACT = frozenset({"/running", "/api/events", "/api/security", "/metrics"})
+_ADMIN_PREFIXES = ("/api/models/", "/upstream/")
+_ADMIN_EXACT = frozenset({"/api/config"})
+
+MAX_FAILURES = 10
+FAILURE_WINDOW = 60.0
+
+
+def route_class(path: str) -> str:
+    """The scope a path needs. Unknown paths need a valid key of any scope (so a 404 never
+    tells an unauthenticated client which routes exist)."""
+    if path in ("/health", "/"):
+        return OPEN
+    if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
+        return INFERENCE
+    if path in _READ_EXACT or path.startswith("/logs/"):
+        return READ
+    if path in _ADMIN_EXACT or path.startswith(_ADMIN_PREFIXES):
+        return ADMIN
+    return "any"
+
+
+def presented_key(request: web.Request) -> str | None:
+    """The key a client presented: ``Authorization: Bearer``, ``x-api-key``, or the password
+    of ``Authorization: Basic``."""
+    auth = request.headers.get("Authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if scheme.lower() == "basic" and value.strip():
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return decoded.partition(":")[2] or None
+    header = request.headers.get("x-api-key", "").strip()
+    return header or None
+
+
+def match_key(keys: tuple[ApiKey, ...], presented: str) -> ApiKey | None:
+    """The configured key equal to ``presented``. Every key is compared, each in constant
+    time, so neither the position nor the length of a match shows in the timing."""
+    found = None
+    candidate = presented.encode("utf-8", errors="replace")
+    for key in keys:
+        if hmac.compare_digest(candidate, key.secret.encode("utf-8")):
+            found = key
+    return found
+
+
+class FailureLimiter:
+    """After MAX_FAILURES failed attempts within FAILURE_WINDOW seconds, a client address is
+    refused (429) until the window has passed — keys cannot be guessed at line rate."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def _recent(self, address: str) -> deque[float]:
+        now = self._clock()
+        times = self._failures.setdefault(address, deque())
+        while times and now - times[0] > FAILURE_WINDOW:
+            times.popleft()
+        return times
+
+    def blocked_for(self, address: str) -> float:
+        times = self._recent(address)
+        if len(times) < MAX_FAILURES:
+            if not times:
+                self._failures.pop(address, None)
+            return 0.0
+        return max(0.0, FAILURE_WINDOW - (self._clock() - times[0]))
+
+    def failed(self, address: str) -> None:
+        self._recent(address).append(self._clock())
+        if len(self._failures) > 10_000:  # bounded memory under a spray of addresses
+            self._failures.pop(next(iter(self._failures)))
+
+
+def auth_middleware(keys: tuple[ApiKey, ...], limiter: FailureLimiter) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        request[API_KEY] = None
+        needed = route_class(request.path)
+        if not keys or needed == OPEN:
+            return await handler(request)
+        address = request.remote or "unknown"
+        wait = limiter.blocked_for(address)
+        if wait > 0:
+            return error_response(
+                f"Too many failed authentication attempts; try again in {wait:.0f} s.",
+                429,
+                code="too_many_failures",
+            )
+        presented = presented_key(request)
+        key = match_key(keys, presented) if presented else None
+        if key is None:
+            limiter.failed(address)
+            response = error_response(
+                "Missing API key." if presented is None else "Invalid API key.",
+                401,
+                code="invalid_api_key",
+            )
+            response.headers["WWW-Authenticate"] = 'Bearer realm="modelswap"'
+            return response
+        if needed != "any" and needed not in key.scopes:
+            return error_response(
+                f"This key ({key.name}) lacks the `{needed}` scope for {request.path}.",
+                403,
+                code="insufficient_scope",
+            )
+        request[API_KEY] = key
+        return await handler(request)
+
+    return middleware

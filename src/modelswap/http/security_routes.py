@@ -1,0 +1,84 @@
+"""Read and admin views: the security report, the (redacted) config, the live event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from typing import Any
+
+from aiohttp import web
+
+from modelswap.config.export import export_config
+from modelswap.config.security import security_report
+from modelswap.events import Event
+from modelswap.http.catalog import running_rows
+from modelswap.http.keys import RUNTIME
+
+KEEPALIVE = 15.0
+
+
+async def security(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    report = security_report(runtime.config, allow_flag=runtime.allow_unauthenticated_network)
+    return web.json_response(report)
+
+
+async def config_export(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    return web.json_response(export_config(runtime.config, runtime.redactor))
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        as_dict = getattr(value, "as_dict", None)
+        return as_dict() if callable(as_dict) else asdict(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _frame(kind: str, data: object) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: ``snapshot`` (what /running shows) first, then every state change,
+    start progress and metadata event as it happens. Secrets masked."""
+    runtime = request.app[RUNTIME]
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    queue: asyncio.Queue[Event] = runtime.events.subscriber_queue()
+    try:
+        await response.prepare(request)
+        snapshot = runtime.redactor.data({"running": running_rows(runtime)})
+        await response.write(_frame("snapshot", snapshot))
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), KEEPALIVE)
+            except TimeoutError:
+                await response.write(b": keepalive\n\n")
+                continue
+            data = runtime.redactor.data({**_plain(event.data), "at": event.at})
+            await response.write(_frame(event.kind, data))
+    finally:
+        runtime.events.unsubscribe(queue)
+        with contextlib.suppress(Exception):
+            await response.write_eof()
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/security", security)
+    app.router.add_get("/api/config", config_export)
+    app.router.add_get("/api/events", events)
