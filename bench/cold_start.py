@@ -151,7 +151,8 @@ def main() -> None:
         config = Path(tmp) / "bench.yaml"
         cmd = " ".join(json.dumps(a) for a in server_cmd(0)).replace('"0"', "${PORT}")
         config.write_text(
-            f"startPort: {free_port()}\nmodels:\n  smollm2:\n    cmd: {json.dumps(cmd)}\n"
+            f"startPort: {free_port()}\nstateDir: {tmp}/state\n"
+            f"models:\n  smollm2:\n    cmd: {json.dumps(cmd)}\n"
         )
         gateway = subprocess.Popen(
             [

@@ -76,6 +76,14 @@ class StartError(ModelswapError):
         super().__init__(f"Model `{model}` failed to start: {diagnosis.message()}")
 
 
+class QueueFullError(ModelswapError):
+    """Too many requests are waiting already (``queueLimit``)."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = retry_after
+        super().__init__("Too many requests are waiting for models; retry later.")
+
+
 class ShuttingDownError(ModelswapError):
     def __init__(self) -> None:
         super().__init__("modelswap is shutting down.")

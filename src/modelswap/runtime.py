@@ -6,8 +6,12 @@ everything else receives them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Mapping
+from pathlib import Path
 
 import aiohttp
 
@@ -17,11 +21,22 @@ from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey
-from modelswap.errors import ModelNotFoundError
+from modelswap.errors import ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
+from modelswap.measure import MemorySampler, StatsStore
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
+from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
+from modelswap.routing.scheduler import SchedulerPolicy
+from modelswap.routing.swappers import (
+    BudgetSwapper,
+    CombinedSwapper,
+    ExclusiveSwapper,
+    GroupSpec,
+    GroupSwapper,
+)
+from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
 from modelswap.supervisor.reaper import Reaper
 
@@ -53,6 +68,56 @@ class Runtime:
         self._health_session: aiohttp.ClientSession | None = None
         self._proxy_session: aiohttp.ClientSession | None = None
         self._router: LocalRouter | None = None
+        sched = config.scheduling
+        state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
+        self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)
+        self.events.add_listener(self._record_start)
+        self._background: list[asyncio.Task[None]] = []
+
+    def uses(self, model_id: str) -> Mapping[str, int]:
+        """Memory per resource: what the model declares, else what was measured."""
+        declared = self.config.models[model_id].uses
+        measured = self.stats.peaks(model_id)
+        return {r: declared.get(r, measured.get(r, 0)) for r in self.config.scheduling.resources}
+
+    def evict_cost(self, model_id: str) -> float:
+        return self.stats.median_start(model_id) * self.config.models[model_id].evict_cost
+
+    def _swapper(self) -> Swapper:
+        cfg = self.config
+        sched = cfg.scheduling
+        groups = [
+            GroupSpec(
+                g.name, g.members, swap=g.swap, exclusive=g.exclusive, persistent=g.persistent
+            )
+            for g in sched.groups
+        ]
+        swapper: Swapper = GroupSwapper(groups, list(cfg.models)) if groups else ExclusiveSwapper()
+        if sched.resources:
+            persistent = {m for g in sched.groups if g.persistent for m in g.members}
+            budget = BudgetSwapper(sched.resources, self.uses, self.evict_cost, persistent)
+            # With budgets and no groups, the budgets alone decide what runs together.
+            swapper = CombinedSwapper(swapper, budget) if groups else budget
+        return swapper
+
+    def _policy(self) -> SchedulerPolicy:
+        sched = self.config.scheduling
+        models = self.config.models.values()
+        return SchedulerPolicy(
+            queue_limit=sched.queue_limit,
+            max_queue_wait=sched.max_queue_wait,
+            drain_timeout=sched.drain_timeout,
+            max_in_flight=sched.max_in_flight,
+            priorities={m.id: m.priority for m in models if m.priority},
+            concurrency={m.id: m.concurrency_limit for m in models if m.concurrency_limit},
+        )
+
+    def _record_start(self, event: Event) -> None:
+        if event.kind == "process.state" and event.data.get("new") is ProcessState.READY:
+            seconds = event.data.get("start_seconds")
+            if isinstance(seconds, int | float):
+                self.stats.record_start(str(event.data["model"]), float(seconds))
+                self.stats.save()
 
     async def start(self) -> None:
         if self._reaper is not None:
@@ -78,9 +143,48 @@ class Runtime:
             )
             for model_id, model in self.config.models.items()
         }
-        self._router = LocalRouter(processes, self.events)
+        self._router = LocalRouter(processes, self.events, self._swapper(), self._policy())
+        sampler = MemorySampler(
+            self.stats, lambda: {m: (p.state, p.pid) for m, p in processes.items()}
+        )
+        loop = asyncio.get_running_loop()
+        self._background = [
+            loop.create_task(sampler.run(), name="memory-sampler"),
+            loop.create_task(self._keep_warm(), name="keep-warm"),
+        ]
+
+    async def _keep_warm(self) -> None:
+        """Preload at startup; load defaultModel when nothing runs and all is quiet."""
+        sched = self.config.scheduling
+        for model_id in sched.preload:
+            try:
+                await self.router.load(model_id)
+                log.info("preloaded %s", model_id)
+            except ModelswapError as exc:
+                log.warning("preloading %s failed: %s", model_id, exc)
+        default = sched.default_model
+        if default is None:
+            return
+        while True:
+            await asyncio.sleep(min(5.0, sched.default_after))
+            router = self.router
+            quiet_since = max([self.started_at, *router.last_used.values()])
+            if (
+                not router.scheduler.running
+                and router.scheduler.swapping is None
+                and not router.scheduler.queue_length
+                and time.time() - quiet_since >= sched.default_after
+            ):
+                log.info(
+                    "idle for %gs with nothing loaded: loading %s", sched.default_after, default
+                )
+                with contextlib.suppress(ModelswapError):
+                    await router.load(default)
 
     async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._router is not None:
             await self._router.close()
         for session in (self._health_session, self._proxy_session):

@@ -262,8 +262,9 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
     def start(models_yaml: str, *, extra_top: str = "", ports: int = 8) -> Gateway:
         port = free_port()
         config = tmp_path / f"config-{len(started)}.yaml"
+        state = "" if "stateDir" in extra_top else f"stateDir: {tmp_path / 'state'}\n"
         config.write_text(
-            f"startPort: {free_port_range(ports)}\nlogLevel: debug\n{extra_top}\n"
+            f"startPort: {free_port_range(ports)}\nlogLevel: debug\n{state}{extra_top}\n"
             f"models:\n{models_yaml}"
         )
         log_path = tmp_path / f"modelswap-{len(started)}.log"

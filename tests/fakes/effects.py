@@ -2,7 +2,8 @@
 
 Every call is appended to :attr:`RecordingEffects.calls` in order, as a plain tuple:
 
-* ``("start_swap", target, frozenset(evict))``
+* ``("start_swap", target, frozenset(evict))`` (the reason text is kept in ``reasons``)
+* ``("cancel_swap", target)``
 * ``("grant", admission)``
 * ``("grant_error", admission, error)``
 * ``("stop", frozenset(models))``
@@ -29,6 +30,7 @@ class Admission:
     model: str
     name: str
     gone: bool = False
+    arrived: float = 0.0
 
     def __repr__(self) -> str:
         return f"<{self.name}{' gone' if self.gone else ''}>"
@@ -43,12 +45,21 @@ class RecordingEffects:
         self._errors: list[tuple[protocols.Admission, Exception]] = []
         self._stops: list[frozenset[str]] = []
         self._answered: dict[int, protocols.Admission] = {}  # keeps them alive: ids stay unique
+        self.reasons: list[str] = []
+        self.clock = 0.0  # what now() answers; tests move it forward
 
     # ---- the Effects protocol --------------------------------------------------------------
 
-    def start_swap(self, target: str, evict: Set[str]) -> None:
+    def start_swap(self, target: str, evict: Set[str], reason: str) -> None:
         self._starts.append((target, frozenset(evict)))
+        self.reasons.append(reason)
         self.calls.append(("start_swap", target, frozenset(evict)))
+
+    def cancel_swap(self, target: str) -> None:
+        self.calls.append(("cancel_swap", target))
+
+    def now(self) -> float:
+        return self.clock
 
     def grant(self, admission: protocols.Admission) -> bool:
         self._answer(admission)

@@ -23,6 +23,7 @@ from modelswap.config.macros import (
     transitive_references,
 )
 from modelswap.config.resolved import Config, ModelConfig, Timeouts
+from modelswap.config.scheduling import resolve_scheduling, resolve_uses
 from modelswap.config.schema import DEFAULT_START_TIMEOUT, NO_CHECK_ENDPOINT, RawConfig, RawModel
 from modelswap.config.security import (
     check_backend_locality,
@@ -80,6 +81,7 @@ def build_config(
             model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems, secrets
         )
     start_timeout = _start_timeout(raw, (), problems) or DEFAULT_START_TIMEOUT
+    scheduling = resolve_scheduling(raw, models, problems)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -96,6 +98,7 @@ def build_config(
         security=security,
         limits=resolve_limits(raw),
         secrets=frozenset(secrets),
+        scheduling=scheduling,
     )
 
 
@@ -292,7 +295,7 @@ def _resolve_model(
         use_model_name=use_model_name,
         env=MappingProxyType(_resolve_env(model.env, scope, (*base, "env"), problems)),
         check_endpoint=_resolve_check(model.check_endpoint, scope, base, problems),
-        ttl=model.ttl,
+        ttl=model.ttl if model.ttl is not None else raw.global_ttl,
         unlisted=model.unlisted,
         name=model.name,
         description=model.description,
@@ -311,6 +314,10 @@ def _resolve_model(
         ),
         allow_remote_backend=model.allow_remote_backend,
         upstream_api_key=upstream_key,
+        uses=resolve_uses(model.uses, key_path(*base, "uses"), problems),
+        evict_cost=model.evict_cost,
+        priority=model.priority,
+        concurrency_limit=model.concurrency_limit,
     )
 
 

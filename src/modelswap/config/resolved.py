@@ -57,6 +57,31 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    name: str
+    members: tuple[str, ...]
+    swap: bool = True
+    exclusive: bool = True
+    persistent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduling:
+    """How models share the machine (groups, budgets) and how requests wait."""
+
+    groups: tuple[Group, ...] = ()
+    resources: Mapping[str, int] = field(default_factory=dict, hash=False)  # name -> bytes
+    queue_limit: int = 1000
+    max_queue_wait: float = 60.0
+    drain_timeout: float = 600.0
+    max_in_flight: int = 0  # 0: no limit
+    state_dir: str = "~/.local/state/modelswap"
+    preload: tuple[str, ...] = ()
+    default_model: str | None = None
+    default_after: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """One configured model, fully resolved.
 
@@ -85,6 +110,10 @@ class ModelConfig:
     failure_backoff: float
     allow_remote_backend: bool = False
     upstream_api_key: str | None = field(default=None, repr=False)
+    uses: Mapping[str, int] = field(default_factory=dict, hash=False)  # resource -> bytes
+    evict_cost: float = 1.0
+    priority: int = 0
+    concurrency_limit: int = 0  # 0: no limit
 
     @property
     def upstream_name(self) -> str:
@@ -108,6 +137,7 @@ class Config:
     api_keys: tuple[ApiKey, ...] = ()
     security: Security = field(default_factory=Security)
     limits: Limits = field(default_factory=Limits)
+    scheduling: Scheduling = field(default_factory=Scheduling)
     # Every secret value the config holds (keys, ${env.*} values, key files), for redaction.
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
 

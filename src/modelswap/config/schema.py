@@ -13,6 +13,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import ComputedFieldInfo, FieldInfo
 from pydantic_core import PydanticCustomError
 
+from modelswap.config.schema_sched import RawGroup, RawHooks, Size
+
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_PROXY = "http://127.0.0.1:${PORT}"
 DEFAULT_CHECK_ENDPOINT = "/health"
@@ -167,8 +169,30 @@ class RawModel(BaseModel):
         alias="checkEndpoint",
         description="Path polled until it answers 2xx before requests are sent; 'none' skips it.",
     )
-    ttl: float = Field(
-        0.0, ge=0, description="Unload after this many idle seconds; 0 keeps the model loaded."
+    ttl: float | None = Field(
+        None,
+        ge=0,
+        description="Unload after this many idle seconds; 0 keeps the model loaded "
+        "(default: globalTTL).",
+    )
+    uses: dict[str, Size] = Field(
+        default_factory=dict,
+        description="Memory this model holds per resource, e.g. {gpu0: 22GiB} (default: what "
+        "modelswap measured on earlier runs).",
+    )
+    evict_cost: float = Field(
+        1.0,
+        gt=0,
+        alias="evictCost",
+        description="Weight of this model's start time when "
+        "choosing what to evict (higher: kept longer).",
+    )
+    priority: int = Field(0, description="Higher-priority models' waiters are served first.")
+    concurrency_limit: int = Field(
+        0,
+        ge=0,
+        alias="concurrencyLimit",
+        description="Requests in flight to this backend at once (0: no limit); more wait.",
     )
     start_timeout: float | None = Field(
         None,
@@ -364,6 +388,49 @@ class RawConfig(BaseModel):
         default_factory=RawSecurity, description="Switches that open modelswap up."
     )
     limits: RawLimits = Field(default_factory=RawLimits, description="Bounds on client input.")
+    groups: dict[str, RawGroup] = Field(
+        default_factory=dict, description="Models that may run together (llama-swap groups)."
+    )
+    resources: dict[str, Size] = Field(
+        default_factory=dict,
+        description="Memory budgets, e.g. {gpu0: 32GiB, ram: 64GiB}; running models stay within.",
+    )
+    global_ttl: float = Field(
+        0.0, ge=0, alias="globalTTL", description="ttl of models that set none (0: never)."
+    )
+    queue_limit: int = Field(
+        1000, ge=1, alias="queueLimit", description="Waiting requests beyond this get 429."
+    )
+    max_queue_wait: float = Field(
+        60.0,
+        gt=0,
+        alias="maxQueueWait",
+        description="After this many seconds the oldest waiter's model goes next, whatever "
+        "the priorities.",
+    )
+    drain_timeout: float = Field(
+        600.0,
+        gt=0,
+        alias="drainTimeout",
+        description="How long a swap waits for the evicted model's requests to finish.",
+    )
+    max_in_flight: int = Field(
+        0, ge=0, alias="maxInFlight", description="Requests in flight in all (0: no limit)."
+    )
+    state_dir: str = Field(
+        "~/.local/state/modelswap",
+        alias="stateDir",
+        description="Where measured start times and memory use are remembered.",
+    )
+    hooks: RawHooks = Field(default_factory=RawHooks, description="Startup actions.")
+    default_model: str | None = Field(
+        None,
+        alias="defaultModel",
+        description="Loaded when nothing runs and the gateway has been idle for defaultAfter.",
+    )
+    default_after: float = Field(
+        300.0, gt=0, alias="defaultAfter", description="Idle seconds before defaultModel loads."
+    )
 
 
 def config_json_schema() -> dict[str, Any]:

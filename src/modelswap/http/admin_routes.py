@@ -46,6 +46,14 @@ async def unload_one(request: web.Request) -> web.Response:
     return web.json_response({"unloaded": unloaded})
 
 
+async def load_one(request: web.Request) -> web.Response:
+    """Load a model on demand (as a request would: groups and budgets apply)."""
+    runtime = request.app[RUNTIME]
+    model = runtime.resolve(request.match_info["model"])
+    await runtime.router.load(model.id)
+    return web.json_response({"loaded": model.id})
+
+
 async def logs(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
@@ -114,5 +122,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/running", running)
     app.router.add_post("/api/models/unload", unload_all)
     app.router.add_post("/api/models/unload/{model:.+}", unload_one)
+    app.router.add_post("/api/models/load/{model:.+}", load_one)
     app.router.add_get("/logs/{model:.+}", logs)
     app.router.add_route("*", "/upstream/{rest:.+}", upstream)

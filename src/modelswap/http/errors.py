@@ -15,6 +15,7 @@ from modelswap.errors import (
     BodyTooLargeError,
     ModelNotFoundError,
     ModelswapError,
+    QueueFullError,
     ShuttingDownError,
     StartError,
     UpstreamError,
@@ -31,6 +32,7 @@ _TYPES = {
     404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    429: "rate_limit_error",
     500: "server_error",
     502: "upstream_error",
     503: "service_unavailable",
@@ -83,6 +85,10 @@ def _response_for(error: ModelswapError) -> web.Response:
     if isinstance(error, StartError):
         d = error.diagnosis
         return error_response(str(error), 503, code=d.code, diagnosis=d.as_dict())
+    if isinstance(error, QueueFullError):
+        response = error_response(str(error), 429, code="queue_full")
+        response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+        return response
     if isinstance(error, ShuttingDownError):
         return error_response(str(error), 503, code="shutting_down")
     if isinstance(error, UpstreamTimeoutError):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from modelswap.errors import StartError
 from modelswap.events import Event, EventBus
 from modelswap.routing.protocols import Admission, Swapper
-from modelswap.routing.scheduler import Scheduler
+from modelswap.routing.scheduler import Scheduler, SchedulerPolicy
 from modelswap.routing.swappers import ExclusiveSwapper
 from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 class _Admission:
     model: str
     future: asyncio.Future[Lease]
+    arrived: float
 
 
 @dataclass(eq=False)
@@ -57,10 +58,16 @@ class LocalRouter:
         processes: Mapping[str, ManagedProcess],
         events: EventBus,
         swapper: Swapper | None = None,
+        policy: SchedulerPolicy | None = None,
+        *,
+        tick_seconds: float = 1.0,
     ) -> None:
         self.processes = dict(processes)
         self._events = events
-        self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self)
+        self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self, policy)
+        self._tick_seconds = tick_seconds
+        self._swap_tasks: dict[str, asyncio.Task[None]] = {}
+        self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle_timers: dict[str, asyncio.TimerHandle] = {}
         self._stop_waiters: dict[str, list[asyncio.Future[None]]] = {}
@@ -72,7 +79,8 @@ class LocalRouter:
     async def acquire(self, model: str) -> Lease:
         """Wait until ``model`` may serve this request. Raises StartError and friends."""
         loop = asyncio.get_running_loop()
-        admission = _Admission(model, loop.create_future())
+        admission = _Admission(model, loop.create_future(), self.now())
+        self._ensure_ticking()
         self.scheduler.on_request(admission)
         try:
             return await admission.future
@@ -100,6 +108,12 @@ class LocalRouter:
         await asyncio.gather(*waiters)
         return sorted(accepted)
 
+    async def load(self, model: str) -> None:
+        """Make ``model`` ready, as a request would (respecting groups and budgets), without
+        keeping it busy. Raises StartError and friends."""
+        lease = await self.acquire(model)
+        lease.release()
+
     async def close(self) -> None:
         """Refuse new requests, abort swaps, stop every backend."""
         self.scheduler.on_shutdown()
@@ -123,8 +137,24 @@ class LocalRouter:
 
     # ---- Effects ---------------------------------------------------------------------------
 
-    def start_swap(self, target: str, evict: Set[str]) -> None:
-        self._spawn_task(self._swap(target, frozenset(evict)), f"swap:{target}")
+    def start_swap(self, target: str, evict: Set[str], reason: str) -> None:
+        log.info("swap: %s", reason)
+        self._events.publish("swap", target=target, evict=sorted(evict), reason=reason)
+        task = self._spawn_task(self._swap(target, frozenset(evict)), f"swap:{target}")
+        self._swap_tasks[target] = task
+
+    def cancel_swap(self, target: str) -> None:
+        """Nobody waits for ``target`` any more and others wait: abort its start."""
+        task = self._swap_tasks.get(target)
+        if task is not None and not task.done():
+            log.info("swap: cancelling the start of %s: every waiter left", target)
+            self._spawn_task(self._abort_start(target), f"abort:{target}")
+
+    async def _abort_start(self, target: str) -> None:
+        await self.processes[target].stop()  # ensure_ready in the swap task then fails
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
 
     def grant(self, admission: Admission) -> bool:
         assert isinstance(admission, _Admission)
@@ -149,7 +179,6 @@ class LocalRouter:
         error: Exception | None = None
         try:
             if evict:
-                log.info("swap: stopping %s to start %s", ", ".join(sorted(evict)), target)
                 await self._stop_processes(evict)
             await self.processes[target].ensure_ready()
         except StartError as exc:
@@ -159,6 +188,7 @@ class LocalRouter:
         except Exception as exc:  # a bug must not leave waiters hanging
             log.exception("swap to %s failed", target)
             error = exc
+        self._swap_tasks.pop(target, None)
         self.scheduler.on_swap_done(target, error)
         if error is None:
             self._maybe_arm_idle_timer(target)
@@ -176,10 +206,21 @@ class LocalRouter:
         for model in models:
             self._resolve_stop_waiters(model)
 
-    def _spawn_task(self, coro: Coroutine[object, object, None], name: str) -> None:
+    def _spawn_task(self, coro: Coroutine[object, object, None], name: str) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _ensure_ticking(self) -> None:
+        """While anything waits, give the scheduler the time (starvation, drain timeouts)."""
+        if self._ticker is None or self._ticker.done():
+            self._ticker = self._spawn_task(self._tick(), "scheduler-tick")
+
+    async def _tick(self) -> None:
+        while self.scheduler.queue_length or self.scheduler.swapping:
+            await asyncio.sleep(self._tick_seconds)
+            self.scheduler.on_tick()
 
     # ---- leases and idle timers ------------------------------------------------------------
 

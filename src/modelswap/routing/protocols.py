@@ -7,20 +7,35 @@ router implements it with real processes and futures; tests implement it with a 
 from __future__ import annotations
 
 from collections.abc import Set
+from dataclasses import dataclass
 from typing import Protocol
 
 
 class Admission(Protocol):
     """One request waiting for permission to use a model. Opaque to the scheduler but for
-    ``model`` (the resolved model id)."""
+    ``model`` (the resolved model id) and ``arrived`` (the Effects clock when it came)."""
 
     @property
     def model(self) -> str: ...
 
+    @property
+    def arrived(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """What must stop before a target can start, and why (logged once when committed)."""
+
+    models: frozenset[str]
+    reason: str
+
 
 class Effects(Protocol):
-    def start_swap(self, target: str, evict: Set[str]) -> None:
-        """Stop ``evict`` (all idle), then start ``target``; report with ``on_swap_done``."""
+    def start_swap(self, target: str, evict: Set[str], reason: str) -> None:
+        """Stop ``evict``, then start ``target``; report with ``on_swap_done``."""
+
+    def cancel_swap(self, target: str) -> None:
+        """Abort the start of ``target`` (nobody waits for it); ``on_swap_done`` follows."""
 
     def grant(self, admission: Admission) -> bool:
         """Let the request use its model now. False if its client is already gone."""
@@ -31,8 +46,12 @@ class Effects(Protocol):
     def stop(self, models: Set[str]) -> None:
         """Stop idle models (TTL expiry, explicit unload); report with ``on_stop_done``."""
 
+    def now(self) -> float:
+        """The clock the scheduler decides by (monotonic seconds)."""
+
 
 class Swapper(Protocol):
-    def eviction_for(self, target: str, running: Set[str]) -> frozenset[str]:
-        """Which running models must stop before ``target`` can start. Pure; may be called
-        speculatively, so it must not log or act."""
+    def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction | None:
+        """What must stop before ``target`` can start (``busy`` models are serving), or None
+        when it cannot start now whatever is stopped. Pure; may be called speculatively, so it
+        must not log or act."""

@@ -1,43 +1,64 @@
 """The scheduler: one pure, synchronous decision-maker for every request (DESIGN §4).
 
-It decides; :class:`~modelswap.routing.protocols.Effects` acts. Every ``on_*`` method is a plain
-``def`` that runs to completion on the event loop, so no lock is needed and tests drive it
-directly with a recording ``Effects`` (no sleeps, no sockets).
+It decides; :class:`~modelswap.routing.protocols.Effects` acts (and is its only clock). Every
+``on_*`` method is a plain ``def`` that runs to completion on the event loop, so no lock is
+needed and tests drive it directly with a recording ``Effects`` (no sleeps, no sockets).
 
 Rules, in the order ``_pump`` applies them:
 
 1. A model whose unload was asked for is stopped once its in-flight requests drain.
-2. The *next target* is the model of the oldest queued request whose model is not running.
-   Starting it would evict what the swapper names; those models are *blocked*: they finish what
-   they serve but take no new request, so a busy model cannot starve a waiting one.
-3. Queued requests for running, unblocked models are granted at once.
-4. When no swap and no stop is under way and every model to evict has drained, the swap starts.
+2. The *next target* is chosen among the models of queued requests that are not running: the
+   model of any request that has waited ``max_queue_wait`` (oldest first) — the starvation
+   bound — else the highest ``priority``, ties to the oldest request. What the swapper would
+   evict for it is *blocked*: it finishes what it serves but takes no new request, so a busy
+   model cannot starve a waiting one.
+3. Queued requests for running, unblocked models are granted, within each model's
+   ``concurrency_limit`` and the global ``max_in_flight`` (the rest wait in the queue).
+4. With no swap and no stop under way, the swap starts once every model to evict has drained —
+   or once ``drain_timeout`` has passed since it became due (the evicted model's requests then
+   end with an error).
 5. When a swap ends, every request queued for its target is granted together (collation):
    ``A B A B`` queued during a swap costs two starts, not four.
 
-A request therefore waits for at most one swap per distinct model queued before it, plus the
-drain of the model being evicted.
+A request beyond ``queue_limit`` is refused at once (QueueFullError, 429). A start whose every
+waiter left is cancelled when another model has waiters.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Set
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
 
-from modelswap.errors import ShuttingDownError
-from modelswap.routing.protocols import Admission, Effects, Swapper
+from modelswap.errors import QueueFullError, ShuttingDownError
+from modelswap.routing.protocols import Admission, Effects, Eviction, Swapper
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerPolicy:
+    queue_limit: int = 1000
+    max_queue_wait: float = 60.0
+    drain_timeout: float = 600.0
+    max_in_flight: int = 0  # 0: no limit
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    concurrency: Mapping[str, int] = field(default_factory=dict)  # 0/absent: no limit
+    retry_after: float = 5.0
 
 
 class Scheduler:
-    def __init__(self, swapper: Swapper, effects: Effects) -> None:
+    def __init__(
+        self, swapper: Swapper, effects: Effects, policy: SchedulerPolicy | None = None
+    ) -> None:
         self._swapper = swapper
         self._effects = effects
+        self._policy = policy or SchedulerPolicy()
         self._queue: list[Admission] = []
         self._running: set[str] = set()
         self._in_flight: Counter[str] = Counter()
         self._swapping: str | None = None
         self._stopping: set[str] = set()
         self._unload_requested: set[str] = set()
+        self._due_since: dict[str, float] = {}  # target -> when its swap became due
         self._shutdown = False
 
     # ---- snapshots -------------------------------------------------------------------------
@@ -47,6 +68,10 @@ class Scheduler:
 
     def queued(self, model: str) -> int:
         return sum(1 for adm in self._queue if adm.model == model)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
 
     @property
     def running(self) -> frozenset[str]:
@@ -62,17 +87,31 @@ class Scheduler:
         if self._shutdown:
             self._effects.grant_error(admission, ShuttingDownError())
             return
+        if len(self._queue) >= self._policy.queue_limit:
+            self._effects.grant_error(admission, QueueFullError(self._policy.retry_after))
+            return
         self._queue.append(admission)
         self._pump()
 
     def on_cancel(self, admission: Admission) -> None:
-        """The client went away while queued. A no-op if it was already granted."""
-        if admission in self._queue:
-            self._queue.remove(admission)
-            self._pump()
+        """The client went away while queued: it leaves the queue and causes no start. A no-op
+        if it was already granted."""
+        if admission not in self._queue:
+            return
+        self._queue.remove(admission)
+        target = self._swapping
+        if (
+            target is not None
+            and admission.model == target
+            and not self.queued(target)
+            and self._queue  # another model waits: do not keep starting for nobody
+        ):
+            self._effects.cancel_swap(target)
+        self._pump()
 
     def on_swap_done(self, target: str, error: Exception | None) -> None:
         self._swapping = None
+        self._due_since.pop(target, None)
         if error is None:
             self._running.add(target)
             self._grant_all(target)
@@ -107,6 +146,10 @@ class Scheduler:
         self._unload_requested.discard(model)
         self._pump()
 
+    def on_tick(self) -> None:
+        """Time passed: re-check the starvation bound and drain timeouts."""
+        self._pump()
+
     def on_shutdown(self) -> None:
         self._shutdown = True
         queue, self._queue = self._queue, []
@@ -124,33 +167,66 @@ class Scheduler:
             self._running -= drained
             self._stopping |= drained
             self._effects.stop(frozenset(drained))
-        target = self._next_target()
-        evict = self._swapper.eviction_for(target, self._running) if target else frozenset()
-        blocked = evict | self._unload_requested
+        target, eviction = self._next_target()
+        blocked = (eviction.models if eviction else frozenset()) | self._unload_requested
         for adm in list(self._queue):
-            if adm.model in self._running and adm.model not in blocked:
+            if adm.model in self._running and adm.model not in blocked and self._has_room(adm):
                 self._queue.remove(adm)
                 self._grant(adm)
-        if (
-            target is not None
-            and not self._stopping
-            and all(self._in_flight[m] == 0 for m in evict)
-        ):
-            self._swapping = target
-            self._running -= evict
-            self._effects.start_swap(target, evict)
+        if target is None or eviction is None or self._stopping:
+            return
+        now = self._effects.now()
+        due = self._due_since.get(target, now)
+        self._due_since = {target: due}  # only the current target's wait counts
+        busy = {m for m in eviction.models if self._in_flight[m]}
+        reason = eviction.reason
+        if busy:
+            if now - due < self._policy.drain_timeout:
+                return  # wait for them to finish their answers
+            reason += (
+                f"; {', '.join(sorted(busy))} still busy after the "
+                f"{self._policy.drain_timeout:g} s drain timeout"
+            )
+        self._swapping = target
+        self._running -= eviction.models
+        self._effects.start_swap(target, eviction.models, reason)
 
-    def _next_target(self) -> str | None:
+    def _has_room(self, adm: Admission) -> bool:
+        limit = self._policy.concurrency.get(adm.model, 0)
+        if limit and self._in_flight[adm.model] >= limit:
+            return False
+        total = self._policy.max_in_flight
+        return not total or sum(self._in_flight.values()) < total
+
+    def _next_target(self) -> tuple[str | None, Eviction | None]:
         if self._swapping is not None:
-            return None
-        for adm in self._queue:
-            if adm.model not in self._running:
-                return adm.model
-        return None
+            return None, None
+        waiting = [adm for adm in self._queue if adm.model not in self._running]
+        if not waiting:
+            return None, None
+        now = self._effects.now()
+        starving = [a for a in waiting if now - a.arrived >= self._policy.max_queue_wait]
+        if starving:
+            order = sorted(starving, key=lambda a: a.arrived)
+        else:
+            prio = self._policy.priorities
+            order = sorted(waiting, key=lambda a: (-prio.get(a.model, 0), a.arrived))
+        busy = {m for m in self._running if self._in_flight[m]}
+        seen: set[str] = set()
+        for adm in order:
+            if adm.model in seen:
+                continue
+            seen.add(adm.model)
+            eviction = self._swapper.eviction_for(adm.model, frozenset(self._running), busy)
+            if eviction is not None:
+                return adm.model, eviction
+        return None, None
 
     def _grant_all(self, model: str) -> None:
-        for adm in self._take(model):
-            self._grant(adm)
+        for adm in [a for a in self._queue if a.model == model]:
+            if self._has_room(adm):
+                self._queue.remove(adm)
+                self._grant(adm)
 
     def _grant(self, adm: Admission) -> None:
         if self._effects.grant(adm):

@@ -1,12 +1,162 @@
-"""Eviction policies: pure functions from "target + running set" to "set to evict"."""
+"""Eviction policies: pure functions from "target + running set" to "what must stop, and why".
+
+``GroupSwapper`` follows llama-swap's groups; ``BudgetSwapper`` keeps the running set within
+every memory budget, evicting the cheapest first. ``combine`` applies both.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Mapping, Sequence, Set
+
+from modelswap.routing.protocols import Eviction, Swapper
+
+DEFAULT_GROUP = "(ungrouped)"
+
+
+def _fmt(size: int) -> str:
+    return f"{size / 1024**3:.1f} GiB" if size >= 1024**3 else f"{size / 1024**2:.0f} MiB"
 
 
 class ExclusiveSwapper:
     """One model at a time: starting any model evicts every other running model."""
 
-    def eviction_for(self, target: str, running: Set[str]) -> frozenset[str]:
-        return frozenset(m for m in running if m != target)
+    def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction:
+        others = frozenset(m for m in running if m != target)
+        reason = f"start {target}" + (f"; evict {', '.join(sorted(others))}" if others else "")
+        return Eviction(others, reason)
+
+
+class GroupSpec:
+    """One group's rules (a plain value object so this module needs no config import)."""
+
+    def __init__(
+        self,
+        name: str,
+        members: Sequence[str],
+        *,
+        swap: bool = True,
+        exclusive: bool = True,
+        persistent: bool = False,
+    ) -> None:
+        self.name = name
+        self.members = tuple(members)
+        self.swap = swap
+        self.exclusive = exclusive
+        self.persistent = persistent
+
+
+class GroupSwapper:
+    """llama-swap groups. A model in no group is in an implicit exclusive, swapping group of
+    its own kind (it runs alone). A model may be in several groups: every group's rule applies,
+    and it is protected from other groups if any of its groups is persistent."""
+
+    def __init__(self, groups: Sequence[GroupSpec], models: Sequence[str]) -> None:
+        grouped = {m for g in groups for m in g.members}
+        loose = [m for m in models if m not in grouped]
+        self._groups = [*groups, *(GroupSpec(DEFAULT_GROUP, [m]) for m in loose)]
+        self._of: dict[str, list[GroupSpec]] = {}
+        for group in self._groups:
+            for member in group.members:
+                self._of.setdefault(member, []).append(group)
+
+    def _persistent(self, model: str) -> bool:
+        return any(g.persistent for g in self._of.get(model, []))
+
+    def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction | None:
+        mine = self._of.get(target, [])
+        evict: set[str] = set()
+        why: list[str] = []
+        for group in mine:
+            if group.swap:
+                peers = {m for m in running if m in group.members and m != target}
+                if peers:
+                    evict |= peers
+                    why.append(f"{', '.join(sorted(peers))} (same group {group.name})")
+            if group.exclusive:
+                own = {m for g in mine for m in g.members}
+                others = {
+                    m for m in running if m not in own and m != target and not self._persistent(m)
+                }
+                if others:
+                    evict |= others
+                    why.append(f"{', '.join(sorted(others))} (group {group.name} is exclusive)")
+        reason = f"start {target}" + (f"; evict {'; '.join(why)}" if why else "")
+        return Eviction(frozenset(evict), reason)
+
+
+class BudgetSwapper:
+    """Keeps the running set within every budget. Evicts idle models before busy ones, and
+    among those the cheapest first: cost = median start time × evictCost. Persistent models are
+    never evicted. None when the target cannot fit whatever is evicted."""
+
+    def __init__(
+        self,
+        budgets: Mapping[str, int],
+        uses: Callable[[str], Mapping[str, int]],
+        cost: Callable[[str], float],
+        persistent: Set[str] = frozenset(),
+    ) -> None:
+        self._budgets = budgets
+        self._uses = uses
+        self._cost = cost
+        self._persistent = persistent
+
+    def _over(self, models: Set[str], target: str) -> dict[str, int]:
+        """Budgets exceeded by ``models`` plus ``target``, with the excess in bytes."""
+        over: dict[str, int] = {}
+        for resource, budget in self._budgets.items():
+            total = self._uses(target).get(resource, 0)
+            total += sum(self._uses(m).get(resource, 0) for m in models)
+            if total > budget:
+                over[resource] = total - budget
+        return over
+
+    def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction | None:
+        keep = set(running) - {target}
+        if not self._over(keep, target):
+            return Eviction(frozenset(), f"start {target} (fits the budgets)")
+        candidates = sorted(
+            (m for m in keep if m not in self._persistent),
+            key=lambda m: (m in busy, self._cost(m), m),
+        )
+        evicted: list[str] = []
+        for model in candidates:
+            if not self._over(keep, target):
+                break
+            # Only evict what helps: a model using none of an exceeded resource stays.
+            if not any(self._uses(model).get(r, 0) for r in self._over(keep, target)):
+                continue
+            keep.discard(model)
+            evicted.append(model)
+        over = self._over(keep, target)
+        if over:
+            return None
+        parts = []
+        for model in evicted:
+            state = "busy" if model in busy else "idle"
+            parts.append(f"{model} ({state}, cost {self._cost(model):.1f} s)")
+        budgets = ", ".join(f"{r} {_fmt(b)}" for r, b in self._budgets.items())
+        return Eviction(
+            frozenset(evicted), f"evict {', '.join(parts)} to fit {target} within {budgets}"
+        )
+
+
+class CombinedSwapper:
+    """Groups first, then budgets over what the groups leave running."""
+
+    def __init__(self, first: Swapper, then: Swapper) -> None:
+        self._first = first
+        self._then = then
+
+    def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction | None:
+        a = self._first.eviction_for(target, running, busy)
+        if a is None:
+            return None
+        b = self._then.eviction_for(target, frozenset(running) - a.models, busy)
+        if b is None:
+            return None
+        if not b.models:
+            return a
+        if not a.models:
+            return b
+        return Eviction(a.models | b.models, f"{a.reason}; {b.reason}")

@@ -22,12 +22,12 @@ from modelswap.routing.swappers import ExclusiveSwapper
 def test_exclusive_swapper_evicts_every_other_running_model(
     target: str, running: set[str] | frozenset[str], expected: frozenset[str]
 ) -> None:
-    assert ExclusiveSwapper().eviction_for(target, running) == expected
+    assert ExclusiveSwapper().eviction_for(target, running, frozenset()).models == expected
 
 
 def test_exclusive_swapper_returns_a_frozenset_and_leaves_running_untouched() -> None:
     running = {"a", "b"}
-    evict = ExclusiveSwapper().eviction_for("c", running)
+    evict = ExclusiveSwapper().eviction_for("c", running, frozenset()).models
     assert type(evict) is frozenset
     assert evict == {"a", "b"}
     assert running == {"a", "b"}

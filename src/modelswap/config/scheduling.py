@@ -1,0 +1,123 @@
+"""Scheduling settings resolved and checked: sizes, groups, budgets, keep-warm."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from modelswap.config.resolved import Group, ModelConfig, Scheduling
+from modelswap.config.schema import RawConfig
+from modelswap.config.schema_sched import Size
+
+Problems = list[tuple[str, str]]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(value: Size) -> int:
+    """Bytes from ``34359738368``, ``"32GiB"``, ``"512 MiB"`` or ``"1.5GB"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size like 32GiB, got a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    match = _SIZE_RE.fullmatch(value)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"{value!r} is not a size like 32GiB, 512MiB or 1.5GB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_size(value: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= factor:
+            return f"{value / factor:.1f} {unit}"
+    return f"{value} B"
+
+
+def resolve_uses(raw_uses: Mapping[str, Size], path: str, problems: Problems) -> Mapping[str, int]:
+    out: dict[str, int] = {}
+    for name, value in raw_uses.items():
+        try:
+            out[name] = parse_size(value)
+        except ValueError as exc:
+            problems.append((f"{path}.{name}", str(exc)))
+    return MappingProxyType(out)
+
+
+def resolve_scheduling(
+    raw: RawConfig, models: Mapping[str, ModelConfig], problems: Problems
+) -> Scheduling:
+    resources: dict[str, int] = {}
+    for name, value in raw.resources.items():
+        try:
+            resources[name] = parse_size(value)
+        except ValueError as exc:
+            problems.append((f"resources.{name}", str(exc)))
+    groups = tuple(
+        Group(name, tuple(g.members), g.swap, g.exclusive, g.persistent)
+        for name, g in raw.groups.items()
+    )
+    for group in groups:
+        for index, member in enumerate(group.members):
+            if member not in models:
+                problems.append(
+                    (f"groups.{group.name}.members[{index}]", f"{member!r} is not a model id")
+                )
+    _check_budgets(resources, models, problems)
+    preload = tuple(raw.hooks.on_startup.preload)
+    for index, name in enumerate(preload):
+        if name not in models:
+            problems.append((f"hooks.onStartup.preload[{index}]", f"{name!r} is not a model id"))
+    if raw.default_model is not None and raw.default_model not in models:
+        problems.append(("defaultModel", f"{raw.default_model!r} is not a model id"))
+    return Scheduling(
+        groups=groups,
+        resources=MappingProxyType(resources),
+        queue_limit=raw.queue_limit,
+        max_queue_wait=raw.max_queue_wait,
+        drain_timeout=raw.drain_timeout,
+        max_in_flight=raw.max_in_flight,
+        state_dir=raw.state_dir,
+        preload=preload,
+        default_model=raw.default_model,
+        default_after=raw.default_after,
+    )
+
+
+def _check_budgets(
+    resources: Mapping[str, int], models: Mapping[str, ModelConfig], problems: Problems
+) -> None:
+    """Every resource a model uses is declared, and every model fits its budgets alone."""
+    for model in models.values():
+        for name, used in model.uses.items():
+            path = f"models.{model.id}.uses.{name}"
+            if name not in resources:
+                declared = ", ".join(resources) or "none"
+                problems.append((path, f"{name!r} is not in resources (declared: {declared})"))
+            elif used > resources[name]:
+                problems.append(
+                    (
+                        path,
+                        f"{format_size(used)} cannot fit even alone in "
+                        f"{name}'s budget of {format_size(resources[name])}",
+                    )
+                )

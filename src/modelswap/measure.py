@@ -1,0 +1,210 @@
+"""What modelswap learns about each model by running it: start times and peak memory.
+
+Remembered in ``<stateDir>/stats.json`` so the eviction policy knows, from the first request
+after a restart, what each model costs to start and how much memory it holds. GPU memory comes
+from ``nvidia-smi`` where present (per process, summed over the model's process tree); host
+memory is the tree's resident set size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import psutil
+
+from modelswap.states import ProcessState
+
+log = logging.getLogger(__name__)
+
+KEEP_STARTS = 20
+DEFAULT_START_SECONDS = 10.0  # the cost of a model never started here yet
+SAMPLE_SECONDS = 2.0
+NVIDIA_TIMEOUT = 5.0
+
+
+class StatsStore:
+    """Per model: the last start times and the peak memory per resource (bytes)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._starts: dict[str, list[float]] = {}
+        self._peaks: dict[str, dict[str, int]] = {}
+        self._load()
+
+    def _load(self) -> None:
+        if self._path is None or not self._path.is_file():
+            return
+        try:
+            data = json.loads(self._path.read_text())
+            for model, entry in data.get("models", {}).items():
+                starts = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
+                peaks = {str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()}
+                self._starts[model], self._peaks[model] = starts, peaks
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("ignoring unreadable %s: %s", self._path, exc)
+
+    def save(self) -> None:
+        if self._path is None:
+            return
+        data = {
+            "version": 1,
+            "models": {
+                m: {"start_seconds": self._starts.get(m, []), "peak_bytes": self._peaks.get(m, {})}
+                for m in sorted(set(self._starts) | set(self._peaks))
+            },
+        }
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".stats-")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, indent=1)
+            os.replace(tmp, self._path)
+        except OSError as exc:
+            log.warning("cannot save %s: %s", self._path, exc)
+
+    def record_start(self, model: str, seconds: float) -> None:
+        starts = self._starts.setdefault(model, [])
+        starts.append(round(seconds, 3))
+        del starts[:-KEEP_STARTS]
+
+    def median_start(self, model: str) -> float:
+        starts = self._starts.get(model)
+        return statistics.median(starts) if starts else DEFAULT_START_SECONDS
+
+    def record_peak(self, model: str, resource: str, used: int) -> bool:
+        """Remember ``used`` if it is a new peak; True when it was."""
+        peaks = self._peaks.setdefault(model, {})
+        if used > peaks.get(resource, 0):
+            peaks[resource] = used
+            return True
+        return False
+
+    def peaks(self, model: str) -> Mapping[str, int]:
+        return dict(self._peaks.get(model, {}))
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants (0 if it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total
+
+
+def parse_gpu_index(text: str) -> dict[str, str]:
+    """``nvidia-smi --query-gpu=index,uuid --format=csv,noheader``: uuid → "gpu<index>"."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            out[parts[1]] = f"gpu{parts[0]}"
+    return out
+
+
+def parse_compute_apps(text: str, gpus: Mapping[str, str]) -> dict[int, dict[str, int]]:
+    """``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,
+    nounits``: pid → {"gpuN": bytes} (used_memory is in MiB)."""
+    out: dict[int, dict[str, int]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            continue
+        resource = gpus.get(parts[0])
+        if resource is None:
+            continue
+        per = out.setdefault(int(parts[1]), {})
+        per[resource] = per.get(resource, 0) + int(parts[2]) * 1024 * 1024
+    return out
+
+
+async def _run(*argv: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), NVIDIA_TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return ""
+    return out.decode(errors="replace")
+
+
+async def gpu_usage_by_pid() -> dict[int, dict[str, int]]:
+    """GPU memory per process from nvidia-smi; empty where there is no NVIDIA GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    gpus = parse_gpu_index(
+        await _run("nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader")
+    )
+    apps = await _run(
+        "nvidia-smi",
+        "--query-compute-apps=gpu_uuid,pid,used_memory",
+        "--format=csv,noheader,nounits",
+    )
+    return parse_compute_apps(apps, gpus)
+
+
+Snapshot = tuple[ProcessState, int | None]  # a model's state and backend pid
+
+
+class MemorySampler:
+    """Every SAMPLE_SECONDS, the peak memory of each ready model's process tree."""
+
+    def __init__(
+        self,
+        stats: StatsStore,
+        processes: Callable[[], Mapping[str, tuple[ProcessState, int | None]]],
+    ) -> None:
+        self._stats = stats
+        self._processes = processes
+
+    async def run(self) -> None:
+        while True:
+            await self.sample()
+            await asyncio.sleep(SAMPLE_SECONDS)
+
+    async def sample(self) -> None:
+        running = {
+            m: pid
+            for m, (state, pid) in self._processes().items()
+            if state is ProcessState.READY and pid is not None
+        }
+        if not running:
+            return
+        gpu = await gpu_usage_by_pid()
+        changed = False
+        for model, pid in running.items():
+            changed |= self._stats.record_peak(model, "ram", tree_rss(pid))
+            if gpu:
+                pids = {pid} | {c.pid for c in _children(pid)}
+                totals: dict[str, int] = {}
+                for p in pids:
+                    for resource, used in gpu.get(p, {}).items():
+                        totals[resource] = totals.get(resource, 0) + used
+                for resource, used in totals.items():
+                    changed |= self._stats.record_peak(model, resource, used)
+        if changed:
+            self._stats.save()
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
