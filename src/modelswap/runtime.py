@@ -95,10 +95,19 @@ class Runtime:
         swapper: Swapper = GroupSwapper(groups, list(cfg.models)) if groups else ExclusiveSwapper()
         if sched.resources:
             persistent = {m for g in sched.groups if g.persistent for m in g.members}
-            budget = BudgetSwapper(sched.resources, self.uses, self.evict_cost, persistent)
+            budget = BudgetSwapper(
+                sched.resources, self.uses, self.evict_cost, persistent, self._sleeping
+            )
             # With budgets and no groups, the budgets alone decide what runs together.
             swapper = CombinedSwapper(swapper, budget) if groups else budget
         return swapper
+
+    def _sleeping(self) -> frozenset[str]:
+        if self._router is None:
+            return frozenset()
+        return frozenset(
+            m for m, p in self._router.processes.items() if p.state is ProcessState.SLEEPING
+        )
 
     def _policy(self) -> SchedulerPolicy:
         sched = self.config.scheduling

@@ -80,6 +80,7 @@ class Config:
     metadata_delay: float = 0.0
     metadata_forever: bool = False
     models_body_file: str | None = None
+    sleep_mode: bool = False
 
 
 @dataclasses.dataclass
@@ -88,6 +89,8 @@ class Stats:
     in_flight: int = 0
     completed: int = 0
     disconnected: int = 0
+    sleeps: int = 0
+    wakes: int = 0
 
 
 class BadRequest(Exception):
@@ -152,6 +155,7 @@ class FakeBackend:
         self.cfg = cfg
         self.stats = Stats()
         self.ready = False
+        self.sleeping = False
         self.created = int(time.time())
         self.pid = os.getpid()
 
@@ -181,6 +185,13 @@ class FakeBackend:
                 {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
                 503,
             )
+        if self.cfg.sleep_mode and path in ("/sleep", "/wake_up", "/is_sleeping"):
+            return self.sleep_endpoint(method, path)
+        if self.sleeping and INFERENCE_PATHS.get(path) is not None:
+            return json_response(
+                {"error": {"code": 503, "message": "model is sleeping", "type": "unavailable"}},
+                503,
+            )
         if method == "GET" and path == "/health":
             if self.cfg.flavor == "vllm":
                 return web.Response(status=200)
@@ -193,6 +204,22 @@ class FakeBackend:
         if method == "POST" and kind is not None:
             return await self.inference(request, kind)
         return await self.echo(request)
+
+    def sleep_endpoint(self, method: str, path: str) -> web.Response:
+        """vLLM's sleep mode (with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1)."""
+        if method == "GET" and path == "/is_sleeping":
+            return json_response({"is_sleeping": self.sleeping})
+        if method != "POST" or path == "/is_sleeping":
+            return json_response({"detail": "Method Not Allowed"}, 405)
+        if path == "/sleep":
+            self.sleeping = True
+            self.stats.sleeps += 1
+            log("INFO fake: sleep mode level 1: weights offloaded, KV cache discarded")
+        else:
+            self.sleeping = False
+            self.stats.wakes += 1
+            log("INFO fake: woke up")
+        return web.Response(status=200)
 
     async def metadata_special(self, request: web.Request) -> web.StreamResponse | None:
         """--metadata-delay, --metadata-forever and --models-body, for probe tests."""
@@ -656,6 +683,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("-c", "--ctx-size", type=int, default=None)
     p.add_argument("-np", "--parallel", type=int, default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument(
+        "--enable-sleep-mode", action="store_true", help="serve /sleep, /wake_up, /is_sleeping"
+    )
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -682,6 +712,7 @@ def parse_args(argv: list[str] | None) -> Config:
         metadata_delay=max(0.0, a.metadata_delay),
         metadata_forever=a.metadata_forever,
         models_body_file=a.models_body,
+        sleep_mode=a.enable_sleep_mode,
     )
 
 

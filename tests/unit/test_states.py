@@ -14,6 +14,10 @@ LEGAL = {
     (S.STARTING, S.STOPPING),
     (S.READY, S.STOPPING),
     (S.READY, S.FAILED),
+    (S.READY, S.SLEEPING),
+    (S.SLEEPING, S.READY),
+    (S.SLEEPING, S.STOPPING),
+    (S.SLEEPING, S.FAILED),
     (S.STOPPING, S.STOPPED),
     (S.STOPPING, S.SHUTDOWN),
     (S.FAILED, S.STARTING),
@@ -36,5 +40,5 @@ def test_states_every_state_has_a_row_and_shutdown_is_terminal() -> None:
     assert ALLOWED_TRANSITIONS[S.SHUTDOWN] == frozenset()
 
 
-def test_states_ready_is_reached_only_through_starting() -> None:
-    assert [old for old in S if can_transition(old, S.READY)] == [S.STARTING]
+def test_states_ready_is_reached_only_by_starting_or_waking() -> None:
+    assert [old for old in S if can_transition(old, S.READY)] == [S.STARTING, S.SLEEPING]

@@ -293,7 +293,11 @@ def _resolve_model(
         port=port,
         aliases=tuple(model.aliases),
         use_model_name=use_model_name,
-        env=MappingProxyType(_resolve_env(model.env, scope, (*base, "env"), problems)),
+        env=MappingProxyType(
+            # vLLM serves /sleep and /wake_up only in its dev mode.
+            ({"VLLM_SERVER_DEV_MODE": "1"} if model.sleep_mode else {})
+            | _resolve_env(model.env, scope, (*base, "env"), problems)
+        ),
         check_endpoint=_resolve_check(model.check_endpoint, scope, base, problems),
         ttl=model.ttl if model.ttl is not None else raw.global_ttl,
         unlisted=model.unlisted,
@@ -318,7 +322,21 @@ def _resolve_model(
         evict_cost=model.evict_cost,
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,
+        sleep_mode=_check_sleep_mode(model.sleep_mode, cmd, base, problems),
     )
+
+
+def _check_sleep_mode(
+    wanted: bool, cmd: tuple[str, ...], base: tuple[str, ...], problems: Problems
+) -> bool:
+    if wanted and "--enable-sleep-mode" not in cmd:
+        problems.append(
+            (
+                key_path(*base, "sleepMode"),
+                "needs a vLLM server started with --enable-sleep-mode (add it to cmd)",
+            )
+        )
+    return wanted
 
 
 def _start_timeout(

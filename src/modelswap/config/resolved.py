@@ -114,6 +114,7 @@ class ModelConfig:
     evict_cost: float = 1.0
     priority: int = 0
     concurrency_limit: int = 0  # 0: no limit
+    sleep_mode: bool = False
 
     @property
     def upstream_name(self) -> str:

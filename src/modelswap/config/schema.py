@@ -188,6 +188,12 @@ class RawModel(BaseModel):
         "choosing what to evict (higher: kept longer).",
     )
     priority: int = Field(0, description="Higher-priority models' waiters are served first.")
+    sleep_mode: bool = Field(
+        False,
+        alias="sleepMode",
+        description="vLLM only: when evicted, sleep (weights to host memory) instead of "
+        "stopping, and wake instead of starting; needs --enable-sleep-mode in cmd.",
+    )
     concurrency_limit: int = Field(
         0,
         ge=0,

@@ -179,7 +179,7 @@ class LocalRouter:
         error: Exception | None = None
         try:
             if evict:
-                await self._stop_processes(evict)
+                await self._stop_processes(evict, sleep=True)
             await self.processes[target].ensure_ready()
         except StartError as exc:
             error = exc
@@ -199,10 +199,18 @@ class LocalRouter:
         finally:
             self.scheduler.on_stop_done(models)
 
-    async def _stop_processes(self, models: frozenset[str]) -> None:
+    async def _stop_processes(self, models: frozenset[str], *, sleep: bool = False) -> None:
+        """Stop ``models``; when evicting (``sleep``), sleep-mode models sleep instead."""
         for model in models:
             self._cancel_idle_timer(model)
-        await asyncio.gather(*(self.processes[m].stop() for m in models))
+        await asyncio.gather(
+            *(
+                self.processes[m].sleep()
+                if sleep and self.processes[m].config.sleep_mode
+                else self.processes[m].stop()
+                for m in models
+            )
+        )
         for model in models:
             self._resolve_stop_waiters(model)
 

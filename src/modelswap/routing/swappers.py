@@ -87,7 +87,11 @@ class GroupSwapper:
 class BudgetSwapper:
     """Keeps the running set within every budget. Evicts idle models before busy ones, and
     among those the cheapest first: cost = median start time × evictCost. Persistent models are
-    never evicted. None when the target cannot fit whatever is evicted."""
+    never evicted. None when the target cannot fit whatever is evicted.
+
+    Sleeping models (vLLM sleep mode) are not running but still hold their host memory
+    (``host_resource``, "ram"): they count against that budget only, and may be evicted —
+    stopped for good — like idle models."""
 
     def __init__(
         self,
@@ -95,50 +99,60 @@ class BudgetSwapper:
         uses: Callable[[str], Mapping[str, int]],
         cost: Callable[[str], float],
         persistent: Set[str] = frozenset(),
+        sleeping: Callable[[], Set[str]] = frozenset,
+        host_resource: str = "ram",
     ) -> None:
         self._budgets = budgets
         self._uses = uses
         self._cost = cost
         self._persistent = persistent
+        self._sleeping = sleeping
+        self._host = host_resource
 
-    def _over(self, models: Set[str], target: str) -> dict[str, int]:
-        """Budgets exceeded by ``models`` plus ``target``, with the excess in bytes."""
+    def _over(self, awake: Set[str], asleep: Set[str], target: str) -> dict[str, int]:
+        """Budgets exceeded with ``target`` started, and by how many bytes."""
         over: dict[str, int] = {}
         for resource, budget in self._budgets.items():
             total = self._uses(target).get(resource, 0)
-            total += sum(self._uses(m).get(resource, 0) for m in models)
+            total += sum(self._uses(m).get(resource, 0) for m in awake)
+            if resource == self._host:
+                total += sum(self._uses(m).get(resource, 0) for m in asleep)
             if total > budget:
                 over[resource] = total - budget
         return over
 
     def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction | None:
-        keep = set(running) - {target}
-        if not self._over(keep, target):
+        awake = set(running) - {target}
+        asleep = set(self._sleeping()) - set(running) - {target}
+        if not self._over(awake, asleep, target):
             return Eviction(frozenset(), f"start {target} (fits the budgets)")
         candidates = sorted(
-            (m for m in keep if m not in self._persistent),
+            (m for m in awake | asleep if m not in self._persistent),
             key=lambda m: (m in busy, self._cost(m), m),
         )
         evicted: list[str] = []
         for model in candidates:
-            if not self._over(keep, target):
+            over = self._over(awake, asleep, target)
+            if not over:
                 break
-            # Only evict what helps: a model using none of an exceeded resource stays.
-            if not any(self._uses(model).get(r, 0) for r in self._over(keep, target)):
+            # Only evict what helps: a model holding none of an exceeded resource stays.
+            holds = [r for r in over if self._uses(model).get(r, 0)]
+            if model in asleep:
+                holds = [r for r in holds if r == self._host]
+            if not holds:
                 continue
-            keep.discard(model)
+            awake.discard(model)
+            asleep.discard(model)
             evicted.append(model)
-        over = self._over(keep, target)
-        if over:
+        if self._over(awake, asleep, target):
             return None
         parts = []
         for model in evicted:
-            state = "busy" if model in busy else "idle"
+            state = "busy" if model in busy else ("asleep" if model not in running else "idle")
             parts.append(f"{model} ({state}, cost {self._cost(model):.1f} s)")
         budgets = ", ".join(f"{r} {_fmt(b)}" for r, b in self._budgets.items())
-        return Eviction(
-            frozenset(evicted), f"evict {', '.join(parts)} to fit {target} within {budgets}"
-        )
+        reason = f"evict {', '.join(parts)} to fit {target} within {budgets}"
+        return Eviction(frozenset(evicted), reason)
 
 
 class CombinedSwapper:

@@ -26,7 +26,7 @@ from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
 from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
-from modelswap.supervisor import health, tree
+from modelswap.supervisor import health, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.reaper import Reaper
@@ -119,6 +119,8 @@ class ManagedProcess:
     async def ensure_ready(self) -> None:
         while True:
             async with self._lock:
+                if self._state is S.SLEEPING:
+                    await self._wake_locked()
                 if self._state is S.READY:
                     return
                 if self._state is S.SHUTDOWN:
@@ -161,6 +163,34 @@ class ManagedProcess:
         if time.monotonic() - failed_at < self.config.failure_backoff:
             raise StartError(self.model, failure)
 
+    async def sleep(self) -> bool:
+        """Evict gently: put a ready sleep-mode backend to sleep (vLLM level 1: its GPU memory
+        is freed, its weights kept in host memory). Anything else — a model already asleep
+        (evicting it again means freeing its host memory too), or a sleep that fails — is
+        stopped. True if it now sleeps."""
+        async with self._lock:
+            if self._state is S.READY and self.config.sleep_mode:
+                if await sleepmode.put_to_sleep(self._session, self.config.proxy):
+                    self.logs.append("[modelswap] asleep (vLLM sleep mode, level 1)")
+                    self._set_state(S.SLEEPING)
+                    return True
+                self.logs.append("[modelswap] the backend would not sleep; stopping it")
+            await self._stop_locked(S.STOPPED)
+            return False
+
+    async def _wake_locked(self) -> None:
+        """Wake a sleeping backend; if it cannot wake, end it so a fresh start follows."""
+        started = time.monotonic()
+        health = (
+            self.config.proxy + self.config.check_endpoint if self.config.check_endpoint else None
+        )
+        if await sleepmode.wake(self._session, self.config.proxy, health):
+            self.logs.append(f"[modelswap] awake after {time.monotonic() - started:.2f} s")
+            self._set_state(S.READY, woke=True)
+            return
+        self.logs.append("[modelswap] the backend did not wake; restarting it")
+        await self._stop_locked(S.STOPPED)
+
     async def stop(self) -> None:
         """Stop the backend (``cmdStop`` or SIGTERM to its group, then SIGKILL). Idempotent."""
         async with self._lock:
@@ -172,7 +202,7 @@ class ManagedProcess:
             await self._stop_locked(S.SHUTDOWN)
 
     async def _stop_locked(self, final: ProcessState) -> None:
-        if self._state in (S.STARTING, S.READY):
+        if self._state in (S.STARTING, S.READY, S.SLEEPING):
             self._set_state(S.STOPPING)
             task = self._start_task
             if task is not None and not task.done():
@@ -392,7 +422,7 @@ class ManagedProcess:
 
     def _mark_died(self, proc: asyncio.subprocess.Process) -> bool:
         """``proc`` has exited: if it was our ready backend, fail at once. Idempotent."""
-        if self._state is not S.READY or proc is not self._proc:
+        if self._state not in (S.READY, S.SLEEPING) or proc is not self._proc:
             return False
         self._fail(
             self._diagnoser.exit(self.logs.tail(DIAGNOSIS_TAIL), proc.returncode, during="serving")
@@ -477,7 +507,7 @@ class ManagedProcess:
     # ---- transitions -----------------------------------------------------------------------
 
     def _fail(self, diagnosis: Diagnosis) -> None:
-        if self._state not in (S.STARTING, S.READY):
+        if self._state not in (S.STARTING, S.READY, S.SLEEPING):
             return  # stopping or stopped: the stop owns the outcome
         self.last_failure = diagnosis
         self.logs.append(f"[modelswap] failed: {diagnosis.summary}")
