@@ -152,17 +152,13 @@ def _cmd_secrets(cmd: Any, base: str) -> Iterable[str]:
 
 
 def audit_url(url: str, key: str | None) -> list[Finding]:
-    """Audit a running instance through its own /api/security (read scope)."""
+    """Audit a running instance through its own ``/api/security`` (read scope; open when the
+    instance has no keys) and what answers without a key."""
     found: list[Finding] = []
     base = url.rstrip("/")
-    try:
-        status = _status(base + "/v1/models", None)
-    except OSError as exc:
-        return [Finding(HIGH, "reach", f"cannot reach {base}: {exc}")]
-    if status == 200:
-        found.append(Finding(HIGH, "exposure", f"{base}/v1/models answers without a key"))
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     request = urllib.request.Request(base + "/api/security", headers=headers)
+    report: dict[str, Any] | None = None
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             report = json.loads(response.read(1 << 20))
@@ -175,17 +171,38 @@ def audit_url(url: str, key: str | None) -> list[Finding]:
                 "(give a key with the read scope for the full report)",
             )
         )
-        return found
     except (OSError, ValueError) as exc:
-        return [*found, Finding(HIGH, "reach", f"cannot read {base}/api/security: {exc}")]
-    if not report.get("loopback_only") and not report.get("keys"):
-        found.append(Finding(HIGH, "exposure", f"listens on {report.get('listen')} without keys"))
+        return [Finding(HIGH, "reach", f"cannot reach {base}: {exc}")]
+    try:
+        open_models = _status(base + "/v1/models", None) == 200
+    except OSError as exc:
+        return [*found, Finding(HIGH, "reach", f"cannot reach {base}: {exc}")]
+    if report is None:
+        if open_models:
+            found.append(Finding(HIGH, "exposure", f"{base}/v1/models answers without a key"))
+        return found
+    loopback = bool(report.get("loopback_only"))
+    if open_models and not loopback:
+        found.append(
+            Finding(
+                HIGH, "exposure", f"listens on {report.get('listen')} and answers without a key"
+            )
+        )
+    elif open_models:
+        found.append(
+            Finding(
+                INFO,
+                "exposure",
+                f"loopback only ({report.get('listen')}); no keys, so every local user may use it",
+            )
+        )
+    else:
+        found.append(Finding(INFO, "exposure", f"{report.get('listen')}; keys are required"))
     for switch in report.get("open_switches", []):
         found.append(Finding(MEDIUM, "open switch", str(switch)))
     for k in report.get("keys", []):
-        found.append(
-            Finding(INFO, "keys", f"{k.get('name')}: scopes {', '.join(k.get('scopes', []))}")
-        )
+        scopes = ", ".join(k.get("scopes", []))
+        found.append(Finding(INFO, "keys", f"{k.get('name')}: scopes {scopes}"))
     return found
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from modelswap.config.export import export_config
 from modelswap.config.security import exposure_problem
 from modelswap.errors import ConfigError
 from modelswap.http.serving import host_port, serve
+from modelswap.observe.activity import ActivityLog
 from modelswap.redact import Redactor
 
 log = logging.getLogger("modelswap")
@@ -71,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--config", help="YAML config file (default: the demo config)")
     audit.add_argument("--url", help="a running modelswap, e.g. http://127.0.0.1:8080")
     audit.add_argument("--key", help="a key with the read scope, for --url (or MODELSWAP_KEY)")
+    act = sub.add_parser("activity", help="print the activity log (one row per request)")
+    act.add_argument("--config", help="YAML config file (default: the demo config)")
+    act.add_argument("--db", help="the activity database (default: from the config)")
+    act.add_argument("--model", help="only this model")
+    act.add_argument("--limit", type=int, default=50, help="rows (newest first; default 50)")
     sub.add_parser("schema", help="print the config's JSON Schema (for editor completion)")
     diag = sub.add_parser(
         "diagnose",
@@ -93,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return diagnose_file(args.log)
     if args.command == "audit":
         return run_audit(args)
+    if args.command == "activity":
+        return print_activity(args)
     try:
         config = load_config(args.config) if args.config else demo_config()
         if args.command == "serve" and args.listen:
@@ -140,6 +149,82 @@ def run_audit(args: argparse.Namespace) -> int:
     return EXIT_RUNTIME if high else EXIT_OK
 
 
+def print_activity(args: argparse.Namespace) -> int:
+    """``modelswap activity``: the newest requests as a table."""
+    path = args.db
+    if path is None:
+        try:
+            config = load_config(args.config) if args.config else demo_config()
+        except ConfigError as exc:
+            print(f"modelswap: invalid configuration: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        obs = config.observability
+        state = Path(config.scheduling.state_dir).expanduser()
+        path = obs.activity_path or str(state / "activity.sqlite3")
+    if path != ":memory:" and not Path(path).expanduser().is_file():
+        print(f"modelswap: no activity database at {path}", file=sys.stderr)
+        return EXIT_RUNTIME
+    store = ActivityLog(Path(path).expanduser())
+    try:
+        rows = store.query(model=args.model, limit=args.limit)
+    finally:
+        store.close_now()
+    print(format_activity(rows))
+    return EXIT_OK
+
+
+def format_activity(rows: list[dict[str, object]]) -> str:
+    columns = [
+        ("time", 19),
+        ("key", 10),
+        ("model", 18),
+        ("route", 22),
+        ("status", 6),
+        ("stream", 6),
+        ("prompt", 6),
+        ("compl", 6),
+        ("ttft s", 7),
+        ("dur s", 7),
+        ("tok/s", 7),
+        ("error", 16),
+    ]
+    out = ["  ".join(f"{name:<{width}}" for name, width in columns)]
+    for row in rows:
+        at = row.get("at")
+        when = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(at)))
+            if isinstance(at, int | float)
+            else "?"
+        )
+        values = [
+            when,
+            row.get("key_name") or "-",
+            row.get("model") or "-",
+            row.get("route"),
+            row.get("status"),
+            "yes" if row.get("streamed") else "no",
+            _cell(row.get("prompt_tokens")),
+            _cell(row.get("completion_tokens")),
+            _cell(row.get("ttft"), 3),
+            _cell(row.get("duration"), 3),
+            _cell(row.get("tokens_per_second"), 1),
+            row.get("error_code") or "",
+        ]
+        out.append(
+            "  ".join(f"{str(v)[:w]:<{w}}" for v, (_, w) in zip(values, columns, strict=True))
+        )
+    out.append(f"{len(rows)} requests")
+    return "\n".join(out)
+
+
+def _cell(value: object, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
 def diagnose_file(path: str) -> int:
     """``modelswap diagnose FILE``: the Diagnosis of a saved log as JSON."""
     try:
@@ -156,7 +241,9 @@ def diagnose_file(path: str) -> int:
 
 
 def describe(config: Config) -> str:
-    """The resolved configuration, one block per model (no process is started)."""
+    """The resolved configuration, one block per model (no process is started); secrets
+    masked like every other surface."""
+    redactor = Redactor(config.secrets)
     lines = [
         f"config: {config.source}",
         f"listen: {host_port(config.listen_host, config.listen_port)}",
@@ -167,10 +254,10 @@ def describe(config: Config) -> str:
         lines.append(
             f"{model.id}" + (f"  (aliases: {', '.join(model.aliases)})" if model.aliases else "")
         )
-        lines.append(f"  cmd:   {shlex.join(model.cmd)}")
+        lines.append(f"  cmd:   {shlex.join(redactor.argv(model.cmd))}")
         if model.cmd_stop:
-            lines.append(f"  stop:  {shlex.join(model.cmd_stop)}")
-        lines.append(f"  proxy: {model.proxy}")
+            lines.append(f"  stop:  {shlex.join(redactor.argv(model.cmd_stop))}")
+        lines.append(f"  proxy: {redactor.url(model.proxy)}")
         lines.append(f"  check: {model.check_endpoint or 'none'}")
         lines.append(f"  ttl:   {model.ttl:g} s" if model.ttl else "  ttl:   never")
         if model.use_model_name:

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+DROPPED = "subscriber.dropped"
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -19,8 +21,9 @@ class Event:
 class EventBus:
     """Fan-out of :class:`Event` to any number of subscribers.
 
-    ``publish`` is synchronous and never blocks: each subscriber has a bounded queue and loses
-    its oldest event when full, so one stuck reader can never stall a state transition.
+    ``publish`` is synchronous and never blocks: each subscriber has a bounded queue, and one
+    whose queue is full is dropped (it receives a final ``subscriber.dropped`` event), so one
+    stuck reader can never stall a state transition or grow without bound.
     """
 
     def __init__(self, queue_size: int = 1000) -> None:
@@ -36,9 +39,15 @@ class EventBus:
         event = Event(kind, data)
         for listener in self._listeners:
             listener(event)
-        for queue in self._subscribers:
+        for queue in list(self._subscribers):
             if queue.full():
-                queue.get_nowait()
+                # A subscriber this far behind is dropped: it gets one last "dropped" event
+                # (its stream then ends) and nothing more. Publishing never waits.
+                self._subscribers.discard(queue)
+                while not queue.empty():
+                    queue.get_nowait()
+                queue.put_nowait(Event(DROPPED, {"reason": "too slow to keep up"}))
+                continue
             queue.put_nowait(event)
 
     async def subscribe(self) -> AsyncIterator[Event]:

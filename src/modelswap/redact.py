@@ -350,7 +350,9 @@ class Redactor:
         self._known_re: re.Pattern[str] | None = None
         if values:
             ordered = sorted(values, key=lambda v: (-len(v), v))
-            self._known_re = re.compile("|".join(re.escape(v) for v in ordered))
+            # Case-insensitive: a secret must stay masked when a backend (or a progress
+            # label) prints it lowercased or uppercased.
+            self._known_re = re.compile("|".join(re.escape(v) for v in ordered), re.IGNORECASE)
 
     def __repr__(self) -> str:  # never the values themselves
         return f"Redactor(<{len(self._secrets)} known secrets>, min_length={self._min_length})"

@@ -24,6 +24,9 @@ from modelswap.config.resolved import ApiKey
 from modelswap.errors import ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
+from modelswap.observe.activity import ActivityLog
+from modelswap.observe.metrics import Metrics, ModelView
+from modelswap.observe.observer import Observer
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
 from modelswap.routing.protocols import Swapper
@@ -37,6 +40,7 @@ from modelswap.routing.swappers import (
     GroupSwapper,
 )
 from modelswap.states import ProcessState
+from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.process import ManagedProcess
 from modelswap.supervisor.reaper import Reaper
 
@@ -73,6 +77,42 @@ class Runtime:
         self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)
         self.events.add_listener(self._record_start)
         self._background: list[asyncio.Task[None]] = []
+        self.activity = self._activity_log(state_dir)
+        # The gateway's own log lines (the CLI attaches a handler that fills it).
+        self.gateway_log = LogBuffer(1000)
+        self.observer = Observer(Metrics(self.model_views), self.activity, self.events)
+
+    def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
+        obs = self.config.observability
+        if not obs.activity_enabled:
+            return None
+        path = obs.activity_path
+        if path is None:
+            path = str(state_dir / "activity.sqlite3") if state_dir else ":memory:"
+        return ActivityLog(
+            Path(path).expanduser() if path != ":memory:" else path,
+            max_age_days=obs.max_age_days,
+            max_rows=obs.max_rows,
+        )
+
+    def model_views(self) -> dict[str, ModelView]:
+        """What /metrics reads about each model at scrape time."""
+        if self._router is None:
+            return {}
+        views: dict[str, ModelView] = {}
+        for model_id, process in self._router.processes.items():
+            ready = process.state is ProcessState.READY
+            meta = process.metadata if ready else None
+            cap = process.capacity if ready else None
+            views[model_id] = ModelView(
+                state=process.state,
+                in_flight=self._router.in_flight(model_id),
+                queued=self._router.queued(model_id),
+                context_length=meta.context_length if meta else None,
+                kv_cache_tokens=cap.kv_cache_tokens if cap else None,
+                max_concurrency=cap.max_concurrency if cap else None,
+            )
+        return views
 
     def uses(self, model_id: str) -> Mapping[str, int]:
         """Memory per resource: what the model declares, else what was measured."""
@@ -161,6 +201,8 @@ class Runtime:
             loop.create_task(sampler.run(), name="memory-sampler"),
             loop.create_task(self._keep_warm(), name="keep-warm"),
         ]
+        if self.activity is not None:
+            self._background.append(loop.create_task(self.activity.run(), name="activity"))
 
     async def _keep_warm(self) -> None:
         """Preload at startup; load defaultModel when nothing runs and all is quiet."""
@@ -194,6 +236,8 @@ class Runtime:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.activity is not None:
+            await self.activity.close()
         if self._router is not None:
             await self._router.close()
         for session in (self._health_session, self._proxy_session):

@@ -257,6 +257,8 @@ async def test_chat_and_completion_non_stream(
         "in_flight": 0,
         "completed": 3,
         "disconnected": 0,
+        "sleeps": 0,
+        "wakes": 0,
         "pid": fake.proc.pid,
     }
 

@@ -22,7 +22,7 @@ from modelswap.config.macros import (
     name_problem,
     transitive_references,
 )
-from modelswap.config.resolved import Config, ModelConfig, Timeouts
+from modelswap.config.resolved import Config, ModelConfig, Observability, Timeouts
 from modelswap.config.scheduling import resolve_scheduling, resolve_uses
 from modelswap.config.schema import DEFAULT_START_TIMEOUT, NO_CHECK_ENDPOINT, RawConfig, RawModel
 from modelswap.config.security import (
@@ -32,6 +32,7 @@ from modelswap.config.security import (
     resolve_security,
 )
 from modelswap.errors import ConfigError
+from modelswap.redact import is_secret_name
 
 Problems = list[tuple[str, str]]
 MAX_PORT = 65535
@@ -99,6 +100,15 @@ def build_config(
         limits=resolve_limits(raw),
         secrets=frozenset(secrets),
         scheduling=scheduling,
+        observability=Observability(
+            scrape_backends=raw.metrics.scrape_backends,
+            activity_enabled=raw.activity.enabled,
+            activity_path=raw.activity.path,
+            capture=raw.activity.capture,
+            capture_bytes=raw.activity.capture_bytes,
+            max_age_days=raw.activity.max_age_days,
+            max_rows=raw.activity.max_rows,
+        ),
     )
 
 
@@ -274,6 +284,10 @@ def _resolve_model(
         if not model.use_model_name.strip():
             problems.append((key_path(*base, "useModelName"), "must not be empty"))
     t = model.timeouts
+    # vLLM serves /sleep and /wake_up only in its dev mode.
+    model_env = ({"VLLM_SERVER_DEV_MODE": "1"} if model.sleep_mode else {}) | _resolve_env(
+        model.env, scope, (*base, "env"), problems
+    )
     before = len(problems)
     proxy = _resolve_proxy(model.proxy, scope, (*base, "proxy"), problems)
     if len(problems) == before:  # a proxy that did not resolve has no meaningful host
@@ -285,6 +299,7 @@ def _resolve_model(
         upstream_key = _expand(model.api_key, scope, (*base, "apiKey"), problems).strip() or None
         if upstream_key:
             secrets.add(upstream_key)
+    _collect_literal_secrets(cmd, cmd_stop, proxy, model_env, secrets)
     return ModelConfig(
         id=model_id,
         cmd=cmd,
@@ -293,11 +308,7 @@ def _resolve_model(
         port=port,
         aliases=tuple(model.aliases),
         use_model_name=use_model_name,
-        env=MappingProxyType(
-            # vLLM serves /sleep and /wake_up only in its dev mode.
-            ({"VLLM_SERVER_DEV_MODE": "1"} if model.sleep_mode else {})
-            | _resolve_env(model.env, scope, (*base, "env"), problems)
-        ),
+        env=MappingProxyType(model_env),
         check_endpoint=_resolve_check(model.check_endpoint, scope, base, problems),
         ttl=model.ttl if model.ttl is not None else raw.global_ttl,
         unlisted=model.unlisted,
@@ -324,6 +335,31 @@ def _resolve_model(
         concurrency_limit=model.concurrency_limit,
         sleep_mode=_check_sleep_mode(model.sleep_mode, cmd, base, problems),
     )
+
+
+def _collect_literal_secrets(
+    cmd: tuple[str, ...],
+    cmd_stop: tuple[str, ...] | None,
+    proxy: str,
+    env: Mapping[str, str],
+    secrets: set[str],
+) -> None:
+    """Secrets written into the file itself (not via ${env.…}) must be masked too: values of
+    secret-looking flags, of secret-named environment variables, and URL passwords."""
+    for argv in (cmd, cmd_stop or ()):
+        for index, arg in enumerate(argv):
+            flag, eq, inline = arg.partition("=")
+            if not flag.startswith("--") or not is_secret_name(flag.lstrip("-")):
+                continue
+            value = inline if eq else (argv[index + 1] if index + 1 < len(argv) else "")
+            if value and not value.startswith("-"):
+                secrets.add(value)
+    for name, value in env.items():
+        if is_secret_name(name) and value:
+            secrets.add(value)
+    password = urlsplit(proxy).password
+    if password:
+        secrets.add(password)
 
 
 def _check_sleep_mode(

@@ -82,6 +82,17 @@ class Scheduling:
 
 
 @dataclass(frozen=True, slots=True)
+class Observability:
+    scrape_backends: bool = False
+    activity_enabled: bool = True
+    activity_path: str | None = None  # None: <stateDir>/activity.sqlite3
+    capture: bool = False
+    capture_bytes: int = 16384
+    max_age_days: float = 30.0
+    max_rows: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """One configured model, fully resolved.
 
@@ -139,6 +150,7 @@ class Config:
     security: Security = field(default_factory=Security)
     limits: Limits = field(default_factory=Limits)
     scheduling: Scheduling = field(default_factory=Scheduling)
+    observability: Observability = field(default_factory=Observability)
     # Every secret value the config holds (keys, ${env.*} values, key files), for redaction.
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import ComputedFieldInfo, FieldInfo
 from pydantic_core import PydanticCustomError
 
-from modelswap.config.schema_sched import RawGroup, RawHooks, Size
+from modelswap.config.schema_sched import RawActivity, RawGroup, RawHooks, RawMetrics, Size
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_PROXY = "http://127.0.0.1:${PORT}"
@@ -433,6 +433,10 @@ class RawConfig(BaseModel):
         None,
         alias="defaultModel",
         description="Loaded when nothing runs and the gateway has been idle for defaultAfter.",
+    )
+    metrics: RawMetrics = Field(default_factory=RawMetrics, description="GET /metrics.")
+    activity: RawActivity = Field(
+        default_factory=RawActivity, description="The per-request activity log."
     )
     default_after: float = Field(
         300.0, gt=0, alias="defaultAfter", description="Idle seconds before defaultModel loads."

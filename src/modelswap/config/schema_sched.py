@@ -37,3 +37,34 @@ class RawHooks(BaseModel):
     on_startup: RawPreload = Field(
         default_factory=RawPreload, alias="onStartup", description="Run once at startup."
     )
+
+
+class RawMetrics(BaseModel):
+    model_config = ConfigDict(**_STRICT)
+
+    scrape_backends: bool = Field(
+        False,
+        alias="scrapeBackends",
+        description="Include each ready backend's own /metrics (2 s, 1 MiB) with a model label.",
+    )
+
+
+class RawActivity(BaseModel):
+    """The per-request activity log (SQLite)."""
+
+    model_config = ConfigDict(**_STRICT)
+
+    enabled: bool = Field(True, description="Keep one record per request.")
+    path: str | None = Field(
+        None, description="SQLite file (default <stateDir>/activity.sqlite3); ':memory:' allowed."
+    )
+    capture: bool = Field(
+        False, description="Also store request and response bodies (bounded and redacted)."
+    )
+    capture_bytes: int = Field(
+        16384, ge=0, alias="captureBytes", description="Bytes of each body kept with capture."
+    )
+    max_age_days: float = Field(
+        30.0, gt=0, alias="maxAgeDays", description="Records older than this are deleted."
+    )
+    max_rows: int = Field(100_000, ge=1, alias="maxRows", description="Newest rows kept.")

@@ -11,6 +11,7 @@ from modelswap.errors import BadRequestError, ModelNotFoundError
 from modelswap.http import proxy
 from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
+from modelswap.http.observing import OBS
 from modelswap.http.openai_routes import read_body
 from modelswap.routing.resolve import close_names
 
@@ -88,6 +89,9 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     if request.query_string:
         path += "?" + request.query_string
     body = await read_body(request, runtime.config.max_request_body_bytes)
+    obs = request.get(OBS)
+    if obs is not None:
+        obs.model, obs.bytes_in = model.id, len(body)
     return await proxy.send_to_model(
         request, runtime.router, runtime.proxy_session, model, path_qs=path, body=body
     )
@@ -101,7 +105,8 @@ def check_upstream_path(raw_path: str, decoded: str) -> None:
     segments (also percent-encoded or double-encoded), backslashes, absolute URLs."""
     segments = decoded.split("/") + raw_path.split("?", 1)[0].split("/")
     if (
-        ".." in segments
+        "//" in decoded  # an empty segment: "//evil" would be a network-path reference
+        or ".." in segments
         or "." in segments
         or "\\" in decoded
         or "://" in decoded
@@ -110,8 +115,8 @@ def check_upstream_path(raw_path: str, decoded: str) -> None:
         or _ENCODED_TRAVERSAL.search(raw_path)
     ):
         raise BadRequestError(
-            "The upstream path must be a plain relative path (no '..', '.', encoded "
-            "slashes or dots, backslashes or URLs).",
+            "The upstream path must be a plain relative path (no '..', '.', empty segments, "
+            "encoded slashes or dots, backslashes or URLs).",
             param="path",
         )
 

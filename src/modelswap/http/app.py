@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http import admin_routes, openai_routes, security_routes
+from modelswap.http import admin_routes, observe_routes, openai_routes, security_routes
 from modelswap.http.auth import FailureLimiter, auth_middleware
 from modelswap.http.cors import Cors
 from modelswap.http.errors import error_response, response_for
 from modelswap.http.keys import RUNTIME
+from modelswap.http.observing import observe_middleware
 from modelswap.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ def create_app(runtime: Runtime) -> web.Application:
     cors = Cors(config.security.cors_origins)
     app = web.Application(
         middlewares=[
+            observe_middleware,
             error_middleware,
             cors.preflight,
             auth_middleware(config.api_keys, FailureLimiter()),
@@ -52,6 +54,7 @@ def create_app(runtime: Runtime) -> web.Application:
     app.on_response_prepare.append(cors.on_prepare)
     app[RUNTIME] = runtime
     openai_routes.add_routes(app)
+    observe_routes.add_routes(app)  # before admin's /logs/{model}: /logs/stream wins
     admin_routes.add_routes(app)
     security_routes.add_routes(app)
     return app

@@ -20,7 +20,7 @@ from aiohttp.typedefs import Middleware
 
 from modelswap.config.resolved import ApiKey
 from modelswap.http.errors import error_response
-from modelswap.http.keys import API_KEY
+from modelswap.http.keys import CLIENT, Client
 from modelswap.http.openai_routes import INFERENCE_PATHS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -29,7 +29,9 @@ OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
 
 _INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
 _INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
-_READ_EXACT = frozenset({"/running", "/api/events", "/api/security", "/metrics"})
+_READ_EXACT = frozenset(
+    {"/running", "/api/events", "/api/security", "/metrics", "/api/activity", "/logs"}
+)
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/")
 _ADMIN_EXACT = frozenset({"/api/config"})
 
@@ -111,7 +113,7 @@ class FailureLimiter:
 def auth_middleware(keys: tuple[ApiKey, ...], limiter: FailureLimiter) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request[API_KEY] = None
+        request[CLIENT] = Client(None)
         needed = route_class(request.path)
         if not keys or needed == OPEN:
             return await handler(request)
@@ -140,7 +142,7 @@ def auth_middleware(keys: tuple[ApiKey, ...], limiter: FailureLimiter) -> Middle
                 403,
                 code="insufficient_scope",
             )
-        request[API_KEY] = key
+        request[CLIENT] = Client(key)
         return await handler(request)
 
     return middleware

@@ -114,10 +114,10 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
             if capacity:
                 row["capacity"] = capacity
         if process.last_failure is not None:
-            row["last_failure"] = runtime.redactor.diagnosis_dict(process.last_failure.as_dict())
-        if "last_progress_line" in row:
-            row["last_progress_line"] = runtime.redactor.text(row["last_progress_line"])
-        rows.append(row)
+            row["last_failure"] = process.last_failure.as_dict()
+        redacted = runtime.redactor.data(row)  # progress lines and phases quote the backend
+        assert isinstance(redacted, dict)
+        rows.append(redacted)
     return rows
 
 

@@ -8,8 +8,13 @@ from modelswap.errors import BodyTooLargeError
 from modelswap.http import proxy
 from modelswap.http.catalog import model_rows
 from modelswap.http.extract import extract_model, replace_model, wants_stream
-from modelswap.http.keys import API_KEY, RUNTIME
+from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.observing import OBS
+from modelswap.observe.usage import UsageTracker, request_usage_injection
 from modelswap.runtime import Runtime
+
+# Streamed answers on these carry a final usage chunk when asked (stream_options).
+USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 # Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
 INFERENCE_PATHS = (
@@ -56,9 +61,18 @@ async def inference(request: web.Request) -> web.StreamResponse:
     content_type = request.headers.get("Content-Type", "application/json")
     body = await read_body(request, body_limit(runtime, content_type))
     name = extract_model(content_type, body)
-    model = runtime.resolve(name, request.get(API_KEY))
+    model = runtime.resolve(name, client_key(request))
     if model.upstream_name != name:
         body = replace_model(content_type, body, model.upstream_name)
+    stream = wants_stream(content_type, body)
+    obs = request.get(OBS)
+    if obs is not None:
+        obs.model, obs.bytes_in = model.id, len(body)
+        obs.request_body = body[: obs.capture_limit]
+        injected = request_usage_injection(body) if request.path in USAGE_PATHS else None
+        if injected is not None:  # ask for the usage chunk; the client will not see it
+            body = injected
+        obs.usage = UsageTracker(streamed=stream, strip_usage_chunk=injected is not None)
     return await proxy.send_to_model(
         request,
         runtime.router,
@@ -66,13 +80,13 @@ async def inference(request: web.Request) -> web.StreamResponse:
         model,
         path_qs=request.path_qs,
         body=body,
-        stream=wants_stream(content_type, body),
+        stream=stream,
     )
 
 
 async def list_models(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    rows = model_rows(runtime, request.get(API_KEY))
+    rows = model_rows(runtime, client_key(request))
     return web.json_response({"object": "list", "data": rows})
 
 

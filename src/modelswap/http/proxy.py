@@ -24,6 +24,7 @@ from modelswap.errors import (
     UpstreamUnreachableError,
 )
 from modelswap.http.errors import envelope
+from modelswap.http.observing import OBS, RequestObs
 from modelswap.http.waiting import WaitingStream
 from modelswap.routing.local import Lease, LocalRouter
 
@@ -168,6 +169,7 @@ async def forward(
     to the client yet; after that, a broken backend ends the stream (with an SSE error event
     for event streams).
     """
+    obs = request.get(OBS)
     try:
         async with asyncio.timeout(timeouts.total):
             upstream = await _open_upstream(
@@ -179,10 +181,12 @@ async def forward(
                 body,
                 timeouts,
             )
+            if obs is not None:
+                obs.first_byte()
             try:
                 if into is not None:
-                    return await _relay_into(into, upstream, lease, timeouts)
-                return await _relay(request, upstream, lease, timeouts)
+                    return await _relay_into(into, upstream, lease, timeouts, obs)
+                return await _relay(request, upstream, lease, timeouts, obs)
             finally:
                 upstream.close()
     except TimeoutError as exc:
@@ -198,15 +202,16 @@ async def _relay(
     upstream: aiohttp.ClientResponse,
     lease: Lease,
     timeouts: Timeouts,
+    obs: RequestObs | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.update(_response_headers(upstream))
     if upstream.status >= 400:
         return await _relay_error(request, response, upstream)
-    if upstream.content_length is not None:
+    if upstream.content_length is not None and not _strips(obs):
         response.content_length = upstream.content_length
     await response.prepare(request)
-    failure = await _copy(upstream, response, lease, timeouts)
+    failure = await _copy(upstream, response, lease, timeouts, obs)
     if failure is None:
         await response.write_eof()
         return response
@@ -222,6 +227,7 @@ async def _relay_into(
     upstream: aiohttp.ClientResponse,
     lease: Lease,
     timeouts: Timeouts,
+    obs: RequestObs | None = None,
 ) -> web.StreamResponse:
     """Relay into an event stream whose headers were already sent (see ``waiting``)."""
     if upstream.status >= 400:
@@ -233,7 +239,7 @@ async def _relay_into(
         await response.write(b"data: " + body + b"\n\n")
         await response.write_eof()
         return response
-    failure = await _copy(upstream, response, lease, timeouts)
+    failure = await _copy(upstream, response, lease, timeouts, obs)
     if failure is not None:
         return await _end_with_error_event(response, *failure)
     await response.write_eof()
@@ -278,11 +284,17 @@ def json_object_with_error(body: bytes) -> dict[str, object] | None:
     return data if isinstance(data, dict) and "error" in data else None
 
 
+def _strips(obs: RequestObs | None) -> bool:
+    """Whether the relayed body may differ in length from the backend's (usage stripping)."""
+    return obs is not None and obs.usage is not None and obs.usage.strips
+
+
 async def _copy(
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
     lease: Lease,
     timeouts: Timeouts,
+    obs: RequestObs | None = None,
 ) -> tuple[int, str] | None:
     """Relay chunks as they arrive; on a broken or stalled backend, ``(status, message)``."""
     try:
@@ -290,7 +302,13 @@ async def _copy(
             async with asyncio.timeout(timeouts.idle_between_chunks):
                 chunk = await upstream.content.readany()
             if not chunk:
+                if obs is not None and (rest := obs.finish()):
+                    await response.write(rest)
                 return None
+            if obs is not None:
+                chunk = obs.tap(chunk)
+                if not chunk:
+                    continue
             await response.write(chunk)
     except TimeoutError:
         message = (

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from modelswap.config.export import export_config
 from modelswap.config.security import security_report
-from modelswap.events import Event
+from modelswap.events import DROPPED, Event
 from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
 
@@ -72,10 +72,13 @@ async def events(request: web.Request) -> web.StreamResponse:
                 continue
             data = runtime.redactor.data({**_plain(event.data), "at": event.at})
             await response.write(_frame(event.kind, data))
+            if event.kind == DROPPED:
+                break
     finally:
         runtime.events.unsubscribe(queue)
         with contextlib.suppress(Exception):
             await response.write_eof()
+    return response
 
 
 def add_routes(app: web.Application) -> None:

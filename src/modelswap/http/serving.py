@@ -14,15 +14,20 @@ from modelswap import __version__
 from modelswap.config import Config
 from modelswap.config.security import open_switches
 from modelswap.http.app import create_app
+from modelswap.http.observe_routes import GatewayLogHandler
 from modelswap.runtime import Runtime
 
 log = logging.getLogger("modelswap")
 
-_REFUSAL = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Connection: close\r\nX-Modelswap-Error: 1\r\nContent-Length: 118\r\n\r\n"
+_REFUSAL_BODY = (
     b'{"error":{"message":"Too many connections to modelswap.","type":"service_unavailable",'
     b'"code":"too_many_connections","param":null}}'
+)
+_REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nX-Modelswap-Error: 1\r\n"
+    + f"Content-Length: {len(_REFUSAL_BODY)}\r\n\r\n".encode()
+    + _REFUSAL_BODY
 )
 
 
@@ -69,6 +74,8 @@ async def serve(
 ) -> int:
     """Run until SIGTERM/SIGINT; then finish in-flight requests and stop every backend."""
     runtime = Runtime(config, allow_unauthenticated_network=allow_unauthenticated_network)
+    handler = GatewayLogHandler(runtime.gateway_log)
+    logging.getLogger().addHandler(handler)
     await runtime.start()
     limits = config.limits
     runner = web.AppRunner(
@@ -116,4 +123,5 @@ async def serve(
         log.info("shutting down: finishing in-flight requests, then stopping backends")
         await runner.cleanup()
         await runtime.close()
+        logging.getLogger().removeHandler(handler)
     return 0

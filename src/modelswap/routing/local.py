@@ -13,7 +13,7 @@ import time
 from collections.abc import Coroutine, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
-from modelswap.errors import StartError
+from modelswap.errors import Diagnosis, StartError
 from modelswap.events import Event, EventBus
 from modelswap.routing.protocols import Admission, Swapper
 from modelswap.routing.scheduler import Scheduler, SchedulerPolicy
@@ -22,6 +22,12 @@ from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
 
 log = logging.getLogger(__name__)
+
+ABORTED = Diagnosis(
+    "start_aborted",
+    "The start was cancelled: every request waiting for it went away.",
+    fix="send the request again.",
+)
 
 
 @dataclass(eq=False)
@@ -67,6 +73,7 @@ class LocalRouter:
         self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self, policy)
         self._tick_seconds = tick_seconds
         self._swap_tasks: dict[str, asyncio.Task[None]] = {}
+        self._aborted: set[str] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle_timers: dict[str, asyncio.TimerHandle] = {}
@@ -144,10 +151,12 @@ class LocalRouter:
         self._swap_tasks[target] = task
 
     def cancel_swap(self, target: str) -> None:
-        """Nobody waits for ``target`` any more and others wait: abort its start."""
+        """Nobody waits for ``target`` any more and others wait: abort its start — before it
+        begins (the swap may still be stopping what it evicts) or while it runs."""
         task = self._swap_tasks.get(target)
         if task is not None and not task.done():
             log.info("swap: cancelling the start of %s: every waiter left", target)
+            self._aborted.add(target)
             self._spawn_task(self._abort_start(target), f"abort:{target}")
 
     async def _abort_start(self, target: str) -> None:
@@ -180,6 +189,8 @@ class LocalRouter:
         try:
             if evict:
                 await self._stop_processes(evict, sleep=True)
+            if target in self._aborted:
+                raise StartError(target, ABORTED)
             await self.processes[target].ensure_ready()
         except StartError as exc:
             error = exc
@@ -189,6 +200,7 @@ class LocalRouter:
             log.exception("swap to %s failed", target)
             error = exc
         self._swap_tasks.pop(target, None)
+        self._aborted.discard(target)
         self.scheduler.on_swap_done(target, error)
         if error is None:
             self._maybe_arm_idle_timer(target)

@@ -87,11 +87,12 @@ class Scheduler:
         if self._shutdown:
             self._effects.grant_error(admission, ShuttingDownError())
             return
-        if len(self._queue) >= self._policy.queue_limit:
-            self._effects.grant_error(admission, QueueFullError(self._policy.retry_after))
-            return
         self._queue.append(admission)
         self._pump()
+        # queueLimit bounds *waiting* requests: one served at once never counts against it.
+        if admission in self._queue and len(self._queue) > self._policy.queue_limit:
+            self._queue.remove(admission)
+            self._effects.grant_error(admission, QueueFullError(self._policy.retry_after))
 
     def on_cancel(self, admission: Admission) -> None:
         """The client went away while queued: it leaves the queue and causes no start. A no-op
@@ -173,7 +174,10 @@ class Scheduler:
             if adm.model in self._running and adm.model not in blocked and self._has_room(adm):
                 self._queue.remove(adm)
                 self._grant(adm)
-        if target is None or eviction is None or self._stopping:
+        if target is None or eviction is None:
+            self._due_since.clear()  # nothing is due: a later swap starts its own drain clock
+            return
+        if self._stopping:
             return
         now = self._effects.now()
         due = self._due_since.get(target, now)

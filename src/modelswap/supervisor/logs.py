@@ -32,6 +32,10 @@ class LogBuffer:
     def add_listener(self, listener: LineListener) -> None:
         self._listeners.append(listener)
 
+    def remove_listener(self, listener: LineListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def feed(self, data: bytes) -> None:
         if data:
             self.last_output_monotonic = time.monotonic()

@@ -1,0 +1,166 @@
+"""Observability routes: /metrics, /api/activity, live log streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import aiohttp
+from aiohttp import web
+
+from modelswap.errors import BadRequestError
+from modelswap.http.keys import RUNTIME
+from modelswap.observe.metrics import relabel_backend_metrics
+from modelswap.states import ProcessState
+from modelswap.supervisor.logs import LogBuffer
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT = 2.0
+SCRAPE_MAX_BYTES = 1024 * 1024
+STREAM_QUEUE = 1000
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def metrics(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    body = runtime.observer.metrics.exposition()
+    if runtime.config.observability.scrape_backends:
+        body += await _scrape_backends(request)
+    return web.Response(body=body, headers={"Content-Type": PROMETHEUS_TEXT})
+
+
+async def _scrape_backends(request: web.Request) -> bytes:
+    """Each ready backend's own /metrics, bounded, with a ``model`` label added."""
+    runtime = request.app[RUNTIME]
+    ready = [p for p in runtime.router.processes.values() if p.state is ProcessState.READY]
+
+    async def one(model: str, url: str) -> str:
+        try:
+            async with asyncio.timeout(SCRAPE_TIMEOUT):
+                async with runtime.proxy_session.get(url) as resp:
+                    if resp.status != 200:
+                        return ""
+                    raw = await resp.content.read(SCRAPE_MAX_BYTES)
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return ""
+        return relabel_backend_metrics(raw.decode("utf-8", "replace"), model)
+
+    parts = await asyncio.gather(*(one(p.model, p.config.proxy + "/metrics") for p in ready))
+    return "".join(parts).encode()
+
+
+def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> float | None:
+    text = request.query.get(name)
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError as exc:
+        raise BadRequestError(f"`{name}` must be a number.", param=name) from exc
+
+
+async def activity(request: web.Request) -> web.Response:
+    """Newest first; filters ``model``, ``since`` (unix time), ``status``; paging with
+    ``limit`` and ``before`` (the smallest ``id`` of the previous page)."""
+    runtime = request.app[RUNTIME]
+    if runtime.activity is None:
+        return web.json_response({"object": "list", "data": [], "enabled": False})
+    store = runtime.activity
+    limit = _number(request, "limit", int)
+    before = _number(request, "before", int)
+    status = _number(request, "status", int)
+    since = _number(request, "since", float)
+
+    def read() -> list[dict[str, object]]:  # SQLite off the event loop
+        store.flush_now()
+        return store.query(
+            model=request.query.get("model"),
+            since=since,
+            status=int(status) if status is not None else None,
+            limit=int(limit) if limit is not None else 100,
+            before_id=int(before) if before is not None else None,
+        )
+
+    rows = await asyncio.to_thread(read)
+    return web.json_response({"object": "list", "data": rows})
+
+
+async def gateway_log(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    lines = runtime.gateway_log.tail()
+    return web.Response(text="\n".join(lines) + ("\n" if lines else ""), content_type="text/plain")
+
+
+async def log_stream(request: web.Request) -> web.StreamResponse:
+    """SSE of a log: the buffered history first (unless ``?no-history``), then live lines.
+    A reader that falls STREAM_QUEUE lines behind is disconnected."""
+    runtime = request.app[RUNTIME]
+    name = request.match_info.get("model")
+    if name:
+        buffer: LogBuffer = runtime.router.processes[runtime.resolve(name).id].logs
+    else:
+        buffer = runtime.gateway_log
+    queue: asyncio.Queue[str | None] = asyncio.Queue(STREAM_QUEUE)
+
+    def on_line(line: str) -> None:
+        if queue.full():
+            buffer.remove_listener(on_line)
+            while not queue.empty():
+                queue.get_nowait()
+            queue.put_nowait(None)  # too slow: end this stream
+        else:
+            queue.put_nowait(line)
+
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    buffer.add_listener(on_line)
+    redact = runtime.redactor.text
+    try:
+        await response.prepare(request)
+        if "no-history" not in request.query:
+            for line in buffer.tail():
+                await response.write(f"data: {redact(line)}\n\n".encode())
+        while True:
+            try:
+                live = await asyncio.wait_for(queue.get(), 15.0)
+            except TimeoutError:
+                await response.write(b": keepalive\n\n")
+                continue
+            if live is None:
+                break
+            await response.write(f"data: {redact(live)}\n\n".encode())
+    finally:
+        buffer.remove_listener(on_line)
+        with contextlib.suppress(Exception):
+            await response.write_eof()
+    return response
+
+
+class GatewayLogHandler(logging.Handler):
+    """Copies the gateway's own log records into a ring buffer (for /logs and streams)."""
+
+    def __init__(self, buffer: LogBuffer) -> None:
+        super().__init__()
+        self._buffer = buffer
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._buffer.append(self.format(record))
+        except Exception:  # a log handler must never raise
+            self.handleError(record)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/api/activity", activity)
+    app.router.add_get("/logs", gateway_log)
+    app.router.add_get("/logs/stream", log_stream)
+    app.router.add_get("/logs/stream/{model:.+}", log_stream)

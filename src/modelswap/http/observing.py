@@ -1,0 +1,134 @@
+"""Per-request observation: one record per model request (inference and ``/upstream``).
+
+The middleware starts the clock and, when the response is done (or the client left: 499),
+hands a :class:`RequestRecord` to the runtime's Observer — metrics, the activity log, the
+``request.finished`` event. The proxy fills in what only it knows through :class:`RequestObs`:
+the model, the time to the backend's first byte, the bytes relayed and the token usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from modelswap.http.errors import GATEWAY_ERROR_HEADER
+from modelswap.http.keys import RUNTIME, client_key
+from modelswap.observe.records import RequestRecord
+from modelswap.observe.usage import UsageTracker
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLIENT_CLOSED = 499
+
+
+@dataclass
+class RequestObs:
+    started: float = field(default_factory=time.monotonic)
+    at: float = field(default_factory=time.time)
+    model: str | None = None
+    ttft: float | None = None
+    bytes_in: int = 0
+    bytes_out: int = 0
+    usage: UsageTracker | None = None
+    capture_limit: int = 0  # >0: keep this many bytes of each body
+    request_body: bytes = b""
+    response_body: bytearray = field(default_factory=bytearray)
+
+    def first_byte(self) -> None:
+        if self.ttft is None:
+            self.ttft = time.monotonic() - self.started
+
+    def tap(self, chunk: bytes) -> bytes:
+        """A response chunk on its way to the client: count it, read usage, maybe strip."""
+        out = self.usage.feed(chunk) if self.usage is not None else chunk
+        self._sent(out)
+        return out
+
+    def finish(self) -> bytes:
+        out = self.usage.finish() if self.usage is not None else b""
+        self._sent(out)
+        return out
+
+    def _sent(self, data: bytes) -> None:
+        self.bytes_out += len(data)
+        room = self.capture_limit - len(self.response_body)
+        if room > 0 and data:
+            self.response_body += data[:room]
+
+
+OBS: web.RequestKey[RequestObs] = web.RequestKey("obs", RequestObs)
+
+
+def _error_code(response: web.StreamResponse) -> str | None:
+    if GATEWAY_ERROR_HEADER not in response.headers or not isinstance(response, web.Response):
+        return None
+    try:
+        body = response.body
+        data = json.loads(body if isinstance(body, bytes) else b"{}")
+        code = data["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return str(code) if code is not None else None
+
+
+def observed(path: str) -> bool:
+    from modelswap.http.auth import INFERENCE, route_class
+
+    if path in ("/v1/models", "/models"):
+        return False
+    return route_class(path) == INFERENCE or path.startswith("/upstream/")
+
+
+@web.middleware
+async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not observed(request.path):
+        return await handler(request)
+    runtime = request.app[RUNTIME]
+    obs = RequestObs()
+    if runtime.config.observability.capture:
+        obs.capture_limit = runtime.config.observability.capture_bytes
+    request[OBS] = obs
+    status, code, response = 500, None, None
+    try:
+        response = await handler(request)
+        status, code = response.status, _error_code(response)
+        return response
+    except asyncio.CancelledError:
+        status = CLIENT_CLOSED
+        raise
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        if response is not None and not obs.bytes_out and isinstance(response, web.Response):
+            obs.bytes_out = response.content_length or 0
+        key = client_key(request)
+        redact = runtime.redactor.text
+        usage = obs.usage
+        runtime.observer.request_finished(
+            RequestRecord(
+                at=obs.at,
+                key_name=key.name if key is not None else None,
+                model=obs.model,
+                route=request.path if not request.path.startswith("/upstream/") else "/upstream",
+                status=status,
+                streamed=bool(usage and usage.streamed),
+                prompt_tokens=usage.prompt_tokens if usage else None,
+                completion_tokens=usage.completion_tokens if usage else None,
+                ttft=obs.ttft,
+                duration=time.monotonic() - obs.started,
+                bytes_in=obs.bytes_in,
+                bytes_out=obs.bytes_out,
+                error_code=code,
+                request_body=redact(obs.request_body.decode("utf-8", "replace"))
+                if obs.capture_limit
+                else None,
+                response_body=redact(bytes(obs.response_body).decode("utf-8", "replace"))
+                if obs.capture_limit
+                else None,
+            )
+        )

@@ -1,0 +1,1 @@
+"""Observability: the activity log, metrics and usage extraction."""

@@ -1,0 +1,414 @@
+"""The persistent activity log: one SQLite row per finished request.
+
+Writing is off the request path. :meth:`ActivityLog.record` only appends to a bounded in-memory
+queue (no I/O, never blocks); :meth:`ActivityLog.run`, a background task, writes the queue in one
+transaction every ``batch_seconds`` on a worker thread (``asyncio.to_thread``) so SQLite never
+blocks the event loop, and applies retention at most once per :data:`RETENTION_INTERVAL`.
+
+The database carries a schema version in ``meta``; :data:`MIGRATIONS` brings an older file up to
+:data:`SCHEMA_VERSION` (rows kept), and a file from a newer modelswap is refused with
+:class:`ActivityError` rather than written to.
+
+One connection, guarded by a lock, serves writes and queries (``check_same_thread=False``); a
+file database uses WAL. :meth:`query` and :meth:`stats` block on that lock and on disk I/O:
+call them from a thread (``asyncio.to_thread``) when on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from modelswap.errors import ModelswapError
+from modelswap.observe.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+MEMORY = ":memory:"
+MAX_QUERY_LIMIT = 1000
+RETENTION_INTERVAL = 60.0
+"""Seconds between two retention passes in :meth:`ActivityLog.run`."""
+
+
+class ActivityError(ModelswapError):
+    """The activity database cannot be used (newer schema, not a database, write failure)."""
+
+
+def _migrate_to_v1(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE requests ("
+        " id INTEGER PRIMARY KEY, at REAL NOT NULL, key_name TEXT, model TEXT,"
+        " route TEXT NOT NULL, status INTEGER NOT NULL, streamed INTEGER NOT NULL,"
+        " prompt_tokens INTEGER, completion_tokens INTEGER, ttft REAL, duration REAL NOT NULL,"
+        " bytes_in INTEGER NOT NULL, bytes_out INTEGER NOT NULL, error_code TEXT)"
+    )
+    conn.execute("CREATE INDEX requests_at ON requests(at)")
+    conn.execute("CREATE INDEX requests_model ON requests(model)")
+
+
+def _migrate_to_v2(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE requests ADD COLUMN tokens_per_second REAL")
+    conn.execute("ALTER TABLE requests ADD COLUMN request_body TEXT")
+    conn.execute("ALTER TABLE requests ADD COLUMN response_body TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_to_v1, _migrate_to_v2]
+"""``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_COLUMNS = (
+    "at",
+    "key_name",
+    "model",
+    "route",
+    "status",
+    "streamed",
+    "prompt_tokens",
+    "completion_tokens",
+    "ttft",
+    "duration",
+    "tokens_per_second",
+    "bytes_in",
+    "bytes_out",
+    "error_code",
+    "request_body",
+    "response_body",
+)
+_INSERT = (
+    f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
+)
+_SELECT = f"SELECT id, {', '.join(_COLUMNS)} FROM requests"
+
+
+def _row_values(rec: RequestRecord) -> tuple[object, ...]:
+    return (
+        rec.at,
+        rec.key_name,
+        rec.model,
+        rec.route,
+        rec.status,
+        int(rec.streamed),
+        rec.prompt_tokens,
+        rec.completion_tokens,
+        rec.ttft,
+        rec.duration,
+        rec.tokens_per_second,
+        rec.bytes_in,
+        rec.bytes_out,
+        rec.error_code,
+        rec.request_body,
+        rec.response_body,
+    )
+
+
+def _row_dict(row: tuple[object, ...]) -> dict[str, object]:
+    out: dict[str, object] = {"id": row[0]}
+    for name, value in zip(_COLUMNS, row[1:], strict=True):
+        if name in ("request_body", "response_body") and value is None:
+            continue
+        out[name] = bool(value) if name == "streamed" else value
+    return out
+
+
+def stored_version(conn: sqlite3.Connection) -> int:
+    """The schema version recorded in ``conn`` (0 for a database without one). Read-only."""
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if has_meta is None:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        return 0
+    try:
+        return int(row[0])
+    except (TypeError, ValueError) as exc:
+        raise ActivityError(
+            f"activity database has an unreadable schema_version {row[0]!r}"
+        ) from exc
+
+
+def _check_version(conn: sqlite3.Connection, where: str) -> int:
+    version = stored_version(conn)
+    if version > SCHEMA_VERSION:
+        raise ActivityError(
+            f"activity database {where} has schema version {version}, newer than this modelswap"
+            f" understands ({SCHEMA_VERSION}); upgrade modelswap or point activity at another file"
+        )
+    return version
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _migrate(conn: sqlite3.Connection, where: str) -> None:
+    """Apply :data:`MIGRATIONS` from the stored version up, one transaction per step."""
+    version = _check_version(conn, where)
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            MIGRATIONS[target - 1](conn)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(target),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        log.info("activity database %s migrated to schema version %d", where, target)
+
+
+def _connect(path: str | Path) -> tuple[sqlite3.Connection, str]:
+    if str(path) == MEMORY:
+        conn = sqlite3.connect(MEMORY, check_same_thread=False, isolation_level=None)
+        return conn, MEMORY
+    file = Path(path).expanduser()
+    file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not file.exists():
+        # Key names (and, with capture, bodies) live here: readable by the owner only. SQLite
+        # gives the -wal and -shm files the same permissions as the database file.
+        os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+    conn = sqlite3.connect(file, check_same_thread=False, isolation_level=None)
+    return conn, str(file)
+
+
+class ActivityLog:
+    """Batched, bounded, versioned SQLite log of finished requests.
+
+    ``record`` is safe from any thread and never blocks. ``run`` is the writer task; ``close``
+    (or ``close_now``) writes whatever is still pending and closes the database. Records that
+    arrive after closing, or that overflow the pending queue, are counted in ``dropped``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_age_days: float = 30,
+        max_rows: int = 100_000,
+        batch_seconds: float = 0.5,
+        max_pending: int = 10_000,
+    ) -> None:
+        if max_age_days <= 0 or max_rows < 1 or batch_seconds <= 0 or max_pending < 1:
+            raise ValueError(
+                "max_age_days and batch_seconds must be > 0, max_rows and max_pending >= 1"
+            )
+        self.max_age_days = max_age_days
+        self.max_rows = max_rows
+        self.batch_seconds = batch_seconds
+        self.max_pending = max_pending
+        self._pending: deque[RequestRecord] = deque()
+        self._pending_lock = threading.Lock()
+        self._conn_lock = threading.Lock()
+        self._dropped = 0
+        self._closed = False
+        self._stop = asyncio.Event()
+        self._last_retention: float | None = None
+        try:
+            conn, self.where = _connect(path)
+        except (OSError, sqlite3.Error) as exc:
+            raise ActivityError(f"cannot open activity database {path}: {exc}") from exc
+        try:
+            self._setup(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise ActivityError(f"cannot use activity database {self.where}: {exc}") from exc
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        # The version is checked before anything is written, so a newer file is left untouched.
+        _check_version(conn, self.where)
+        if self.where != MEMORY:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("activity database %s: journal_mode is %s, not wal", self.where, mode)
+            conn.execute("PRAGMA synchronous=NORMAL")
+        _migrate(conn, self.where)
+
+    # -- the request path ---------------------------------------------------------------------
+
+    def record(self, rec: RequestRecord) -> None:
+        """Queue ``rec`` for the next batch. No I/O; drops the oldest pending record when full."""
+        with self._pending_lock:
+            if self._closed:
+                self._dropped += 1
+                return
+            if len(self._pending) >= self.max_pending:
+                self._pending.popleft()
+                self._dropped += 1
+            self._pending.append(rec)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _write_pending(self, *, closing: bool = False) -> int:
+        """Write every pending record in one transaction. Blocks: call it off the event loop."""
+        with self._conn_lock:
+            with self._pending_lock:
+                batch = list(self._pending)
+                self._pending.clear()
+                if closing:
+                    self._closed = True
+            if not batch:
+                return 0
+            conn = self._conn
+            if conn is None:
+                self._count_dropped(len(batch))
+                return 0
+            try:
+                conn.execute("BEGIN")
+                try:
+                    conn.executemany(_INSERT, [_row_values(rec) for rec in batch])
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                self._count_dropped(len(batch))
+                raise ActivityError(
+                    f"writing {len(batch)} activity rows to {self.where} failed: {exc}"
+                ) from exc
+            return len(batch)
+
+    def _count_dropped(self, n: int) -> None:
+        with self._pending_lock:
+            self._dropped += n
+
+    def flush_now(self) -> int:
+        """Write the pending records now, on this thread; returns how many. For tests and CLI."""
+        return self._write_pending()
+
+    def retain(self, now: float | None = None) -> int:
+        """Delete rows older than ``max_age_days`` and all but the newest ``max_rows``.
+
+        Returns the number of rows deleted. Blocks: call it off the event loop. ``run`` calls it
+        at most once per :data:`RETENTION_INTERVAL`.
+        """
+        cutoff = (time.time() if now is None else now) - self.max_age_days * 86_400
+        with self._conn_lock:
+            conn = self._conn
+            if conn is None:
+                return 0
+            conn.execute("BEGIN")
+            try:
+                deleted = conn.execute("DELETE FROM requests WHERE at < ?", (cutoff,)).rowcount
+                deleted += conn.execute(
+                    "DELETE FROM requests WHERE id <= ("
+                    " SELECT id FROM requests ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                    (self.max_rows,),
+                ).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+        if deleted:
+            log.debug("activity retention deleted %d rows", deleted)
+        return deleted
+
+    def _retention_due(self) -> bool:
+        last = self._last_retention
+        return last is None or time.monotonic() - last >= RETENTION_INTERVAL
+
+    def _tick(self) -> None:
+        self._write_pending()
+        if self._retention_due():
+            self._last_retention = time.monotonic()
+            self.retain()
+
+    async def run(self) -> None:
+        """The writer task: every ``batch_seconds`` write the pending batch on a worker thread.
+
+        Returns once :meth:`close` is called; a failed batch is logged (and counted in
+        ``dropped``), never fatal. Cancelling it is safe: ``close`` writes what is left.
+        """
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.batch_seconds)
+            if self._stop.is_set():
+                return
+            if not self._pending and not self._retention_due():
+                continue  # idle: no thread hop
+            try:
+                await asyncio.to_thread(self._tick)
+            except (ActivityError, sqlite3.Error) as exc:
+                log.warning("activity log: %s", exc)
+
+    def close_now(self) -> None:
+        """Write what is pending and close the database, on this thread. Idempotent."""
+        try:
+            self._write_pending(closing=True)
+        finally:
+            with self._conn_lock:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+    async def close(self) -> None:
+        """Stop :meth:`run`, write what is pending (off the loop) and close. Idempotent."""
+        self._stop.set()
+        await asyncio.to_thread(self.close_now)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ActivityError(f"activity log {self.where} is closed")
+        return self._conn
+
+    def query(
+        self,
+        *,
+        model: str | None = None,
+        since: float | None = None,
+        status: int | None = None,
+        limit: int = 100,
+        before_id: int | None = None,
+    ) -> list[dict[str, object]]:
+        """Stored rows, newest first, as JSON-ready dicts (with ``id``; bodies only if stored).
+
+        Page with ``before_id`` = the smallest ``id`` of the previous page. ``limit`` is capped
+        at :data:`MAX_QUERY_LIMIT`. Pending (not yet written) records are not included.
+        """
+        clauses: list[str] = []
+        params: list[object] = []
+        if model is not None:
+            clauses.append("model = ?")
+            params.append(model)
+        if since is not None:
+            clauses.append("at >= ?")
+            params.append(since)
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status)
+        if before_id is not None:
+            clauses.append("id < ?")
+            params.append(before_id)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        params.append(max(0, min(limit, MAX_QUERY_LIMIT)))
+        with self._conn_lock:
+            rows = (
+                self._connection()
+                .execute(f"{_SELECT}{where} ORDER BY id DESC LIMIT ?", params)
+                .fetchall()
+            )
+        return [_row_dict(tuple(row)) for row in rows]
+
+    def stats(self) -> dict[str, int]:
+        """``{"rows": stored, "dropped": lost, "pending": queued}``; a snapshot."""
+        with self._conn_lock:
+            rows = int(self._connection().execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+        with self._pending_lock:
+            return {"rows": rows, "dropped": self._dropped, "pending": len(self._pending)}

@@ -1,0 +1,166 @@
+"""Prometheus metrics (``GET /metrics``), on a registry of our own (no global state).
+
+Request, token and start metrics are updated as things happen; per-model state, in-flight,
+queue depth and the reported context/capacity are read when scraped (``ModelView``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from modelswap.observe.records import RequestRecord
+from modelswap.states import ProcessState
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    """What the scrape reads about one model at that moment."""
+
+    state: ProcessState
+    in_flight: int
+    queued: int
+    context_length: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+
+
+class _LiveCollector:
+    def __init__(self, view: Callable[[], Mapping[str, ModelView]]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterable[Metric]:
+        views = self._view()
+        state = GaugeMetricFamily(
+            "modelswap_model_state", "1 for the model's current state", labels=["model", "state"]
+        )
+        in_flight = GaugeMetricFamily(
+            "modelswap_in_flight", "Requests being served", labels=["model"]
+        )
+        queue = GaugeMetricFamily(
+            "modelswap_queue_depth", "Requests waiting for the model", labels=["model"]
+        )
+        context = GaugeMetricFamily(
+            "modelswap_context_length_tokens",
+            "Context per request the running backend reported",
+            labels=["model"],
+        )
+        kv = GaugeMetricFamily(
+            "modelswap_kv_cache_tokens", "KV cache size the backend printed", labels=["model"]
+        )
+        conc = GaugeMetricFamily(
+            "modelswap_max_concurrency", "Max concurrency the backend printed", labels=["model"]
+        )
+        for model, v in views.items():
+            for s in ProcessState:
+                state.add_metric([model, s.value], 1.0 if v.state is s else 0.0)
+            in_flight.add_metric([model], v.in_flight)
+            queue.add_metric([model], v.queued)
+            if v.context_length is not None:
+                context.add_metric([model], v.context_length)
+            if v.kv_cache_tokens is not None:
+                kv.add_metric([model], v.kv_cache_tokens)
+            if v.max_concurrency is not None:
+                conc.add_metric([model], v.max_concurrency)
+        return [state, in_flight, queue, context, kv, conc]
+
+
+class Metrics:
+    def __init__(self, view: Callable[[], Mapping[str, ModelView]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "modelswap_requests",
+            "Requests by model, route and status",
+            ["model", "route", "status"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "modelswap_request_duration_seconds",
+            "Whole request, first byte in to last out",
+            ["model", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttfb = Histogram(
+            "modelswap_time_to_first_byte_seconds",
+            "From arrival to the backend's first byte",
+            ["model", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "modelswap_tokens",
+            "Tokens by model and kind (prompt, completion)",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.starts = Counter(
+            "modelswap_starts",
+            "Backend starts by result (ready, failed)",
+            ["model", "result"],
+            registry=r,
+        )
+        self.start_duration = Histogram(
+            "modelswap_start_duration_seconds",
+            "Spawn to ready",
+            ["model"],
+            buckets=START_BUCKETS,
+            registry=r,
+        )
+        r.register(_LiveCollector(view))
+
+    def request_finished(self, rec: RequestRecord) -> None:
+        model = rec.model or ""
+        self.requests.labels(model, rec.route, str(rec.status)).inc()
+        self.duration.labels(model, rec.route).observe(rec.duration)
+        if rec.ttft is not None:
+            self.ttfb.labels(model, rec.route).observe(rec.ttft)
+        if rec.prompt_tokens:
+            self.tokens.labels(model, "prompt").inc(rec.prompt_tokens)
+        if rec.completion_tokens:
+            self.tokens.labels(model, "completion").inc(rec.completion_tokens)
+
+    def start_finished(self, model: str, ok: bool, seconds: float | None) -> None:
+        self.starts.labels(model, "ready" if ok else "failed").inc()
+        if ok and seconds is not None:
+            self.start_duration.labels(model).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def relabel_backend_metrics(text: str, model: str, limit: int = 5000) -> str:
+    """A backend's own exposition with a ``model`` label added to every sample (at most
+    ``limit`` samples). Unparsable input yields nothing."""
+    lines: list[str] = []
+    count = 0
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if count >= limit:
+                    return "\n".join(lines) + "\n"
+                labels = {**sample.labels, "model": model}
+                rendered = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items()))
+                lines.append(f"{_safe_name(sample.name)}{{{rendered}}} {sample.value}")
+                count += 1
+    except (ValueError, TypeError):
+        return ""
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _safe_name(name: str) -> str:
+    # llama.cpp uses "llamacpp:…", vLLM "vllm:…": colons are legal in metric names.
+    return "".join(c if c.isalnum() or c in "_:" else "_" for c in name)

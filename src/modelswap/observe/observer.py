@@ -1,0 +1,49 @@
+"""Where finished requests and lifecycle events go: metrics, the activity log, the event bus."""
+
+from __future__ import annotations
+
+import logging
+
+from modelswap.events import Event, EventBus
+from modelswap.observe.activity import ActivityLog
+from modelswap.observe.metrics import Metrics
+from modelswap.observe.records import RequestRecord
+from modelswap.states import ProcessState
+
+log = logging.getLogger(__name__)
+
+
+class Observer:
+    def __init__(self, metrics: Metrics, activity: ActivityLog | None, events: EventBus) -> None:
+        self.metrics = metrics
+        self.activity = activity
+        self._events = events
+        events.add_listener(self._on_event)
+
+    def request_finished(self, record: RequestRecord) -> None:
+        """Synchronous and cheap: counters, a queued row, an event. Never raises."""
+        try:
+            self.metrics.request_finished(record)
+            if self.activity is not None:
+                self.activity.record(record)
+            summary = {
+                k: v
+                for k, v in record.as_dict().items()
+                if k not in ("request_body", "response_body")
+            }
+            self._events.publish("request.finished", **summary)
+        except Exception:  # observing must never break serving
+            log.exception("recording a finished request failed")
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind != "process.state":
+            return
+        model = str(event.data["model"])
+        old, new = event.data.get("old"), event.data.get("new")
+        if new is ProcessState.READY and old is ProcessState.STARTING:
+            seconds = event.data.get("start_seconds")
+            self.metrics.start_finished(
+                model, True, float(seconds) if isinstance(seconds, int | float) else None
+            )
+        elif new is ProcessState.FAILED and old is ProcessState.STARTING:
+            self.metrics.start_finished(model, False, None)

@@ -1,0 +1,85 @@
+"""One finished request, as the activity log stores it.
+
+A leaf data type: the HTTP layer builds a :class:`RequestRecord` when a request ends (success,
+error or client disconnect) and hands it to :meth:`ActivityLog.record`. It carries the client
+key's *name* only, never the key; bodies are present only when ``activity.capture`` is on, and
+the caller has already bounded and redacted them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    at: float
+    """Unix time the request arrived."""
+    key_name: str | None
+    """The client key's name (never the key itself)."""
+    model: str | None
+    """The resolved model id, or ``None`` if the request never resolved to a model."""
+    route: str
+    """The gateway route, e.g. ``/v1/chat/completions``."""
+    status: int
+    """HTTP status sent to the client (499 when the client went away)."""
+    streamed: bool
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    ttft: float | None
+    """Seconds from arrival to the first byte from the backend."""
+    duration: float
+    """Seconds, the whole request."""
+    bytes_in: int
+    bytes_out: int
+    error_code: str | None
+    """The gateway's own error code, when the gateway authored the error."""
+    request_body: str | None = None
+    """Only with ``activity.capture``; already bounded and redacted by the caller."""
+    response_body: str | None = None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Generation speed, or ``None`` when it cannot be known.
+
+        Streamed: ``completion_tokens / (duration - ttft)`` -- the time after the first byte is
+        the generation time. Not streamed: the backend's first byte arrives only once generation
+        has finished, so ``duration - ttft`` is just transfer time; the whole ``duration`` is
+        used instead. ``None`` when the tokens (or, streamed, the TTFT) are unknown or the time
+        is not positive.
+        """
+        if self.completion_tokens is None:
+            return None
+        if self.streamed:
+            if self.ttft is None:
+                return None
+            seconds = self.duration - self.ttft
+        else:
+            seconds = self.duration
+        if seconds <= 0:
+            return None
+        return self.completion_tokens / seconds
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready mapping of every field plus ``tokens_per_second``; ``None`` bodies omitted."""
+        out: dict[str, object] = {
+            "at": self.at,
+            "key_name": self.key_name,
+            "model": self.model,
+            "route": self.route,
+            "status": self.status,
+            "streamed": self.streamed,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft": self.ttft,
+            "duration": self.duration,
+            "tokens_per_second": self.tokens_per_second,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "error_code": self.error_code,
+        }
+        if self.request_body is not None:
+            out["request_body"] = self.request_body
+        if self.response_body is not None:
+            out["response_body"] = self.response_body
+        return out

@@ -1,0 +1,175 @@
+"""Token usage read from responses as they are relayed — pure, bounded, and cheap.
+
+OpenAI-style ``usage`` (``prompt_tokens``/``completion_tokens``, or Anthropic's
+``input_tokens``/``output_tokens``) and llama.cpp's ``timings`` (``prompt_n``/``predicted_n``)
+are read from a non-streamed JSON body (first MAX_BODY bytes) or from the event of a stream
+that carries them. When modelswap itself asked the backend for the final usage chunk
+(``stream_options.include_usage``) the client did not ask for, that chunk is removed from what
+the client receives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+MAX_BODY = 1024 * 1024
+MAX_PENDING = 1024 * 1024  # an "event" larger than this is passed on unsplit
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def usage_of(data: object) -> tuple[int | None, int | None] | None:
+    """(prompt, completion) tokens from one JSON object, or None when it reports none."""
+    if not isinstance(data, dict):
+        return None
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        prompt = _int(usage.get("prompt_tokens", usage.get("input_tokens")))
+        completion = _int(usage.get("completion_tokens", usage.get("output_tokens")))
+        if prompt is not None or completion is not None:
+            return prompt, completion
+    timings = data.get("timings")
+    if isinstance(timings, dict):
+        prompt = _int(timings.get("prompt_n"))
+        completion = _int(timings.get("predicted_n"))
+        if prompt is not None or completion is not None:
+            return prompt, completion
+    message = data.get("message")  # Anthropic streams: message_start carries input tokens
+    if isinstance(message, dict):
+        return usage_of(message)
+    return None
+
+
+def _is_usage_only(data: Any) -> bool:
+    return (
+        isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict)
+    )
+
+
+class UsageTracker:
+    """Feed it the response bytes in order; it returns the bytes to relay (unchanged unless
+    the injected usage chunk must be stripped) and keeps the last usage seen."""
+
+    def __init__(self, *, streamed: bool, strip_usage_chunk: bool = False) -> None:
+        self.streamed = streamed
+        self._strip = strip_usage_chunk and streamed
+        self._pending = b""
+        self._body = bytearray()
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+
+    @property
+    def strips(self) -> bool:
+        return self._strip
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self.streamed:
+            if len(self._body) < MAX_BODY:
+                self._body += chunk[: MAX_BODY - len(self._body)]
+            return chunk
+        data = self._pending + chunk
+        head, sep, tail = data.rpartition(b"\n\n")
+        if not self._strip:
+            # Relay at once; keep only an incomplete event's bytes for the next scan.
+            if sep:
+                self._scan(head)
+            self._pending = tail if len(tail) < MAX_PENDING else b""
+            return chunk
+        if not sep:
+            if len(data) < MAX_PENDING:
+                self._pending = data
+                return b""
+            self._pending = b""
+            return data  # too large to be an event worth holding: pass it on
+        self._pending = tail
+        return self._events(head + sep)
+
+    def finish(self) -> bytes:
+        """End of body: read a non-streamed body's usage; return any bytes still held."""
+        if not self.streamed:
+            if self._body and (b'"usage"' in self._body or b'"timings"' in self._body):
+                with contextlib.suppress(ValueError, UnicodeDecodeError):
+                    self._take(json.loads(bytes(self._body)))
+            return b""
+        rest, self._pending = self._pending, b""
+        if not self._strip:
+            self._scan(rest)
+            return b""
+        payload = self._payload(rest)
+        if payload is not None:
+            self._take(payload)
+            if _is_usage_only(payload):
+                return b""
+        return rest
+
+    def _events(self, data: bytes) -> bytes:
+        """Scan complete events; drop the injected usage-only event when stripping."""
+        if not self._strip:
+            self._scan(data)
+            return data
+        kept: list[bytes] = []
+        for event in data.split(b"\n\n"):
+            if not event:
+                continue
+            payload = self._payload(event)
+            if payload is not None and _is_usage_only(payload):
+                self._take(payload)
+                continue
+            if payload is not None:
+                self._take(payload)
+            kept.append(event + b"\n\n")
+        return b"".join(kept)
+
+    def _scan(self, data: bytes) -> None:
+        if b'"usage"' not in data and b'"timings"' not in data:
+            return
+        for event in data.split(b"\n\n"):
+            payload = self._payload(event)
+            if payload is not None:
+                self._take(payload)
+
+    @staticmethod
+    def _payload(event: bytes) -> object | None:
+        if b'"usage"' not in event and b'"timings"' not in event:
+            return None
+        for line in event.split(b"\n"):
+            if line.startswith(b"data:"):
+                try:
+                    payload: object = json.loads(line[5:].strip())
+                except (ValueError, UnicodeDecodeError):
+                    return None
+                return payload
+        return None
+
+    def _take(self, data: object) -> None:
+        found = usage_of(data)
+        if found is None:
+            return
+        prompt, completion = found
+        if prompt is not None:
+            self.prompt_tokens = prompt
+        if completion is not None:
+            self.completion_tokens = completion
+
+
+def request_usage_injection(body: bytes) -> bytes | None:
+    """For a streamed chat/completions JSON request that did not ask for the final usage
+    chunk: the body with ``stream_options.include_usage`` set (so tokens can be counted), else
+    None (leave the request as it is)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("stream") is not True:
+        return None
+    options = data.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return None
+    if options is not None and not isinstance(options, dict):
+        return None
+    data["stream_options"] = {**(options or {}), "include_usage": True}
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

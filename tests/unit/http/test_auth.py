@@ -1,0 +1,549 @@
+"""Client authentication in isolation: route classes, the three credential forms, constant-time
+matching (asserted on the code path, not on timing), the failure limiter with a fake clock, the
+auth and CORS middlewares on an in-process server, client credentials never forwarded upstream,
+and the /upstream path guard."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from modelswap.config.resolved import ApiKey
+from modelswap.errors import BadRequestError
+from modelswap.http import auth
+from modelswap.http.admin_routes import check_upstream_path
+from modelswap.http.auth import (
+    ADMIN,
+    FAILURE_WINDOW,
+    INFERENCE,
+    MAX_FAILURES,
+    OPEN,
+    READ,
+    FailureLimiter,
+    auth_middleware,
+    match_key,
+    presented_key,
+    route_class,
+)
+from modelswap.http.cors import ALLOW_HEADERS, Cors
+from modelswap.http.keys import client_key
+from modelswap.http.proxy import request_headers
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+# --- route classes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "needed"),
+    [
+        ("/health", OPEN),
+        ("/", OPEN),
+        ("/v1/models", INFERENCE),
+        ("/models", INFERENCE),
+        ("/v1/chat/completions", INFERENCE),
+        ("/v1/completions", INFERENCE),
+        ("/v1/embeddings", INFERENCE),
+        ("/v1/messages", INFERENCE),
+        ("/v1/messages/count_tokens", INFERENCE),
+        ("/v1/responses", INFERENCE),
+        ("/v1/audio/transcriptions", INFERENCE),
+        ("/v1/images/generations", INFERENCE),
+        ("/completion", INFERENCE),
+        ("/infill", INFERENCE),
+        ("/running", READ),
+        ("/logs/qwen", READ),
+        ("/logs/org/model", READ),
+        ("/api/events", READ),
+        ("/api/security", READ),
+        ("/metrics", READ),
+        ("/api/config", ADMIN),
+        ("/api/models/unload", ADMIN),
+        ("/api/models/unload/qwen", ADMIN),
+        ("/upstream/qwen/health", ADMIN),
+        ("/upstream/qwen/../../x", ADMIN),
+        ("/nope", "any"),
+        ("/healthz", "any"),
+        ("/api/configs", "any"),
+        ("/v1/modelsx", "any"),
+    ],
+)
+def test_route_class(path: str, needed: str) -> None:
+    assert route_class(path) == needed
+
+
+# --- the credential a client presents ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Authorization": "Bearer sk-abc"}, "sk-abc"),
+        ({"Authorization": "bearer   sk-abc  "}, "sk-abc"),
+        ({"Authorization": "BEARER sk-abc"}, "sk-abc"),
+        ({"x-api-key": "sk-xyz"}, "sk-xyz"),
+        ({"X-Api-Key": "  sk-xyz "}, "sk-xyz"),
+        ({"Authorization": basic("anyone", "sk-pass")}, "sk-pass"),
+        ({"Authorization": basic("", "sk-pass")}, "sk-pass"),
+        ({"Authorization": basic("user", "has:colon")}, "has:colon"),
+        ({"Authorization": basic("user", "")}, None),
+        ({"Authorization": "Basic " + base64.b64encode(b"nocolon").decode()}, None),
+        ({"Authorization": "Basic !!!not-base64!!!"}, None),
+        ({"Authorization": "Basic " + base64.b64encode(b"u:\xff\xfe").decode()}, None),
+        ({"Authorization": "Bearer "}, None),
+        ({"Authorization": "Digest abc"}, None),
+        ({"x-api-key": "   "}, None),
+        ({}, None),
+        # Authorization wins over x-api-key when it carries a usable credential.
+        ({"Authorization": "Bearer from-bearer", "x-api-key": "from-header"}, "from-bearer"),
+        ({"Authorization": "Digest abc", "x-api-key": "from-header"}, "from-header"),
+    ],
+)
+def test_presented_key(headers: dict[str, str], expected: str | None) -> None:
+    request = make_mocked_request("GET", "/v1/models", headers=headers)
+    assert presented_key(request) == expected
+
+
+# --- constant-time comparison (the code path, not timing) ----------------------------------
+
+KEYS = (
+    ApiKey("first", "first-secret-key-0001", frozenset({"inference"})),
+    ApiKey("second", "second-secret-key-0002-longer", frozenset({"read"})),
+    ApiKey("third", "t3", frozenset({"admin"})),
+)
+
+
+@pytest.fixture
+def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
+    """Every call to hmac.compare_digest made through modelswap.http.auth."""
+    calls: list[tuple[bytes, bytes]] = []
+    original = hmac.compare_digest
+
+    def recorder(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return original(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", recorder)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("presented", "expected"),
+    [
+        ("first-secret-key-0001", "first"),  # the first key matches: the others still compared
+        ("second-secret-key-0002-longer", "second"),
+        ("t3", "third"),
+        ("wrong", None),
+        ("first-secret-key-000", None),  # a prefix
+        ("first-secret-key-00011", None),  # an extension
+        ("", None),
+        ("ключ-ü", None),  # non-ASCII presented keys are compared as bytes
+    ],
+)
+def test_every_key_is_compared_with_compare_digest(
+    compared: list[tuple[bytes, bytes]], presented: str, expected: str | None
+) -> None:
+    found = match_key(KEYS, presented)
+    assert (found.name if found else None) == expected
+    assert len(compared) == len(KEYS)
+    assert [b for _, b in compared] == [k.secret.encode() for k in KEYS]
+    assert all(a == presented.encode("utf-8", errors="replace") for a, _ in compared)
+    assert all(isinstance(a, bytes) and isinstance(b, bytes) for a, b in compared)
+
+
+def test_match_key_source_has_no_early_exit_or_plain_equality() -> None:
+    """The loop must not ``return``/``break`` on a match, nor compare with ``==``."""
+    import inspect
+
+    source = inspect.getsource(match_key)
+    body = source.split('"""', 2)[-1]
+    assert "compare_digest" in body
+    assert "break" not in body
+    assert body.count("return") == 1
+    assert "==" not in body
+
+
+async def test_the_middleware_compares_through_compare_digest(
+    compared: list[tuple[bytes, bytes]],
+) -> None:
+    headers = {"x-api-key": "second-secret-key-0002-longer"}
+    async with serve(KEYS) as client, client.get("/running", headers=headers) as r:
+        assert r.status == 200
+    assert len(compared) == len(KEYS)
+
+
+# --- the failure limiter, with a fake clock -------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_ten_failures_block_the_address_until_the_window_passes() -> None:
+    clock = FakeClock()
+    limiter = FailureLimiter(clock)
+    assert MAX_FAILURES == 10
+    for _ in range(MAX_FAILURES - 1):
+        limiter.failed("10.0.0.1")
+        clock.now += 1
+    assert limiter.blocked_for("10.0.0.1") == 0.0
+    limiter.failed("10.0.0.1")  # the 10th, at t=1009
+    assert limiter.blocked_for("10.0.0.1") == pytest.approx(FAILURE_WINDOW - 9)
+    assert limiter.blocked_for("10.0.0.2") == 0.0  # per address
+    clock.now += 30
+    assert limiter.blocked_for("10.0.0.1") == pytest.approx(FAILURE_WINDOW - 39)
+    clock.now = 1000.0 + FAILURE_WINDOW + 0.5  # the first failure has left the window
+    assert limiter.blocked_for("10.0.0.1") == 0.0
+    limiter.failed("10.0.0.1")  # nine still in the window, plus this one
+    assert limiter.blocked_for("10.0.0.1") > 0
+
+
+def test_failures_spread_wider_than_the_window_never_block() -> None:
+    clock = FakeClock()
+    limiter = FailureLimiter(clock)
+    for _ in range(100):
+        limiter.failed("10.0.0.3")
+        assert limiter.blocked_for("10.0.0.3") == 0.0
+        clock.now += FAILURE_WINDOW / (MAX_FAILURES - 1) + 0.1
+
+
+def test_the_limiter_keeps_bounded_memory() -> None:
+    limiter = FailureLimiter(FakeClock())
+    for n in range(10_050):
+        limiter.failed(f"addr-{n}")
+    assert len(limiter._failures) <= 10_001
+
+
+# --- the auth middleware on an in-process server --------------------------------------------
+
+ROUTES = {
+    "/health": OPEN,
+    "/v1/models": INFERENCE,
+    "/v1/chat/completions": INFERENCE,
+    "/running": READ,
+    "/logs/m": READ,
+    "/api/security": READ,
+    "/api/events": READ,
+    "/api/config": ADMIN,
+    "/api/models/unload": ADMIN,
+    "/upstream/m/health": ADMIN,
+}
+SCOPE_SETS = [
+    frozenset({INFERENCE}),
+    frozenset({READ}),
+    frozenset({ADMIN}),
+    frozenset({INFERENCE, READ}),
+    frozenset({INFERENCE, ADMIN}),
+    frozenset({READ, ADMIN}),
+    frozenset({INFERENCE, READ, ADMIN}),
+]
+MATRIX_KEYS = tuple(
+    ApiKey("+".join(sorted(s)), f"matrix-{'-'.join(sorted(s))}-secret", s) for s in SCOPE_SETS
+)
+
+
+async def _who(request: web.Request) -> web.Response:
+    key = client_key(request)
+    return web.json_response({"key": key.name if key else None})
+
+
+class serve:
+    def __init__(self, keys: tuple[ApiKey, ...], limiter: FailureLimiter | None = None) -> None:
+        app = web.Application(middlewares=[auth_middleware(keys, limiter or FailureLimiter())])
+        for path in ROUTES:
+            app.router.add_route("*", path, _who)
+        app.router.add_route("*", "/somewhere-else", _who)
+        self.client = TestClient(TestServer(app))
+
+    async def __aenter__(self) -> TestClient[web.Request, web.Application]:
+        await self.client.start_server()
+        return self.client
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.close()
+
+
+@pytest.fixture
+async def matrix_client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    async with serve(MATRIX_KEYS) as client:
+        yield client
+
+
+def credential_headers(form: str, secret: str) -> dict[str, str]:
+    return {
+        "bearer": {"Authorization": f"Bearer {secret}"},
+        "x-api-key": {"x-api-key": secret},
+        "basic": {"Authorization": basic("whoever", secret)},
+    }[form]
+
+
+@pytest.mark.parametrize("form", ["bearer", "x-api-key", "basic"])
+async def test_scope_matrix(
+    matrix_client: TestClient[web.Request, web.Application], form: str
+) -> None:
+    wrong: list[str] = []
+    for key in MATRIX_KEYS:
+        for path, needed in ROUTES.items():
+            async with matrix_client.get(path, headers=credential_headers(form, key.secret)) as r:
+                body = await r.json()
+                if needed == OPEN:
+                    ok = r.status == 200 and body == {"key": None}
+                elif needed in key.scopes:
+                    ok = r.status == 200 and body == {"key": key.name}
+                else:
+                    ok = (
+                        r.status == 403
+                        and body["error"]["code"] == "insufficient_scope"
+                        and body["error"]["type"] == "permission_error"
+                        and r.headers["X-Modelswap-Error"] == "1"
+                        and key.name in body["error"]["message"]
+                        and key.secret not in json.dumps(body)
+                    )
+                if not ok:
+                    wrong.append(f"{key.name} {path}: {r.status} {body}")
+    assert not wrong, "\n".join(wrong)
+
+
+async def test_unknown_paths_need_any_valid_key(
+    matrix_client: TestClient[web.Request, web.Application],
+) -> None:
+    async with matrix_client.get("/somewhere-else") as r:
+        assert r.status == 401
+    for key in MATRIX_KEYS:
+        async with matrix_client.get("/somewhere-else", headers={"x-api-key": key.secret}) as r:
+            assert r.status == 200
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({}, "Missing API key."),
+        ({"Authorization": "Bearer wrong-key"}, "Invalid API key."),
+        ({"x-api-key": "wrong-key"}, "Invalid API key."),
+        ({"Authorization": basic("u", "wrong-key")}, "Invalid API key."),
+        ({"Authorization": "Basic ???"}, "Missing API key."),
+    ],
+)
+async def test_missing_or_wrong_key_is_401_with_the_envelope(
+    headers: dict[str, str], message: str
+) -> None:
+    async with serve(MATRIX_KEYS) as client, client.get("/v1/models", headers=headers) as r:
+        assert r.status == 401
+        assert r.headers["WWW-Authenticate"].startswith("Bearer")
+        assert r.headers["X-Modelswap-Error"] == "1"
+        body = await r.json()
+    assert body == {
+        "error": {
+            "message": message,
+            "type": "authentication_error",
+            "code": "invalid_api_key",
+            "param": None,
+        }
+    }
+
+
+async def test_no_keys_means_every_route_is_open() -> None:
+    async with serve(()) as client:
+        for path in [*ROUTES, "/somewhere-else"]:
+            async with client.post(path, headers={"Authorization": "Bearer anything"}) as r:
+                assert r.status == 200, path
+                assert await r.json() == {"key": None}
+
+
+async def test_repeated_failures_are_429_until_the_window_passes() -> None:
+    clock = FakeClock()
+    limiter = FailureLimiter(clock)
+    good = {"x-api-key": MATRIX_KEYS[-1].secret}
+    async with serve(MATRIX_KEYS, limiter) as client:
+        for n in range(MAX_FAILURES):
+            async with client.get("/running", headers={"x-api-key": f"guess-{n}"}) as r:
+                assert r.status == 401, n
+        for headers in (good, {"x-api-key": "guess-x"}, {}):
+            async with client.get("/running", headers=headers) as r:
+                assert r.status == 429
+                assert r.headers["X-Modelswap-Error"] == "1"
+                body = await r.json()
+                assert body["error"]["code"] == "too_many_failures"
+                assert "60 s" in body["error"]["message"]
+        async with client.get("/health") as r:  # open routes stay open
+            assert r.status == 200
+        clock.now += FAILURE_WINDOW + 1
+        async with client.get("/running", headers=good) as r:
+            assert r.status == 200
+
+
+async def test_successes_and_scope_refusals_do_not_count_as_failures() -> None:
+    limiter = FailureLimiter(FakeClock())
+    read_only = {"x-api-key": MATRIX_KEYS[1].secret}
+    async with serve(MATRIX_KEYS, limiter) as client:
+        for _ in range(MAX_FAILURES + 5):
+            async with client.get("/running", headers=read_only) as r:
+                assert r.status == 200
+            async with client.get("/api/config", headers=read_only) as r:
+                assert r.status == 403
+        assert limiter.blocked_for("127.0.0.1") == 0.0
+
+
+# --- CORS middleware -----------------------------------------------------------------------
+
+
+def cors_app(origins: tuple[str, ...], keys: tuple[ApiKey, ...]) -> web.Application:
+    cors = Cors(origins)
+    app = web.Application(middlewares=[cors.preflight, auth_middleware(keys, FailureLimiter())])
+    app.on_response_prepare.append(cors.on_prepare)
+    app.router.add_route("*", "/v1/models", _who)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: 1\n\n")
+        await response.write_eof()
+        return response
+
+    app.router.add_post("/v1/chat/completions", stream)
+    return app
+
+
+PREFLIGHT = {
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "authorization, content-type",
+}
+
+
+async def test_cors_is_off_without_origins() -> None:
+    app = cors_app((), ())
+    async with TestClient(TestServer(app)) as client:
+        headers = {"Origin": "https://app.example", **PREFLIGHT}
+        async with client.options("/v1/models", headers=headers) as r:
+            assert r.status == 403
+            assert "Access-Control-Allow-Origin" not in r.headers
+        async with client.get("/v1/models", headers={"Origin": "https://app.example"}) as r:
+            assert r.status == 200
+            assert "Access-Control-Allow-Origin" not in r.headers
+
+
+async def test_cors_allowed_origin_preflight_and_responses() -> None:
+    key = MATRIX_KEYS[-1]
+    app = cors_app(("https://app.example",), (key,))
+    async with TestClient(TestServer(app)) as client:
+        origin = {"Origin": "https://app.example"}
+        async with client.options("/v1/chat/completions", headers={**origin, **PREFLIGHT}) as r:
+            assert r.status == 204  # no key needed for a preflight
+            assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+            assert r.headers["Access-Control-Allow-Headers"] == ALLOW_HEADERS
+            assert "POST" in r.headers["Access-Control-Allow-Methods"]
+            assert r.headers["Vary"] == "Origin"
+        bearer = {"Authorization": f"Bearer {key.secret}"}
+        async with client.get("/v1/models", headers={**origin, **bearer}) as r:
+            assert r.status == 200
+            assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        async with client.post("/v1/chat/completions", headers={**origin, **bearer}) as r:
+            assert r.status == 200
+            assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+            assert await r.read() == b"data: 1\n\n"
+        async with client.get("/v1/models", headers=origin) as r:  # a 401 is readable too
+            assert r.status == 401
+            assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        other = {"Origin": "https://evil.example"}
+        async with client.options("/v1/models", headers={**other, **PREFLIGHT}) as r:
+            assert r.status == 403
+            assert "Access-Control-Allow-Origin" not in r.headers
+        async with client.get("/v1/models", headers={**other, **bearer}) as r:
+            assert r.status == 200
+            assert "Access-Control-Allow-Origin" not in r.headers
+
+
+async def test_cors_star_echoes_the_origin() -> None:
+    key = MATRIX_KEYS[-1]
+    async with TestClient(TestServer(cors_app(("*",), (key,)))) as client:
+        headers = {"Origin": "https://any.example", **PREFLIGHT}
+        async with client.options("/v1/models", headers=headers) as r:
+            assert r.status == 204
+            assert r.headers["Access-Control-Allow-Origin"] == "https://any.example"
+
+
+# --- client credentials are never forwarded upstream ----------------------------------------
+
+
+def _headers(*pairs: tuple[str, str]) -> CIMultiDictProxy[str]:
+    return CIMultiDictProxy(CIMultiDict(pairs))
+
+
+def test_client_credentials_are_stripped_and_the_upstream_key_added() -> None:
+    incoming = _headers(
+        ("Authorization", "Bearer client-key"),
+        ("x-api-key", "client-key"),
+        ("X-API-KEY", "client-key-2"),
+        ("api-key", "client-key-3"),
+        ("Content-Type", "application/json"),
+        ("X-Custom", "kept"),
+        ("Connection", "keep-alive"),
+        ("Host", "gateway"),
+    )
+    out = request_headers(incoming, "upstream-key")
+    assert out.getall("Authorization") == ["Bearer upstream-key"]
+    assert "x-api-key" not in out
+    assert "api-key" not in out
+    assert out["Content-Type"] == "application/json"
+    assert out["X-Custom"] == "kept"
+    assert "client-key" not in json.dumps(list(out.items()))
+    bare = request_headers(incoming)
+    assert "Authorization" not in bare
+    assert "client-key" not in json.dumps(list(bare.items()))
+
+
+# --- the /upstream path guard ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "decoded"),
+    [
+        ("/upstream/m/../x", "m/../x"),
+        ("/upstream/m/..", "m/.."),
+        ("/upstream/m/./x", "m/./x"),
+        ("/upstream/m/%2e%2e/x", "m/../x"),
+        ("/upstream/m/%2E%2e/x", "m/../x"),
+        ("/upstream/m/..%2fx", "m/../x"),
+        ("/upstream/m/%252e%252e/x", "m/%2e%2e/x"),
+        ("/upstream/m/%5c..%5cx", "m/\\..\\x"),
+        ("/upstream/m/..\\x", "m/..\\x"),
+        ("/upstream/m/http://evil/", "m/http://evil/"),
+        ("/upstream//etc/passwd", "/etc/passwd"),
+        ("/upstream/m/%00", "m/\x00"),
+        # An empty segment after the model id: the backend would get "//evil/x", a
+        # network-path reference (and "//etc/passwd", an absolute path).
+        ("/upstream/m//evil/x", "m//evil/x"),
+        ("/upstream/m//etc/passwd", "m//etc/passwd"),
+    ],
+)
+def test_check_upstream_path_refuses(raw: str, decoded: str) -> None:
+    with pytest.raises(BadRequestError):
+        check_upstream_path(raw, decoded)
+
+
+@pytest.mark.parametrize(
+    ("raw", "decoded"),
+    [
+        ("/upstream/m/health", "m/health"),
+        ("/upstream/m/v1/models?x=1", "m/v1/models"),
+        ("/upstream/org/model/props", "org/model/props"),
+        ("/upstream/m/a.b/c..d/.e", "m/a.b/c..d/.e"),
+        ("/upstream/m/%41", "m/A"),
+    ],
+)
+def test_check_upstream_path_accepts_plain_paths(raw: str, decoded: str) -> None:
+    check_upstream_path(raw, decoded)
