@@ -80,7 +80,12 @@ class Runtime:
         self.activity = self._activity_log(state_dir)
         # The gateway's own log lines (the CLI attaches a handler that fills it).
         self.gateway_log = LogBuffer(1000)
-        self.observer = Observer(Metrics(self.model_views), self.activity, self.events)
+        self.observer = Observer(
+            Metrics(self.model_views),
+            self.activity,
+            self.events,
+            count_requests=config.observability.metrics_enabled,
+        )
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
         obs = self.config.observability

@@ -101,6 +101,7 @@ def build_config(
         secrets=frozenset(secrets),
         scheduling=scheduling,
         observability=Observability(
+            metrics_enabled=raw.metrics.enabled,
             scrape_backends=raw.metrics.scrape_backends,
             activity_enabled=raw.activity.enabled,
             activity_path=raw.activity.path,

@@ -83,6 +83,7 @@ class Scheduling:
 
 @dataclass(frozen=True, slots=True)
 class Observability:
+    metrics_enabled: bool = True
     scrape_backends: bool = False
     activity_enabled: bool = True
     activity_path: str | None = None  # None: <stateDir>/activity.sqlite3

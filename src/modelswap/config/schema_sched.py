@@ -42,6 +42,7 @@ class RawHooks(BaseModel):
 class RawMetrics(BaseModel):
     model_config = ConfigDict(**_STRICT)
 
+    enabled: bool = Field(True, description="Count requests, tokens and starts for /metrics.")
     scrape_backends: bool = Field(
         False,
         alias="scrapeBackends",

@@ -85,9 +85,9 @@ def observed(path: str) -> bool:
 
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if not observed(request.path):
-        return await handler(request)
     runtime = request.app[RUNTIME]
+    if not runtime.observer.enabled or not observed(request.path):
+        return await handler(request)
     obs = RequestObs()
     if runtime.config.observability.capture:
         obs.capture_limit = runtime.config.observability.capture_bytes

@@ -14,16 +14,28 @@ log = logging.getLogger(__name__)
 
 
 class Observer:
-    def __init__(self, metrics: Metrics, activity: ActivityLog | None, events: EventBus) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        activity: ActivityLog | None,
+        events: EventBus,
+        *,
+        count_requests: bool = True,
+    ) -> None:
         self.metrics = metrics
         self.activity = activity
+        self.count_requests = count_requests
+        # With neither request metrics nor the activity log, requests are not observed at
+        # all (the middleware steps aside): what the overhead benchmark compares against.
+        self.enabled = count_requests or activity is not None
         self._events = events
         events.add_listener(self._on_event)
 
     def request_finished(self, record: RequestRecord) -> None:
         """Synchronous and cheap: counters, a queued row, an event. Never raises."""
         try:
-            self.metrics.request_finished(record)
+            if self.count_requests:
+                self.metrics.request_finished(record)
             if self.activity is not None:
                 self.activity.record(record)
             summary = {
