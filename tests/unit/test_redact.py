@@ -474,6 +474,9 @@ def test_redact_property_secret_containing_another(pair: tuple[str, str]) -> Non
     outer, inner = pair
     scaffold = f"a {MASK} b {MASK} c"
     assume(outer not in scaffold and inner not in scaffold)
+    # If the text around the inner secret spells the outer one (" 0000" around "0000"),
+    # that occurrence *is* the outer secret and is rightly masked with its surroundings.
+    assume(outer not in f"a  b {inner} c")
     for order in ([inner, outer], [outer, inner]):
         r = Redactor(order)
         assert r.text(f"a {outer} b {inner} c") == scaffold

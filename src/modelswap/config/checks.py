@@ -82,7 +82,7 @@ def build_config(
             model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems, secrets
         )
     start_timeout = _start_timeout(raw, (), problems) or DEFAULT_START_TIMEOUT
-    scheduling = resolve_scheduling(raw, models, problems)
+    scheduling = resolve_scheduling(raw, models, problems, environ)
     if problems:
         raise ConfigError(problems)
     return Config(

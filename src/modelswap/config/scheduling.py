@@ -63,8 +63,17 @@ def resolve_uses(raw_uses: Mapping[str, Size], path: str, problems: Problems) ->
     return MappingProxyType(out)
 
 
+def default_state_dir(environ: Mapping[str, str]) -> str:
+    """$XDG_STATE_HOME/modelswap, else ~/.local/state/modelswap (the XDG default)."""
+    base = environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return f"{base.rstrip('/')}/modelswap"
+
+
 def resolve_scheduling(
-    raw: RawConfig, models: Mapping[str, ModelConfig], problems: Problems
+    raw: RawConfig,
+    models: Mapping[str, ModelConfig],
+    problems: Problems,
+    environ: Mapping[str, str] | None = None,
 ) -> Scheduling:
     resources: dict[str, int] = {}
     for name, value in raw.resources.items():
@@ -96,7 +105,7 @@ def resolve_scheduling(
         max_queue_wait=raw.max_queue_wait,
         drain_timeout=raw.drain_timeout,
         max_in_flight=raw.max_in_flight,
-        state_dir=raw.state_dir,
+        state_dir=raw.state_dir or default_state_dir(environ or {}),
         preload=preload,
         default_model=raw.default_model,
         default_after=raw.default_after,

@@ -423,10 +423,11 @@ class RawConfig(BaseModel):
     max_in_flight: int = Field(
         0, ge=0, alias="maxInFlight", description="Requests in flight in all (0: no limit)."
     )
-    state_dir: str = Field(
-        "~/.local/state/modelswap",
+    state_dir: str | None = Field(
+        None,
         alias="stateDir",
-        description="Where measured start times and memory use are remembered.",
+        description="Where measured start times, memory use and the activity log are kept "
+        "(default $XDG_STATE_HOME/modelswap, else ~/.local/state/modelswap).",
     )
     hooks: RawHooks = Field(default_factory=RawHooks, description="Startup actions.")
     default_model: str | None = Field(

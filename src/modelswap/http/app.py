@@ -15,6 +15,7 @@ from modelswap.http.errors import error_response, response_for
 from modelswap.http.keys import RUNTIME
 from modelswap.http.observing import observe_middleware
 from modelswap.runtime import Runtime
+from modelswap.webui import routes as webui_routes
 
 log = logging.getLogger(__name__)
 
@@ -57,4 +58,5 @@ def create_app(runtime: Runtime) -> web.Application:
     observe_routes.add_routes(app)  # before admin's /logs/{model}: /logs/stream wins
     admin_routes.add_routes(app)
     security_routes.add_routes(app)
+    webui_routes.add_routes(app)
     return app

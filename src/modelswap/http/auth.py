@@ -30,7 +30,15 @@ OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
 _INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
 _INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
 _READ_EXACT = frozenset(
-    {"/running", "/api/events", "/api/security", "/metrics", "/api/activity", "/logs"}
+    {
+        "/running",
+        "/api/events",
+        "/api/security",
+        "/metrics",
+        "/api/activity",
+        "/logs",
+        "/api/memory",
+    }
 )
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/")
 _ADMIN_EXACT = frozenset({"/api/config"})
@@ -42,8 +50,8 @@ FAILURE_WINDOW = 60.0
 def route_class(path: str) -> str:
     """The scope a path needs. Unknown paths need a valid key of any scope (so a 404 never
     tells an unauthenticated client which routes exist)."""
-    if path in ("/health", "/"):
-        return OPEN
+    if path in ("/health", "/", "/ui") or path.startswith("/ui/"):
+        return OPEN  # the web UI's static files: every API call they make carries a key
     if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
         return INFERENCE
     if path in _READ_EXACT or path.startswith("/logs/"):

@@ -1,0 +1,120 @@
+"""``/ui/``: the web UI's static files (shipped inside the package), and ``GET /api/memory``.
+
+The pages are plain HTML/CSS/JS with no build step and no external requests. Every API call
+they make carries the key the user typed; the files themselves are open (they hold no data).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from modelswap.http.keys import RUNTIME
+from modelswap.runtime import Runtime
+from modelswap.states import ProcessState
+
+STATIC = Path(__file__).parent / "static"
+GIB = 1024**3
+MIB = 1024**2
+# Budgets named like host memory; every other budget is taken to be a GPU's memory.
+HOST_RESOURCES = frozenset({"ram", "cpu", "mem", "memory", "host", "swap"})
+SHOWN_STATES = (
+    ProcessState.READY,
+    ProcessState.STARTING,
+    ProcessState.STOPPING,
+    ProcessState.SLEEPING,
+)
+
+
+async def ui_redirect(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/ui/")
+
+
+async def ui_index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def gpu_utilization(cmd: tuple[str, ...] | list[str]) -> float | None:
+    """vLLM's ``--gpu-memory-utilization`` from a command line (``X`` or ``=X``), if set."""
+    args = list(cmd)
+    if len(args) == 1:  # a single string that was not split (defensive)
+        try:
+            args = shlex.split(args[0])
+        except ValueError:
+            return None
+    for i, arg in enumerate(args):
+        value: str | None = None
+        if arg == "--gpu-memory-utilization" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--gpu-memory-utilization="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                fraction = float(value)
+            except ValueError:
+                return None
+            return fraction if 0 < fraction <= 1 else None
+    return None
+
+
+def _is_gpu(resource: str) -> bool:
+    return resource.lower() not in HOST_RESOURCES
+
+
+def memory_view(runtime: Runtime) -> dict[str, Any]:
+    """Per budget: its total, each loaded (or loading) model's share, and utilisation limits."""
+    config = runtime.config
+    processes = runtime.router.processes
+    resources: list[dict[str, Any]] = []
+    for name, total in config.scheduling.resources.items():
+        gpu = _is_gpu(name)
+        models: list[dict[str, Any]] = []
+        limits: list[dict[str, Any]] = []
+        for model_id, process in processes.items():
+            state = process.state
+            if state not in SHOWN_STATES or (state is ProcessState.SLEEPING and gpu):
+                continue
+            model = config.models[model_id]
+            row: dict[str, Any] = {"model": model_id, "state": state.value}
+            declared = model.uses.get(name)
+            measured = runtime.stats.peaks(model_id).get(name)
+            cap = process.capacity if state is ProcessState.READY else None
+            if gpu and cap is not None and cap.weights_gib is not None and cap.kv_cache_gib:
+                weights = int(cap.weights_gib * GIB)
+                kv = int(cap.kv_cache_gib * GIB)
+                row.update(bytes=weights + kv, weights_bytes=weights, kv_bytes=kv)
+                row["source"] = "receipt"
+            else:
+                used = declared if declared is not None else (measured or 0)
+                row["bytes"] = used
+                row["source"] = "declared" if declared is not None else "measured"
+                if cap is not None and cap.kv_cache_mib is not None and used:
+                    kv = min(used, int(cap.kv_cache_mib * MIB))
+                    row.update(weights_bytes=used - kv, kv_bytes=kv)
+            models.append(row)
+            fraction = gpu_utilization(model.cmd) if gpu else None
+            if fraction is not None:
+                limits.append(
+                    {"model": model_id, "fraction": fraction, "bytes": int(fraction * total)}
+                )
+        entry: dict[str, Any] = {"name": name, "total_bytes": total, "models": models}
+        if limits:
+            entry["limits"] = limits
+            entry["limit_bytes"] = min(limit["bytes"] for limit in limits)
+        resources.append(entry)
+    return {"resources": resources}
+
+
+async def memory(request: web.Request) -> web.Response:
+    data = request.app[RUNTIME].redactor.data(memory_view(request.app[RUNTIME]))
+    return web.json_response(data)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/ui", ui_redirect)
+    app.router.add_get("/ui/", ui_index)
+    app.router.add_static("/ui", STATIC, append_version=False)
+    app.router.add_get("/api/memory", memory)
