@@ -55,7 +55,10 @@ class EventBus:
         self._subscribers.add(queue)
         try:
             while True:
-                yield await queue.get()
+                event = await queue.get()
+                yield event
+                if event.kind == DROPPED:
+                    return  # dropped for being too slow: nothing more will come
         finally:
             self._subscribers.discard(queue)
 

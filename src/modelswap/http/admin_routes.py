@@ -67,7 +67,7 @@ async def logs(request: web.Request) -> web.Response:
         raise BadRequestError("`lines` must not be negative.", param="lines")
     tail = runtime.router.processes[model.id].logs.tail(count)
     text = runtime.redactor.text("\n".join(tail)) + ("\n" if tail else "")
-    return web.Response(text=text, content_type="text/plain")
+    return web.Response(text=text, content_type="text/plain", headers={"X-Accel-Buffering": "no"})
 
 
 async def upstream(request: web.Request) -> web.StreamResponse:

@@ -90,7 +90,11 @@ async def activity(request: web.Request) -> web.Response:
 async def gateway_log(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     lines = runtime.gateway_log.tail()
-    return web.Response(text="\n".join(lines) + ("\n" if lines else ""), content_type="text/plain")
+    return web.Response(
+        text="\n".join(lines) + ("\n" if lines else ""),
+        content_type="text/plain",
+        headers={"X-Accel-Buffering": "no"},
+    )
 
 
 async def log_stream(request: web.Request) -> web.StreamResponse:

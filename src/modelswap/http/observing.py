@@ -35,6 +35,8 @@ class RequestObs:
     bytes_out: int = 0
     usage: UsageTracker | None = None
     capture_limit: int = 0  # >0: keep this many bytes of each body
+    status: int | None = None  # what the backend answered, once relaying began
+    done_sent: bool = False  # the stream's final "data: [DONE]" reached the client
     request_body: bytes = b""
     response_body: bytearray = field(default_factory=bytearray)
 
@@ -46,6 +48,8 @@ class RequestObs:
         """A response chunk on its way to the client: count it, read usage, maybe strip."""
         out = self.usage.feed(chunk) if self.usage is not None else chunk
         self._sent(out)
+        if b"[DONE]" in out[-32:]:
+            self.done_sent = True
         return out
 
     def finish(self) -> bytes:
@@ -98,7 +102,9 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         status, code = response.status, _error_code(response)
         return response
     except asyncio.CancelledError:
-        status = CLIENT_CLOSED
+        # A client that hangs up after the stream's final [DONE] (as SDKs do) got its whole
+        # answer: that is a success, not a disconnect.
+        status = obs.status if obs.done_sent and obs.status else CLIENT_CLOSED
         raise
     except web.HTTPException as exc:
         status = exc.status

@@ -183,6 +183,7 @@ async def forward(
             )
             if obs is not None:
                 obs.first_byte()
+                obs.status = upstream.status
             try:
                 if into is not None:
                     return await _relay_into(into, upstream, lease, timeouts, obs)

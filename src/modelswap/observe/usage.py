@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Any
 
 MAX_BODY = 1024 * 1024
+# An SSE event ends at a blank line; lines may end in \n, \r\n or \r.
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 MAX_PENDING = 1024 * 1024  # an "event" larger than this is passed on unsplit
 
 
@@ -72,21 +75,22 @@ class UsageTracker:
                 self._body += chunk[: MAX_BODY - len(self._body)]
             return chunk
         data = self._pending + chunk
-        head, sep, tail = data.rpartition(b"\n\n")
+        end = _last_event_end(data)
+        complete, tail = data[:end], data[end:]
         if not self._strip:
             # Relay at once; keep only an incomplete event's bytes for the next scan.
-            if sep:
-                self._scan(head)
+            if complete:
+                self._scan(complete)
             self._pending = tail if len(tail) < MAX_PENDING else b""
             return chunk
-        if not sep:
+        if not complete:
             if len(data) < MAX_PENDING:
                 self._pending = data
                 return b""
             self._pending = b""
             return data  # too large to be an event worth holding: pass it on
         self._pending = tail
-        return self._events(head + sep)
+        return self._events(complete)
 
     def finish(self) -> bytes:
         """End of body: read a non-streamed body's usage; return any bytes still held."""
@@ -112,22 +116,21 @@ class UsageTracker:
             self._scan(data)
             return data
         kept: list[bytes] = []
-        for event in data.split(b"\n\n"):
-            if not event:
-                continue
+        parts = _EVENT_END.split(data)
+        separators = [m.group(0) for m in _EVENT_END.finditer(data)]
+        for event, sep in zip(parts, [*separators, b""], strict=True):
             payload = self._payload(event)
-            if payload is not None and _is_usage_only(payload):
-                self._take(payload)
-                continue
             if payload is not None:
                 self._take(payload)
-            kept.append(event + b"\n\n")
+                if _is_usage_only(payload):
+                    continue  # the chunk modelswap asked for: the client did not
+            kept.append(event + sep)
         return b"".join(kept)
 
     def _scan(self, data: bytes) -> None:
         if b'"usage"' not in data and b'"timings"' not in data:
             return
-        for event in data.split(b"\n\n"):
+        for event in _EVENT_END.split(data):
             payload = self._payload(event)
             if payload is not None:
                 self._take(payload)
@@ -136,7 +139,7 @@ class UsageTracker:
     def _payload(event: bytes) -> object | None:
         if b'"usage"' not in event and b'"timings"' not in event:
             return None
-        for line in event.split(b"\n"):
+        for line in event.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
             if line.startswith(b"data:"):
                 try:
                     payload: object = json.loads(line[5:].strip())
@@ -154,6 +157,14 @@ class UsageTracker:
             self.prompt_tokens = prompt
         if completion is not None:
             self.completion_tokens = completion
+
+
+def _last_event_end(data: bytes) -> int:
+    """Index just past the last complete event (0 if none is complete)."""
+    end = 0
+    for match in _EVENT_END.finditer(data):
+        end = match.end()
+    return end
 
 
 def request_usage_injection(body: bytes) -> bytes | None:

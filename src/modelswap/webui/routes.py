@@ -94,6 +94,8 @@ def memory_view(runtime: Runtime) -> dict[str, Any]:
                 if cap is not None and cap.kv_cache_mib is not None and used:
                     kv = min(used, int(cap.kv_cache_mib * MIB))
                     row.update(weights_bytes=used - kv, kv_bytes=kv)
+            if not row["bytes"]:
+                continue  # nothing declared, nothing measured (yet): nothing to draw
             models.append(row)
             fraction = gpu_utilization(model.cmd) if gpu else None
             if fraction is not None:

@@ -1,0 +1,789 @@
+/* modelswap web UI: vanilla JS, no build step, no external requests. */
+"use strict";
+
+const KEY_STORE = "modelswap.key";
+const GIB = 1024 ** 3;
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+function gib(bytes) { return (bytes / GIB).toFixed(bytes >= 10 * GIB ? 1 : 2) + " GiB"; }
+function secs(s) {
+  if (s === undefined || s === null) return "";
+  s = Math.max(0, s);
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+function notice(text) {
+  const n = $("#notice");
+  n.textContent = text || "";
+  n.hidden = !text;
+}
+
+/* ---- auth + fetch -------------------------------------------------------------------- */
+
+class AuthError extends Error {}
+
+function authHeaders(extra = {}) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  return key ? { ...extra, Authorization: "Bearer " + key } : extra;
+}
+
+async function api(path, opts = {}) {
+  const resp = await fetch(path, { ...opts, headers: authHeaders(opts.headers || {}) });
+  if (resp.status === 401) {
+    showLogin(sessionStorage.getItem(KEY_STORE) ? "That key was not accepted." : "");
+    throw new AuthError("unauthorized");
+  }
+  return resp;
+}
+
+async function apiJSON(path, opts) {
+  const resp = await api(path, opts);
+  const body = await resp.json().catch(() => ({}));
+  if (!resp.ok) {
+    const msg = (body.error && body.error.message) || `${resp.status} ${resp.statusText}`;
+    throw new Error(msg);
+  }
+  return body;
+}
+
+/* Server-sent events over fetch (EventSource cannot send an Authorization header). */
+async function readSSE(resp, onEvent, onComment) {
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
+    let cut;
+    while ((cut = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith(":")) { if (onComment) onComment(line.slice(1).trim()); continue; }
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let val = colon < 0 ? "" : line.slice(colon + 1);
+        if (val.startsWith(" ")) val = val.slice(1);
+        if (field === "event") event = val;
+        else if (field === "data") data.push(val);
+      }
+      if (data.length) onEvent(event, data.join("\n"));
+    }
+  }
+}
+
+/* A long-lived stream that reconnects until stopped. */
+function liveStream(path, onEvent, onStatus) {
+  const ctl = { stopped: false, abort: new AbortController() };
+  (async () => {
+    let delay = 500;
+    while (!ctl.stopped) {
+      try {
+        const resp = await api(path, { signal: ctl.abort.signal });
+        if (!resp.ok) throw new Error(`${resp.status}`);
+        onStatus && onStatus("live");
+        delay = 500;
+        await readSSE(resp, onEvent);
+      } catch (err) {
+        if (ctl.stopped || err instanceof AuthError) return;
+      }
+      if (ctl.stopped) return;
+      onStatus && onStatus("reconnecting…");
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 5000);
+    }
+  })();
+  return () => { ctl.stopped = true; ctl.abort.abort(); };
+}
+
+/* ---- routing --------------------------------------------------------------------------- */
+
+const pages = {};
+let current = null; // {name, leave}
+
+function showLogin(message) {
+  if (current && current.leave) current.leave();
+  current = null;
+  for (const p of document.querySelectorAll(".page")) p.hidden = true;
+  $("#login").hidden = false;
+  const err = $("#login-error");
+  err.textContent = message || "";
+  err.hidden = !message;
+  $("#login-key").focus();
+}
+
+function route() {
+  const name = (location.hash.replace(/^#\/?/, "") || "models").split("?")[0];
+  const page = pages[name] ? name : "models";
+  if (current && current.leave) current.leave();
+  notice("");
+  $("#login").hidden = true;
+  for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
+  for (const a of document.querySelectorAll(".top nav a")) {
+    if (a.dataset.page === page) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  $("#signout").hidden = !sessionStorage.getItem(KEY_STORE);
+  current = { name: page, leave: null };
+  const state = current;
+  Promise.resolve(pages[page](state)).catch((err) => {
+    if (!(err instanceof AuthError)) notice(String(err.message || err));
+  });
+}
+
+/* ---- Models ------------------------------------------------------------------------------ */
+
+const models = { list: [], running: {}, cards: {} };
+
+async function fetchModels() {
+  const [list, running] = await Promise.all([apiJSON("/v1/models"), apiJSON("/running")]);
+  models.list = (list.data || []).filter((m) => !m.alias_for);
+  models.running = {};
+  for (const row of running.running || []) models.running[row.model] = { ...row, _at: Date.now() };
+}
+
+function modelCard(id) {
+  const card = el("article", { class: "card", "data-model": id, "aria-label": id });
+  card.innerHTML = `
+    <div class="card-head">
+      <span class="name"></span>
+      <span class="badge" data-role="badge"></span>
+      <span class="actions">
+        <button type="button" data-role="load">Load</button>
+        <button type="button" data-role="unload">Unload</button>
+      </span>
+    </div>
+    <div class="progress" data-role="progress" hidden>
+      <div><span data-role="phase"></span> · <span data-role="elapsed" class="muted"></span></div>
+      <div class="progress-track"><div class="progress-fill" data-role="fill"></div></div>
+      <div class="progress-line" data-role="progress-line"></div>
+    </div>
+    <dl class="kv">
+      <dt>context</dt><dd data-role="context"></dd>
+      <dt data-role="capacity-dt">receipt</dt><dd data-role="capacity"></dd>
+      <dt>requests</dt><dd data-role="load-info"></dd>
+      <dt data-role="ttl-dt">unloads in</dt><dd data-role="ttl"></dd>
+    </dl>
+    <div class="failure" data-role="failure" hidden>
+      <div><strong data-role="fail-code"></strong> <span data-role="fail-summary"></span></div>
+      <div class="fix"><span class="muted">fix:</span> <span data-role="fail-fix"></span></div>
+    </div>`;
+  $(".name", card).textContent = id;
+  role(card, "load").setAttribute("aria-label", `Load ${id}`);
+  role(card, "unload").setAttribute("aria-label", `Unload ${id}`);
+  $('[data-role="load"]', card).addEventListener("click", () => modelAction("load", id));
+  $('[data-role="unload"]', card).addEventListener("click", () => modelAction("unload", id));
+  return card;
+}
+
+async function modelAction(kind, id) {
+  try {
+    const resp = await api(`/api/models/${kind}/${encodeURIComponent(id)}`, { method: "POST" });
+    if (!resp.ok) {
+      const body = await resp.json().catch(() => ({}));
+      notice(`${kind} ${id}: ${(body.error && body.error.message) || resp.status}`);
+    }
+  } catch (err) {
+    if (!(err instanceof AuthError)) notice(`${kind} ${id}: ${err.message || err}`);
+  }
+  scheduleModelsRefresh(0);
+}
+
+function role(card, name) { return card.querySelector(`[data-role="${name}"]`); }
+
+function renderContext(dd, model, run) {
+  dd.replaceChildren();
+  const configured = (run && run.configured) || model.configured || {};
+  const state = run ? run.state : model.state;
+  // The backend's own report exists only while it is ready (never a guess from the config).
+  const reported = state !== "ready" ? undefined : run ? run.context_length : model.context_length;
+  if (configured.context !== undefined) {
+    dd.append(el("span", { class: "ctx-configured", "data-role": "ctx-configured", title: "asked for on the command line", text: `configured ${configured.context}` }));
+  }
+  if (reported !== undefined) {
+    if (dd.childNodes.length) dd.append(" · ");
+    dd.append(el("span", { class: "ctx-reported", "data-role": "ctx-reported", title: "what the running backend reports", text: `reported ${reported}` }));
+    const mismatch = (run && run.context_mismatch) || (configured.context !== undefined && configured.context !== reported
+      ? `the backend reports ${reported}, the command line asked for ${configured.context}` : null);
+    if (mismatch) dd.append(" ", el("span", { class: "ctx-warn", "data-role": "ctx-warn", title: mismatch, "aria-label": "warning: " + mismatch, text: "⚠" }));
+  }
+  if (!dd.childNodes.length) dd.append(el("span", { class: "muted", text: "—" }));
+}
+
+function capacityText(cap) {
+  if (!cap) return "";
+  const parts = [];
+  if (cap.kv_cache_tokens !== undefined) parts.push(`${cap.kv_cache_tokens.toLocaleString()} KV tokens`);
+  if (cap.max_concurrency !== undefined) parts.push(`max concurrency ${cap.max_concurrency}×`);
+  if (cap.weights_gib !== undefined) parts.push(`weights ${cap.weights_gib} GiB`);
+  if (cap.kv_cache_gib !== undefined) parts.push(`KV ${cap.kv_cache_gib} GiB`);
+  if (cap.n_ctx !== undefined) parts.push(`n_ctx ${cap.n_ctx}`);
+  if (cap.n_ctx_seq !== undefined && cap.n_ctx_seq !== cap.n_ctx) parts.push(`per seq ${cap.n_ctx_seq}`);
+  if (cap.kv_cells !== undefined) parts.push(`${cap.kv_cells.toLocaleString()} KV cells`);
+  if (cap.kv_cache_mib !== undefined) parts.push(`KV ${cap.kv_cache_mib} MiB`);
+  return parts.join(" · ");
+}
+
+function renderModels() {
+  const list = $("#models-list");
+  if (!models.list.length) {
+    list.replaceChildren(el("p", { class: "muted", text: "No models are listed." }));
+    models.cards = {};
+    return;
+  }
+  const seen = new Set();
+  for (const model of models.list) {
+    seen.add(model.id);
+    let card = models.cards[model.id];
+    if (!card || !card.isConnected) {
+      card = models.cards[model.id] = modelCard(model.id);
+      list.append(card);
+    }
+    updateCard(card, model, models.running[model.id]);
+  }
+  for (const [id, card] of Object.entries(models.cards)) {
+    if (!seen.has(id)) { card.remove(); delete models.cards[id]; }
+  }
+  for (const child of [...list.children]) if (!child.classList.contains("card")) child.remove();
+}
+
+function updateCard(card, model, run) {
+  const state = run ? run.state : model.state;
+  card.dataset.state = state;
+  const badge = role(card, "badge");
+  badge.textContent = state;
+  badge.dataset.state = state;
+  const name = $(".name", card);
+  name.textContent = model.name ? `${model.id} — ${model.name}` : model.id;
+  role(card, "load").disabled = state === "ready" || state === "starting";
+  role(card, "unload").disabled = state === "stopped" || state === "stopping";
+
+  const progress = role(card, "progress");
+  progress.hidden = state !== "starting";
+  if (state === "starting" && run) {
+    const elapsed = run.elapsed !== undefined ? run.elapsed + (Date.now() - run._at) / 1000 : undefined;
+    role(card, "phase").textContent = run.phase || "starting";
+    role(card, "elapsed").textContent = elapsed !== undefined ? secs(elapsed) : "";
+    const fill = role(card, "fill");
+    if (typeof run.progress === "number") {
+      fill.classList.remove("indeterminate");
+      fill.style.width = (run.progress * 100).toFixed(1) + "%";
+    } else {
+      fill.classList.add("indeterminate");
+      fill.style.width = "";
+    }
+    role(card, "progress-line").textContent = run.last_progress_line || "";
+  }
+
+  renderContext(role(card, "context"), model, run);
+  const cap = capacityText(run && run.capacity);
+  role(card, "capacity").textContent = cap;
+  role(card, "capacity").hidden = role(card, "capacity-dt").hidden = !cap;
+  role(card, "load-info").textContent = run ? `${run.in_flight || 0} in flight · ${run.queued || 0} queued` : "0 in flight · 0 queued";
+  let ttl = "";
+  if (run && run.unload_in !== undefined) ttl = secs(run.unload_in - (Date.now() - run._at) / 1000);
+  else if (run && state === "ready") ttl = run.ttl ? `after ${secs(run.ttl)} idle` : "never (no ttl)";
+  role(card, "ttl").textContent = ttl;
+  role(card, "ttl").hidden = role(card, "ttl-dt").hidden = !ttl;
+
+  const failure = run && run.last_failure;
+  role(card, "failure").hidden = !failure;
+  if (failure) {
+    role(card, "fail-code").textContent = failure.code || "failed";
+    role(card, "fail-summary").textContent = failure.summary || "";
+    role(card, "fail-fix").textContent = failure.fix || "";
+  }
+}
+
+let refreshTimer = null;
+function scheduleModelsRefresh(delay = 150) {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(async () => {
+    refreshTimer = null;
+    if (!current || current.name !== "models") return;
+    try { await fetchModels(); renderModels(); } catch (err) {
+      if (!(err instanceof AuthError)) notice(String(err.message || err));
+    }
+  }, delay);
+}
+
+function onModelEvent(kind, text) {
+  let data;
+  try { data = JSON.parse(text); } catch { return; }
+  if (kind === "snapshot") {
+    models.running = {};
+    for (const row of data.running || []) models.running[row.model] = { ...row, _at: Date.now() };
+    renderModels();
+    return;
+  }
+  if (kind === "process.progress") {
+    const run = models.running[data.model] || (models.running[data.model] = { model: data.model, state: "starting", _at: Date.now() });
+    run.phase = data.phase;
+    if (typeof data.progress === "number") run.progress = data.progress; else delete run.progress;
+    run.last_progress_line = data.line;
+    renderModels();
+    return;
+  }
+  if (kind === "process.state") {
+    const run = models.running[data.model];
+    if (data.new === "stopped") delete models.running[data.model];
+    else if (run) run.state = data.new;
+    else models.running[data.model] = { model: data.model, state: data.new, elapsed: 0, _at: Date.now() };
+    const row = models.list.find((m) => m.id === data.model);
+    if (row) row.state = data.new;
+    renderModels();
+  }
+  if (["process.state", "process.metadata", "swap", "request.finished"].includes(kind)) scheduleModelsRefresh();
+}
+
+pages.models = async (state) => {
+  $("#events-status").textContent = "connecting…";
+  await fetchModels();
+  if (current !== state) return;
+  renderModels();
+  const stop = liveStream("/api/events", onModelEvent, (s) => { $("#events-status").textContent = s === "live" ? "● live" : s; });
+  const tick = setInterval(renderModels, 1000);
+  const poll = setInterval(() => scheduleModelsRefresh(0), 5000);
+  state.leave = () => { stop(); clearInterval(tick); clearInterval(poll); };
+};
+
+/* ---- Memory ------------------------------------------------------------------------------ */
+
+const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#dc2626"];
+function colorFor(model) {
+  let h = 0;
+  for (const ch of model) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return PALETTE[h % PALETTE.length];
+}
+
+const BASIN = { w: 270, h: 320, top: 20, bottom: 20, left: 68, width: 150 };
+
+function drawBasin(res) {
+  const inner = BASIN.h - BASIN.top - BASIN.bottom;
+  const used = res.models.reduce((s, m) => s + (m.bytes || 0), 0);
+  const scaleMax = Math.max(res.total_bytes, used) || 1;
+  const px = (bytes) => (bytes / scaleMax) * inner;
+  const floor = BASIN.h - BASIN.bottom;
+  const x = BASIN.left;
+  const totalTop = floor - px(res.total_bytes);
+  const root = svg("svg", { viewBox: `0 0 ${BASIN.w} ${BASIN.h}`, role: "img", "aria-label": `${res.name}: ${gib(used)} of ${gib(res.total_bytes)}`, "data-resource": res.name, "data-total-bytes": res.total_bytes, "data-scale": (inner / scaleMax) });
+  root.append(svg("rect", { class: "free", x, y: totalTop, width: BASIN.width, height: floor - totalTop, "data-free-bytes": Math.max(0, res.total_bytes - used) }, svg("title", {}, `free ${gib(Math.max(0, res.total_bytes - used))}`)));
+  root.append(svg("text", { x: x - 6, y: totalTop + 4, "text-anchor": "end" }, gib(res.total_bytes)));
+  root.append(svg("text", { x: x - 6, y: floor + 4, "text-anchor": "end" }, "0"));
+  let y = floor;
+  const ordered = [...res.models.filter((m) => m.state !== "starting"), ...res.models.filter((m) => m.state === "starting")];
+  for (const m of ordered) {
+    const h = px(m.bytes || 0);
+    const top = y - h;
+    const color = colorFor(m.model);
+    const starting = m.state === "starting";
+    const label = `${m.model} (${m.state}): ${gib(m.bytes || 0)} — ${m.source}`;
+    const g = svg("g", { "data-model": m.model, "data-bytes": m.bytes || 0, "data-state": m.state });
+    if (!starting && m.weights_bytes !== undefined && m.kv_bytes !== undefined) {
+      const hw = px(m.weights_bytes);
+      g.append(svg("rect", { class: "part", "data-part": "weights", "data-model": m.model, "data-bytes": m.weights_bytes, x, y: y - hw, width: BASIN.width, height: hw, fill: color, "fill-opacity": 0.85 },
+        svg("title", {}, `${m.model} weights: ${gib(m.weights_bytes)}`)));
+      g.append(svg("rect", { class: "part", "data-part": "kv", "data-model": m.model, "data-bytes": m.kv_bytes, x, y: top, width: BASIN.width, height: h - hw, fill: color, "fill-opacity": 0.45 },
+        svg("title", {}, `${m.model} KV cache: ${gib(m.kv_bytes)}`)));
+    }
+    const hasParts = g.childNodes.length > 0;
+    g.append(svg("rect", {
+      class: "band" + (starting ? " starting" : ""), "data-model": m.model, "data-bytes": m.bytes || 0,
+      x, y: top, width: BASIN.width, height: h,
+      fill: starting || hasParts ? "none" : color, "fill-opacity": 0.8,
+      stroke: starting ? color : "var(--card)", "stroke-width": starting ? 2 : 1,
+      "stroke-dasharray": starting ? "6 4" : null,
+    }, svg("title", {}, label)));
+    if (h >= 14) g.append(svg("text", { x: x + 6, y: top + 15, style: `fill:${starting ? color : "#fff"}` }, hasParts ? `${m.model} · KV` : m.model));
+    if (hasParts && px(m.weights_bytes) >= 14) g.append(svg("text", { x: x + 6, y: y - px(m.weights_bytes) + 15, style: "fill:#fff" }, `${m.model} · weights`));
+    root.append(g);
+    y = top;
+  }
+  if (res.limit_bytes !== undefined) {
+    const ly = floor - px(res.limit_bytes);
+    const names = (res.limits || []).map((l) => `${l.model} ${l.fraction}`).join(", ");
+    root.append(svg("line", { class: "limit", x1: x - 4, x2: x + BASIN.width + 4, y1: ly, y2: ly, "data-bytes": res.limit_bytes },
+      svg("title", {}, `utilisation limit ${gib(res.limit_bytes)} (--gpu-memory-utilization ${names})`)));
+    root.append(svg("text", { x: x + BASIN.width + 6, y: ly + 4 }, "limit"));
+  }
+  root.append(svg("path", { class: "wall", d: `M${x} ${totalTop} V${floor} H${x + BASIN.width} V${totalTop}` }));
+  return root;
+}
+
+function renderMemory(data) {
+  const box = $("#memory-basins");
+  if (!data.resources.length) {
+    box.replaceChildren(el("p", { class: "muted" }, "No memory budgets are configured (",
+      el("code", { text: "resources:" }), " in the config), so there is nothing to draw."));
+    return;
+  }
+  box.replaceChildren(...data.resources.map((res) => {
+    const used = res.models.filter((m) => m.state !== "starting").reduce((s, m) => s + m.bytes, 0);
+    const legend = el("ul", { class: "legend" });
+    for (const m of res.models) {
+      const parts = m.weights_bytes !== undefined ? ` (weights ${gib(m.weights_bytes)} + KV ${gib(m.kv_bytes)})` : "";
+      legend.append(el("li", {}, el("span", { class: "swatch", style: `background:${colorFor(m.model)}` }),
+        `${m.model} — ${gib(m.bytes)}${parts} `, el("span", { class: "muted small", text: `${m.state}, ${m.source}` })));
+    }
+    legend.append(el("li", { class: "muted", text: `free ${gib(Math.max(0, res.total_bytes - used))} of ${gib(res.total_bytes)}` }));
+    return el("div", { class: "basin", "data-resource": res.name },
+      el("div", {}, el("h2", { text: res.name }), drawBasin(res)), legend);
+  }));
+}
+
+pages.memory = async (state) => {
+  const load = async () => {
+    const data = await apiJSON("/api/memory");
+    if (current === state) renderMemory(data);
+  };
+  await load();
+  const timer = setInterval(() => load().catch(() => {}), 2000);
+  state.leave = () => clearInterval(timer);
+};
+
+/* ---- Logs -------------------------------------------------------------------------------- */
+
+const logs = { lines: [], paused: false, filter: "", max: 3000, pending: false };
+
+const ANSI_RE = /\x1b\[([0-9;]*)m/g;
+function ansiNodes(text) {
+  const out = [];
+  let last = 0, classes = [];
+  const push = (s) => { if (s) out.push(classes.length ? el("span", { class: classes.join(" "), text: s }) : document.createTextNode(s)); };
+  text.replace(ANSI_RE, (m, codes, offset) => {
+    push(text.slice(last, offset));
+    last = offset + m.length;
+    for (const c of (codes || "0").split(";").map(Number)) {
+      if (c === 0) classes = [];
+      else if (c === 1) classes.push("ansi-bold");
+      else if (c >= 30 && c <= 37) classes = classes.filter((k) => !/^ansi-3/.test(k)).concat("ansi-" + c);
+      else if (c >= 90 && c <= 97) classes = classes.filter((k) => !/^ansi-3/.test(k)).concat("ansi-" + (c - 60), "ansi-bold");
+      else if (c === 39) classes = classes.filter((k) => !/^ansi-3/.test(k));
+    }
+    return m;
+  });
+  push(text.slice(last));
+  return out;
+}
+function plain(text) { return text.replace(ANSI_RE, ""); }
+
+/* The part of a progress line before its percentage or counter: lines that share it are one
+   tqdm-style bar redrawn in place. */
+function progressKey(text) {
+  const t = plain(text);
+  const m = /(\d+(?:\.\d+)?\s?%|\b\d+\s?\/\s?\d+\b)/.exec(t);
+  if (!m) return null;
+  const key = t.slice(0, m.index).replace(/\d{2}:\d{2}:\d{2}(?:[.,]\d+)?/g, "").trim();
+  return key.length >= 3 ? key : null;
+}
+
+function lineMatches(text) { return !logs.filter || plain(text).toLowerCase().includes(logs.filter); }
+
+function lineNode(entry) {
+  const node = el("div", { class: "line" });
+  node.append(...ansiNodes(entry.text));
+  if (entry.count > 1) node.title = `updated ${entry.count} times in place`;
+  return node;
+}
+
+function addLogLine(raw) {
+  // A \r inside a line: only what was drawn last is visible.
+  let text = raw;
+  if (text.includes("\r")) {
+    const parts = text.split("\r").filter((p) => p.trim());
+    text = parts.length ? parts[parts.length - 1] : "";
+  }
+  const key = progressKey(text);
+  const last = logs.lines[logs.lines.length - 1];
+  const view = $("#logs-view");
+  if (key && last && last.key === key) {
+    last.text = text;
+    last.count += 1;
+    if (!logs.paused && last.node && last.node.isConnected) {
+      const fresh = lineNode(last);
+      last.node.replaceWith(fresh);
+      last.node = fresh;
+    }
+    return;
+  }
+  const entry = { text, key, count: 1, node: null };
+  logs.lines.push(entry);
+  if (logs.lines.length > logs.max) {
+    const gone = logs.lines.shift();
+    if (gone.node) gone.node.remove();
+  }
+  if (logs.paused || !lineMatches(text)) return;
+  const stick = view.scrollTop + view.clientHeight >= view.scrollHeight - 30;
+  entry.node = lineNode(entry);
+  view.append(entry.node);
+  if (stick) view.scrollTop = view.scrollHeight;
+}
+
+function renderLogs() {
+  const view = $("#logs-view");
+  const nodes = [];
+  for (const entry of logs.lines) {
+    entry.node = null;
+    if (lineMatches(entry.text)) nodes.push((entry.node = lineNode(entry)));
+  }
+  view.replaceChildren(...nodes);
+  view.scrollTop = view.scrollHeight;
+  $("#logs-status").textContent = logs.paused ? "paused" : $("#logs-status").textContent;
+}
+
+pages.logs = async (state) => {
+  const select = $("#logs-source");
+  try {
+    const list = await apiJSON("/v1/models");
+    const chosen = select.value;
+    select.replaceChildren(el("option", { value: "", text: "gateway" }),
+      ...(list.data || []).filter((m) => !m.alias_for).map((m) => el("option", { value: m.id, text: m.id })));
+    select.value = chosen;
+  } catch (err) {
+    if (err instanceof AuthError) throw err;
+  }
+  let stop = null;
+  const connect = () => {
+    if (stop) stop();
+    logs.lines = [];
+    renderLogs();
+    const path = select.value ? `/logs/stream/${encodeURIComponent(select.value)}` : "/logs/stream";
+    stop = liveStream(path, (_kind, data) => addLogLine(data), (s) => {
+      $("#logs-status").textContent = logs.paused ? "paused" : s === "live" ? "● live" : s;
+    });
+  };
+  select.onchange = connect;
+  $("#logs-search").oninput = (e) => { logs.filter = e.target.value.trim().toLowerCase(); renderLogs(); };
+  $("#logs-pause").onclick = (e) => {
+    logs.paused = !logs.paused;
+    e.target.textContent = logs.paused ? "Resume" : "Pause";
+    e.target.setAttribute("aria-pressed", String(logs.paused));
+    $("#logs-status").textContent = logs.paused ? "paused" : "● live";
+    if (!logs.paused) renderLogs();
+  };
+  $("#logs-clear").onclick = () => { logs.lines = []; renderLogs(); };
+  connect();
+  state.leave = () => { if (stop) stop(); };
+};
+
+/* ---- Activity ---------------------------------------------------------------------------- */
+
+const COLUMNS = [
+  { key: "at", label: "time", fmt: (v) => new Date(v * 1000).toLocaleString() },
+  { key: "model", label: "model" },
+  { key: "route", label: "route" },
+  { key: "status", label: "status", num: true },
+  { key: "streamed", label: "stream", fmt: (v) => (v ? "yes" : "no") },
+  { key: "prompt_tokens", label: "prompt", num: true },
+  { key: "completion_tokens", label: "completion", num: true },
+  { key: "ttft", label: "TTFT", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms") },
+  { key: "duration", label: "duration", num: true, fmt: (v) => (v == null ? "" : v.toFixed(2) + " s") },
+  { key: "tokens_per_second", label: "tok/s", num: true, fmt: (v) => (v == null ? "" : v.toFixed(1)) },
+  { key: "key_name", label: "key" },
+  { key: "error_code", label: "error" },
+];
+const activity = { rows: [], sort: "at", dir: -1 };
+
+function renderActivity() {
+  const head = $("#activity-table thead tr");
+  head.replaceChildren(...COLUMNS.map((c) => {
+    const th = el("th", { class: c.num ? "num" : "", scope: "col",
+      "aria-sort": activity.sort === c.key ? (activity.dir > 0 ? "ascending" : "descending") : "none" });
+    th.append(el("button", { type: "button", text: c.label, "data-sort": c.key, onclick: () => {
+      activity.dir = activity.sort === c.key ? -activity.dir : c.num || c.key === "at" ? -1 : 1;
+      activity.sort = c.key;
+      renderActivity();
+    } }));
+    return th;
+  }));
+  const rows = [...activity.rows].sort((a, b) => {
+    const x = a[activity.sort], y = b[activity.sort];
+    if (x == null && y == null) return 0;
+    if (x == null) return 1;
+    if (y == null) return -1;
+    return (x < y ? -1 : x > y ? 1 : 0) * activity.dir;
+  });
+  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id },
+    ...COLUMNS.map((c) => el("td", { class: (c.num ? "num" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
+      text: c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
+  $("#activity-empty").hidden = activity.rows.length > 0;
+  renderCharts();
+}
+
+function renderCharts() {
+  const byModel = {};
+  for (const r of activity.rows) {
+    if (r.tokens_per_second == null || !r.model) continue;
+    (byModel[r.model] = byModel[r.model] || []).push(r);
+  }
+  const W = 220, H = 60, P = 4;
+  $("#activity-charts").replaceChildren(...Object.entries(byModel).map(([model, rs]) => {
+    rs.sort((a, b) => a.at - b.at);
+    const t0 = rs[0].at, t1 = rs[rs.length - 1].at;
+    const vmax = Math.max(...rs.map((r) => r.tokens_per_second)) || 1;
+    const pts = rs.map((r) => [P + (t1 > t0 ? (r.at - t0) / (t1 - t0) : 0.5) * (W - 2 * P),
+      H - P - (r.tokens_per_second / vmax) * (H - 2 * P), r]);
+    const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${model} tokens per second over time` },
+      svg("polyline", { class: "spark", points: pts.map((p) => `${p[0].toFixed(1)},${p[1].toFixed(1)}`).join(" ") }),
+      ...pts.map(([x, y, r]) => svg("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 2 },
+        svg("title", {}, `${new Date(r.at * 1000).toLocaleTimeString()}: ${r.tokens_per_second.toFixed(1)} tok/s`))));
+    const last = rs[rs.length - 1].tokens_per_second;
+    return el("figure", { class: "chart", "data-model": model, style: "margin:0" },
+      el("figcaption", { class: "small" }, el("strong", { text: model }),
+        el("span", { class: "muted", text: ` tok/s · last ${last.toFixed(1)} · max ${vmax.toFixed(1)}` })), chart);
+  }));
+}
+
+pages.activity = async (state) => {
+  const load = async () => {
+    const data = await apiJSON("/api/activity?limit=500");
+    if (current !== state) return;
+    activity.rows = data.data || [];
+    renderActivity();
+  };
+  $("#activity-refresh").onclick = () => load().catch((err) => notice(String(err.message || err)));
+  await load();
+};
+
+/* ---- Playground -------------------------------------------------------------------------- */
+
+const chat = { messages: [], abort: null };
+
+function addMessage(roleName, text) {
+  const body = el("span", { class: "content", text });
+  const node = el("div", { class: "msg " + roleName, "data-role": roleName }, el("span", { class: "role", text: roleName }), body);
+  $("#pg-chat").append(node);
+  return body;
+}
+
+async function sendChat(text) {
+  const model = $("#pg-model").value;
+  if (!model || !text.trim()) return;
+  chat.messages.push({ role: "user", content: text });
+  addMessage("user", text);
+  const out = addMessage("assistant", "");
+  const stats = $("#pg-stats");
+  stats.textContent = "waiting…";
+  const body = {
+    model, stream: true, messages: chat.messages,
+    temperature: Number($("#pg-temp").value), max_tokens: Number($("#pg-max").value),
+    stream_options: { include_usage: true },
+  };
+  chat.abort = new AbortController();
+  $("#pg-send").disabled = true;
+  $("#pg-stop").disabled = false;
+  const t0 = performance.now();
+  let first = null, chunks = 0, usage = null, answer = "";
+  const show = (extra = "") => {
+    const now = performance.now();
+    const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
+    const gen = first !== null ? (now - first) / 1000 : 0;
+    const parts = [];
+    if (first !== null) parts.push(`TTFT ${(first - t0).toFixed(0)} ms`);
+    if (first !== null && gen > 0 && tokens > 1) parts.push(`${(tokens / gen).toFixed(1)} tok/s`);
+    if (first !== null) parts.push(`${tokens} tokens`);
+    stats.textContent = parts.join(" · ") + extra;
+  };
+  try {
+    const resp = await api("/v1/chat/completions", {
+      method: "POST", body: JSON.stringify(body), signal: chat.abort.signal,
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    });
+    if (!resp.ok) {
+      const err = await resp.json().catch(() => ({}));
+      throw new Error((err.error && err.error.message) || `${resp.status} ${resp.statusText}`);
+    }
+    await readSSE(resp, (_kind, data) => {
+      if (data === "[DONE]") return;
+      let msg;
+      try { msg = JSON.parse(data); } catch { return; }
+      if (msg.error) throw new Error(msg.error.message || "the backend failed mid-answer");
+      if (msg.usage) usage = msg.usage;
+      const delta = msg.choices && msg.choices[0] && msg.choices[0].delta;
+      const piece = delta && (delta.content || delta.reasoning_content);
+      if (piece) {
+        if (first === null) first = performance.now();
+        chunks += 1;
+        answer += piece;
+        out.textContent = answer;
+        show();
+      }
+    }, (comment) => { if (first === null && comment) stats.textContent = comment; });
+    show(" · done");
+  } catch (err) {
+    if (err.name === "AbortError") show(" · stopped");
+    else if (!(err instanceof AuthError)) { stats.textContent = "error: " + (err.message || err); }
+  } finally {
+    chat.messages.push({ role: "assistant", content: answer });
+    chat.abort = null;
+    $("#pg-send").disabled = false;
+    $("#pg-stop").disabled = true;
+  }
+}
+
+pages.playground = async () => {
+  const select = $("#pg-model");
+  const chosen = select.value;
+  const list = await apiJSON("/v1/models");
+  select.replaceChildren(...(list.data || []).map((m) => el("option", { value: m.id, text: m.alias_for ? `${m.id} (→ ${m.alias_for})` : `${m.id} · ${m.state}` })));
+  if (chosen) select.value = chosen;
+};
+
+/* ---- wiring ------------------------------------------------------------------------------ */
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const key = $("#login-key").value.trim();
+    if (!key) return;
+    sessionStorage.setItem(KEY_STORE, key);
+    $("#login-key").value = "";
+    route();
+  });
+  $("#signout").addEventListener("click", () => { sessionStorage.removeItem(KEY_STORE); route(); });
+  $("#pg-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const input = $("#pg-input");
+    const text = input.value;
+    input.value = "";
+    sendChat(text);
+  });
+  $("#pg-input").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("#pg-form").requestSubmit(); }
+  });
+  $("#pg-stop").addEventListener("click", () => { if (chat.abort) chat.abort.abort(); });
+  $("#pg-clear").addEventListener("click", () => {
+    if (chat.abort) chat.abort.abort();
+    chat.messages = [];
+    $("#pg-chat").replaceChildren();
+    $("#pg-stats").textContent = "";
+  });
+  window.addEventListener("hashchange", route);
+  route();
+});
