@@ -93,7 +93,10 @@ async function readSSE(resp, onEvent, onComment) {
         if (field === "event") event = val;
         else if (field === "data") data.push(val);
       }
-      if (data.length) onEvent(event, data.join("\n"));
+      if (data.length && onEvent(event, data.join("\n")) === false) {
+        reader.cancel().catch(() => {});
+        return;
+      }
     }
   }
 }
@@ -699,14 +702,13 @@ async function sendChat(text) {
   $("#pg-send").disabled = true;
   $("#pg-stop").disabled = false;
   const t0 = performance.now();
-  let first = null, chunks = 0, usage = null, answer = "";
+  let first = null, last = null, chunks = 0, usage = null, answer = "";
   const show = (extra = "") => {
-    const now = performance.now();
     const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
-    const gen = first !== null ? (now - first) / 1000 : 0;
+    const gen = first !== null ? (last - first) / 1000 : 0; // decode time after the first token
     const parts = [];
     if (first !== null) parts.push(`TTFT ${(first - t0).toFixed(0)} ms`);
-    if (first !== null && gen > 0 && tokens > 1) parts.push(`${(tokens / gen).toFixed(1)} tok/s`);
+    if (gen > 0 && tokens > 1) parts.push(`${((tokens - 1) / gen).toFixed(1)} tok/s`);
     if (first !== null) parts.push(`${tokens} tokens`);
     stats.textContent = parts.join(" · ") + extra;
   };
@@ -720,7 +722,7 @@ async function sendChat(text) {
       throw new Error((err.error && err.error.message) || `${resp.status} ${resp.statusText}`);
     }
     await readSSE(resp, (_kind, data) => {
-      if (data === "[DONE]") return;
+      if (data === "[DONE]") return false;
       let msg;
       try { msg = JSON.parse(data); } catch { return; }
       if (msg.error) throw new Error(msg.error.message || "the backend failed mid-answer");
@@ -728,7 +730,8 @@ async function sendChat(text) {
       const delta = msg.choices && msg.choices[0] && msg.choices[0].delta;
       const piece = delta && (delta.content || delta.reasoning_content);
       if (piece) {
-        if (first === null) first = performance.now();
+        last = performance.now();
+        if (first === null) first = last;
         chunks += 1;
         answer += piece;
         out.textContent = answer;
