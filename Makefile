@@ -35,7 +35,7 @@ test: lint typecheck
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e"
+	$(BIN)/pytest -q -m "not e2e and not ui"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
