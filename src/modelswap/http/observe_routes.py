@@ -11,6 +11,7 @@ from aiohttp import web
 
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME
+from modelswap.http.sse import event_stream
 from modelswap.observe.metrics import relabel_backend_metrics
 from modelswap.states import ProcessState
 from modelswap.supervisor.logs import LogBuffer
@@ -117,13 +118,7 @@ async def log_stream(request: web.Request) -> web.StreamResponse:
         else:
             queue.put_nowait(line)
 
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = event_stream()
     buffer.add_listener(on_line)
     redact = runtime.redactor.text
     try:

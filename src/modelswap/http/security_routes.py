@@ -16,6 +16,7 @@ from modelswap.config.security import security_report
 from modelswap.events import DROPPED, Event
 from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
+from modelswap.http.sse import event_stream
 
 KEEPALIVE = 15.0
 
@@ -52,13 +53,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: ``snapshot`` (what /running shows) first, then every state change,
     start progress and metadata event as it happens. Secrets masked."""
     runtime = request.app[RUNTIME]
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = event_stream()
     queue: asyncio.Queue[Event] = runtime.events.subscriber_queue()
     try:
         await response.prepare(request)

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from modelswap.errors import ModelswapError
 from modelswap.http.errors import response_for
+from modelswap.http.sse import event_stream
 from modelswap.routing.local import Lease, LocalRouter
 from modelswap.states import ProcessState
 
@@ -53,14 +54,7 @@ class WaitingStream:
 
     async def _open(self) -> web.StreamResponse:
         if self.response is None:
-            response = web.StreamResponse(
-                status=200,
-                headers={
-                    "Content-Type": "text/event-stream; charset=utf-8",
-                    "Cache-Control": "no-cache",
-                    "X-Accel-Buffering": "no",
-                },
-            )
+            response = event_stream()
             await response.prepare(self._request)
             self.response = response
         return self.response
