@@ -22,9 +22,15 @@ from modelswap.config.macros import (
     name_problem,
     transitive_references,
 )
-from modelswap.config.resolved import Config, ModelConfig, Observability, Timeouts
+from modelswap.config.resolved import Config, Filters, ModelConfig, Observability, Timeouts
 from modelswap.config.scheduling import resolve_scheduling, resolve_uses
-from modelswap.config.schema import DEFAULT_START_TIMEOUT, NO_CHECK_ENDPOINT, RawConfig, RawModel
+from modelswap.config.schema import (
+    DEFAULT_START_TIMEOUT,
+    NO_CHECK_ENDPOINT,
+    RawConfig,
+    RawFilters,
+    RawModel,
+)
 from modelswap.config.security import (
     check_backend_locality,
     resolve_api_keys,
@@ -335,7 +341,43 @@ def _resolve_model(
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,
         sleep_mode=_check_sleep_mode(model.sleep_mode, cmd, base, problems),
+        filters=_resolve_filters(model.filters, (*base, "filters"), problems),
+        alias_filters=MappingProxyType(_resolve_alias_filters(model, base, problems)),
     )
+
+
+def _resolve_filters(raw: RawFilters, base: tuple[str, ...], problems: Problems) -> Filters:
+    """Filters as given; naming ``model`` (the routing key) anywhere is a problem."""
+    for index, key in enumerate(raw.strip_params):
+        if key == "model":
+            problems.append((key_path(*base, "stripParams", index), "`model` cannot be filtered"))
+    for field_name, params in (
+        ("setParams", raw.set_params),
+        ("defaultParams", raw.default_params),
+    ):
+        if "model" in params:
+            problems.append((key_path(*base, field_name, "model"), "`model` cannot be filtered"))
+    return Filters(
+        strip_params=tuple(raw.strip_params),
+        set_params=MappingProxyType(dict(raw.set_params)),
+        default_params=MappingProxyType(dict(raw.default_params)),
+    )
+
+
+def _resolve_alias_filters(
+    model: RawModel, base: tuple[str, ...], problems: Problems
+) -> dict[str, Filters]:
+    out: dict[str, Filters] = {}
+    for alias, raw in model.alias_filters.items():
+        path = (*base, "aliasFilters", alias)
+        if alias not in model.aliases:
+            known = ", ".join(repr(a) for a in model.aliases) or "none"
+            problems.append(
+                (key_path(*path), f"{alias!r} is not an alias of this model (aliases: {known})")
+            )
+            continue
+        out[alias] = _resolve_filters(raw, path, problems)
+    return out
 
 
 def _collect_literal_secrets(

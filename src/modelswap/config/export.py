@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelswap.config.resolved import Config, ModelConfig
+from modelswap.config.resolved import Config, Filters, ModelConfig
 from modelswap.redact import MASK, Redactor
+
+
+def _filters(filters: Filters) -> dict[str, Any]:
+    return {
+        "stripParams": list(filters.strip_params),
+        "setParams": dict(filters.set_params),
+        "defaultParams": dict(filters.default_params),
+    }
 
 
 def _model(model: ModelConfig, redactor: Redactor) -> dict[str, Any]:
@@ -34,6 +42,8 @@ def _model(model: ModelConfig, redactor: Redactor) -> dict[str, Any]:
         },
         "allowRemoteBackend": model.allow_remote_backend,
         "apiKey": MASK if model.upstream_api_key else None,
+        "filters": _filters(model.filters),
+        "aliasFilters": {alias: _filters(f) for alias, f in model.alias_filters.items()},
     }
     return {k: v for k, v in out.items() if v is not None}
 

@@ -22,6 +22,21 @@ class Timeouts:
     total: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Edits to a JSON request body: drop ``strip_params``, add ``default_params`` when absent,
+    force ``set_params``. Values are any JSON value."""
+
+    strip_params: tuple[str, ...] = ()
+    set_params: Mapping[str, object] = field(default_factory=dict, hash=False)
+    default_params: Mapping[str, object] = field(default_factory=dict, hash=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.strip_params or self.set_params or self.default_params)
+
+
+NO_FILTERS = Filters()
+
 SCOPES = ("inference", "read", "admin")
 
 
@@ -127,6 +142,13 @@ class ModelConfig:
     priority: int = 0
     concurrency_limit: int = 0  # 0: no limit
     sleep_mode: bool = False
+    filters: Filters = NO_FILTERS
+    alias_filters: Mapping[str, Filters] = field(default_factory=dict, hash=False)
+
+    def filters_for(self, name: str) -> tuple[Filters, ...]:
+        """The filter layers for a request naming ``name``: the model's, then the alias's."""
+        layers = (self.filters, self.alias_filters.get(name, NO_FILTERS))
+        return tuple(layer for layer in layers if layer)
 
     @property
     def upstream_name(self) -> str:

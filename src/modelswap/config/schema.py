@@ -86,6 +86,28 @@ def _check_env(value: object) -> object:
     raise _shape_error('a list of "KEY=VALUE" strings or a mapping', value)
 
 
+def _check_json(value: object, *sub: str | int) -> object:
+    """Any JSON value (for filter params): null, booleans, numbers, strings, lists, mappings."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _shape_error("a finite number", value, *sub)
+        return value
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, *sub, index)
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _shape_error("a string key", key, *sub, str(key))
+            _check_json(item, *sub, key)
+        return value
+    raise _shape_error("a JSON value", value, *sub)
+
+
+JsonParam = Annotated[Any, BeforeValidator(_check_json)]
 Scalar = Annotated[str | int | float, BeforeValidator(_check_scalar)]
 Command = Annotated[str | list[str], BeforeValidator(_check_command)]
 Env = Annotated[list[str] | dict[str, Scalar], BeforeValidator(_check_env)]
@@ -129,6 +151,28 @@ class RawTimeouts(BaseModel):
     )
     total: float | None = Field(
         None, gt=0, description="Ceiling in seconds for a whole request; null means no ceiling."
+    )
+
+
+class RawFilters(BaseModel):
+    """Edits to JSON request bodies sent to a model (never to `model` itself)."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="Filters")
+
+    strip_params: list[str] = Field(
+        default_factory=list,
+        alias="stripParams",
+        description="Keys dropped from the request body (e.g. to keep server-side defaults).",
+    )
+    set_params: dict[str, JsonParam] = Field(
+        default_factory=dict,
+        alias="setParams",
+        description="Keys forced to these values, whatever the client sent.",
+    )
+    default_params: dict[str, JsonParam] = Field(
+        default_factory=dict,
+        alias="defaultParams",
+        description="Keys set to these values when the client did not send them.",
     )
 
 
@@ -248,6 +292,16 @@ class RawModel(BaseModel):
         alias="apiKey",
         description="Key sent upstream as 'Authorization: Bearer' (use ${env.NAME}); the "
         "client's own key is never forwarded.",
+    )
+    filters: RawFilters = Field(
+        default_factory=RawFilters,
+        description="Request body edits: stripParams, then defaultParams, then setParams.",
+    )
+    alias_filters: dict[str, RawFilters] = Field(
+        default_factory=dict,
+        alias="aliasFilters",
+        description="Filters per alias of this model, applied after the model's own when a "
+        "client uses that alias.",
     )
 
 

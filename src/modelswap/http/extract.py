@@ -12,6 +12,10 @@ def _media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
+def is_multipart(content_type: str) -> bool:
+    return _media_type(content_type) == "multipart/form-data"
+
+
 def _boundary(content_type: str) -> bytes:
     msg = Message()
     msg["content-type"] = content_type

@@ -7,7 +7,8 @@ from aiohttp import web
 from modelswap.errors import BodyTooLargeError
 from modelswap.http import proxy
 from modelswap.http.catalog import model_rows
-from modelswap.http.extract import extract_model, replace_model, wants_stream
+from modelswap.http.extract import extract_model, is_multipart, replace_model, wants_stream
+from modelswap.http.filters import apply_filters
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.observing import OBS
 from modelswap.observe.usage import UsageTracker, request_usage_injection
@@ -62,6 +63,9 @@ async def inference(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, body_limit(runtime, content_type))
     name = extract_model(content_type, body)
     model = runtime.resolve(name, client_key(request))
+    layers = model.filters_for(name)
+    if layers and not is_multipart(content_type):  # filters edit JSON bodies only
+        body = apply_filters(body, layers)
     if model.upstream_name != name:
         body = replace_model(content_type, body, model.upstream_name)
     stream = wants_stream(content_type, body)

@@ -1,0 +1,57 @@
+"""Request filters: strip, default and force keys of a JSON request body. Pure over bytes.
+
+Layers apply in order (the model's, then the alias's); within a layer: ``stripParams`` first,
+then ``defaultParams`` (only keys the body lacks), then ``setParams`` (forced). The body is
+re-serialised only when something changed; otherwise the very same ``bytes`` object comes back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from modelswap.config.resolved import Filters
+
+PROTECTED = "model"
+
+
+def _same(a: object, b: object) -> bool:
+    """JSON equality (``1`` and ``true`` differ, key order does not matter)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _apply_layer(data: dict[str, object], layer: Filters) -> bool:
+    changed = False
+    for key in layer.strip_params:
+        if key in data and key != PROTECTED:
+            del data[key]
+            changed = True
+    for key, value in layer.default_params.items():
+        if key not in data and key != PROTECTED:
+            data[key] = value
+            changed = True
+    for key, value in layer.set_params.items():
+        if key != PROTECTED and (key not in data or not _same(data[key], value)):
+            data[key] = value
+            changed = True
+    return changed
+
+
+def apply_filters(body: bytes, filters: Filters | Iterable[Filters]) -> bytes:
+    """``body`` with ``filters`` applied; ``body`` itself when it is not a JSON object or no
+    filter changed anything. ``model`` is never touched (config checks refuse filters on it)."""
+    layers = [filters] if isinstance(filters, Filters) else [f for f in filters if f]
+    if not layers:
+        return body
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return body
+    if not isinstance(data, dict):
+        return body
+    changed = False
+    for layer in layers:
+        changed = _apply_layer(data, layer) or changed
+    if not changed:
+        return body
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
