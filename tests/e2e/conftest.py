@@ -295,3 +295,18 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
     yield start  # type: ignore[misc]
     for gw in started:
         stop_gateway(gw)
+
+
+def stream_tokens(resp: http.client.HTTPResponse) -> tuple[list[str], list[str]]:
+    """Every content delta and every raw event payload until the stream ends."""
+    tokens: list[str] = []
+    events: list[str] = []
+    while (event := next_event(resp)) is not None:
+        events.append(event)
+        if event == "[DONE]":
+            continue
+        for choice in json.loads(event).get("choices", []):
+            content = choice.get("delta", {}).get("content")
+            if content:
+                tokens.append(content)
+    return tokens, events

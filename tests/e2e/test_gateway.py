@@ -30,6 +30,7 @@ from tests.e2e.conftest import (
     open_stream,
     pid_alive,
     request,
+    stream_tokens,
     wait_dead,
 )
 
@@ -80,21 +81,6 @@ def read_reply(conn: http.client.HTTPConnection) -> Reply:
         return Reply(resp.status, resp.headers, resp.read())
     finally:
         conn.close()
-
-
-def stream_tokens(resp: http.client.HTTPResponse) -> tuple[list[str], list[str]]:
-    """Every content delta and every raw event payload until the stream ends."""
-    tokens: list[str] = []
-    events: list[str] = []
-    while (event := next_event(resp)) is not None:
-        events.append(event)
-        if event == "[DONE]":
-            continue
-        for choice in json.loads(event).get("choices", []):
-            content = choice.get("delta", {}).get("content")
-            if content:
-                tokens.append(content)
-    return tokens, events
 
 
 EXPECTED_20 = [f"tok{i} " for i in range(20)]

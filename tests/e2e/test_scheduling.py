@@ -33,6 +33,7 @@ from tests.e2e.conftest import (
     open_stream,
     pid_alive,
     request,
+    stream_tokens,
 )
 
 pytestmark = pytest.mark.e2e
@@ -100,21 +101,6 @@ def reply_in_background(gw: Gateway, body: bytes) -> Iterator[list[tuple[float, 
     finally:
         thread.join(timeout=30)
         conn.close()
-
-
-def stream_events(resp: http.client.HTTPResponse) -> tuple[list[str], list[str]]:
-    """Every content delta and every raw event payload until the stream ends."""
-    tokens: list[str] = []
-    events: list[str] = []
-    while (event := next_event(resp)) is not None:
-        events.append(event)
-        if event == "[DONE]":
-            continue
-        for choice in json.loads(event).get("choices", []):
-            content = choice.get("delta", {}).get("content")
-            if content:
-                tokens.append(content)
-    return tokens, events
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -261,7 +247,7 @@ def test_a_swap_never_cuts_a_streaming_answer(gateway: StartGateway) -> None:
         first = next_event(resp)
         assert first is not None
         with reply_in_background(gw, chat_body("s1")) as answered:
-            tokens, events = stream_events(resp)
+            tokens, events = stream_tokens(resp)
             finished = time.monotonic()
         assert len(answered) == 1
     for event in events:
@@ -289,7 +275,7 @@ def test_drain_timeout_lets_the_swap_proceed_and_ends_the_stream_with_an_error(
         assert next_event(resp) is not None
         began = time.monotonic()
         with reply_in_background(gw, chat_body("b")) as answered:
-            tokens, events = stream_events(resp)
+            tokens, events = stream_tokens(resp)
             cut = time.monotonic() - began
         assert len(answered) == 1
     assert cut < 10, cut  # 200 tokens at 5/s would take 40 s
