@@ -5,7 +5,7 @@ Shown apart from what the backend reports (the receipt) and never mixed into it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from modelswap.backends.metadata import positive_int
@@ -52,16 +52,27 @@ def _int(text: str) -> int | None:
         return None
 
 
+def _scan(argv: Sequence[str], flags: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """``(key, text)`` for every ``--flag V`` or ``--flag=V`` of ``flags``, in order."""
+    for index, arg in enumerate(argv):
+        flag, eq, inline = arg.partition("=")
+        key = flags.get(flag)
+        if key is None:
+            continue
+        yield key, inline if eq else (argv[index + 1] if index + 1 < len(argv) else "")
+
+
 def parse_configured(argv: Sequence[str]) -> ConfiguredLimits:
     """Flags as ``--flag N`` or ``--flag=N``; the last occurrence wins; junk is ignored."""
     found: dict[str, int] = {}
-    for index, arg in enumerate(argv):
-        flag, eq, inline = arg.partition("=")
-        key = _FLAGS.get(flag)
-        if key is None:
-            continue
-        text = inline if eq else (argv[index + 1] if index + 1 < len(argv) else "")
+    for key, text in _scan(argv, _FLAGS):
         value = _int(text)
         if value is not None:
             found[key] = value
     return ConfiguredLimits(**found)
+
+
+def flag_values(argv: Sequence[str], flags: Mapping[str, str]) -> dict[str, str]:
+    """The text after each flag of ``flags`` (mapped to its key), the last occurrence winning;
+    for callers that need more than the integer limits (the fit planner)."""
+    return dict(_scan(argv, flags))

@@ -43,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics", action="store_true", help="enable /metrics")
     parser.add_argument("--no-slots", action="store_true")
     parser.add_argument("--api-key", default=None)
+    parser.add_argument(
+        "-lv",
+        "--verbosity",
+        "--log-verbosity",
+        type=int,
+        default=4,
+        help="log verbosity (default 4: the model-loading lines llama-server prints, including "
+        "the KV cache size the capacity receipt reads; 3 hides them)",
+    )
     return parser
 
 
@@ -56,6 +65,7 @@ def _params(args: argparse.Namespace) -> object:
     params.n_ctx = args.ctx_size
     params.n_parallel = args.parallel
     params.cpuparams.n_threads = args.threads
+    params.verbosity = args.verbosity
     params.cpuparams_batch.n_threads = args.threads_batch or args.threads
     if args.batch_size:
         params.n_batch = args.batch_size
