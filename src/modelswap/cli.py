@@ -1,4 +1,4 @@
-"""Command line: ``modelswap serve | check | schema``. Exit codes: 0 ok, 1 runtime error,
+"""Command line: ``modelswap serve | check | plan | schema``. Exit codes: 0 ok, 1 runtime error,
 2 bad usage or invalid configuration."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from modelswap import __version__
@@ -23,12 +23,17 @@ from modelswap.config import (
     load_config,
     override_listen,
 )
+from modelswap.config.compat import explain
 from modelswap.config.export import export_config
+from modelswap.config.preflight import check_runnable, missing_executables
 from modelswap.config.security import exposure_problem
 from modelswap.errors import ConfigError
 from modelswap.http.serving import host_port, serve
 from modelswap.observe.activity import ActivityLog
+from modelswap.planner import command as plan_command
+from modelswap.planner.configured import check_line
 from modelswap.redact import Redactor
+from modelswap.reload import Reloading
 
 log = logging.getLogger("modelswap")
 
@@ -53,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         "-c", "--config", help="YAML config file (default: the built-in SmolLM2 demo)"
     )
     serve.add_argument("--listen", help="host:port to listen on (overrides the config's listen)")
+    serve.add_argument(
+        "--watch-config",
+        action="store_true",
+        help="apply edits of the config file as they are saved (SIGHUP always reloads it)",
+    )
     serve.add_argument("--log-level", choices=sorted(_LEVELS), help="overrides logLevel")
     serve.add_argument(
         "--allow-unauthenticated-network",
@@ -63,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config", nargs="?", help="YAML config file (default: the demo config)")
     check.add_argument(
         "--show", action="store_true", help="print the whole resolved config as JSON, redacted"
+    )
+    check.add_argument(
+        "--explain", action="store_true", help="also show how each llama-swap key was read"
     )
     audit = sub.add_parser(
         "audit",
@@ -79,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--model", help="only this model")
     act.add_argument("--limit", type=int, default=50, help="rows (newest first; default 50)")
     sub.add_parser("schema", help="print the config's JSON Schema (for editor completion)")
+    plan_parser = sub.add_parser(
+        "plan",
+        help="will this model serve this context on this GPU? (the fit planner)",
+        description="Size weights, KV cache and per-sequence state from a model folder, a GGUF "
+        "header or a configured model, and say whether it fits (exit 1 when it does not).",
+    )
+    plan_command.add_arguments(plan_parser)
     diag = sub.add_parser(
         "diagnose",
         help="explain why a backend failed to start, from its saved log",
@@ -98,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "diagnose":
         return diagnose_file(args.log)
+    if args.command == "plan":
+        return plan_command.run(args)
     if args.command == "audit":
         return run_audit(args)
     if args.command == "activity":
@@ -106,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config) if args.config else demo_config()
         if args.command == "serve" and args.listen:
             config = override_listen(config, args.listen)
+        check_runnable(config, executables=args.command == "serve")  # port clashes; programs
     except ConfigError as exc:
         source = args.config or "the built-in demo config"
         print(f"modelswap: invalid configuration in {source}:", file=sys.stderr)
@@ -113,19 +136,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {path}: {message}" if path else f"  {message}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check":
+        for path, message in missing_executables(config):  # `serve` refuses these, here
+            print(f"modelswap: note: {path}: {message}", file=sys.stderr)
         if args.show:
             print(json.dumps(export_config(config, Redactor(config.secrets)), indent=2))
         else:
             print(describe(config))
+        if args.explain:
+            print(f"\n{explain(config.compat)}")
         return EXIT_OK
     allow = args.allow_unauthenticated_network or config.security.allow_unauthenticated_network
     refused = exposure_problem(config.listen_host, config.api_keys, allow)
     if refused:
         print(f"modelswap: {refused}", file=sys.stderr)
         return EXIT_CONFIG
-    _setup_logging(args.log_level or config.log_level, Redactor(config.secrets))
+    log_filter = _setup_logging(args.log_level or config.log_level, Redactor(config.secrets))
+    reloading = Reloading(
+        path=args.config,
+        watch=args.watch_config,
+        keep_listen=bool(args.listen),
+        on_applied=lambda new: log_filter.add_secrets(new.secrets),
+    )
     try:
-        return asyncio.run(serve(config, allow_unauthenticated_network=allow))
+        return asyncio.run(serve(config, allow_unauthenticated_network=allow, reloading=reloading))
     except KeyboardInterrupt:
         return EXIT_OK
 
@@ -264,9 +297,18 @@ def describe(config: Config) -> str:
             lines.append(f"  upstream name: {model.use_model_name}")
         if model.env:
             lines.append(f"  env:   {', '.join(sorted(model.env))}")
+        planned = check_line(model.cmd)
+        if planned:
+            lines.append(f"  plan:  {planned}")
+        if model.fallback:
+            lines.append(f"  fallback: {', '.join(model.fallback)}")
         note = missing_tool_flags(model.cmd)
         if note:
             lines.append(f"  info:  {note}")
+    for peer in config.peers.values():
+        served = "discovered from its /v1/models" if peer.discover else ", ".join(peer.models)
+        key = "with its key" if peer.api_key else "no key"
+        lines += ["", f"peer {peer.id}: {redactor.url(peer.proxy)} ({key})", f"  models: {served}"]
     return "\n".join(lines)
 
 
@@ -277,6 +319,10 @@ class RedactingFilter(logging.Filter):
         super().__init__()
         self._redactor = redactor
 
+    def add_secrets(self, secrets: Iterable[str]) -> None:
+        """A reloaded config's secrets are masked too (the old ones stay masked)."""
+        self._redactor = self._redactor.with_secrets(secrets)
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         redacted = self._redactor.text(message)
@@ -285,8 +331,10 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def _setup_logging(level: str, redactor: Redactor) -> None:
+def _setup_logging(level: str, redactor: Redactor) -> RedactingFilter:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    handler.addFilter(RedactingFilter(redactor))
+    log_filter = RedactingFilter(redactor)
+    handler.addFilter(log_filter)
     logging.basicConfig(level=_LEVELS.get(level, logging.INFO), handlers=[handler])
+    return log_filter

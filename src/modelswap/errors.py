@@ -106,3 +106,38 @@ class UpstreamTimeoutError(ModelswapError):
         self.model = model
         self.which = which
         super().__init__(f"Backend for model `{model}` timed out: no {which} within {seconds:g} s.")
+
+
+class UpstreamStatusError(UpstreamError):
+    """The backend answered 5xx before any byte reached the client, and a fallback is next.
+    (Without a fallback, the backend's answer is relayed as it is.)"""
+
+    def __init__(self, model: str, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+        detail = body.decode("utf-8", errors="replace")[:300]
+        super().__init__(model, f"answered {status}: {detail}")
+
+
+class PeerUnavailableError(ModelswapError):
+    """A peer's circuit breaker is open: it failed repeatedly and is not tried until
+    ``retry_after`` seconds have passed."""
+
+    def __init__(self, peer: str, retry_after: float) -> None:
+        self.peer = peer
+        self.retry_after = retry_after
+        super().__init__(
+            f"Peer `{peer}` is unavailable after repeated failures; it is tried again in "
+            f"{retry_after:.0f} s."
+        )
+
+
+class AmbiguousModelError(ModelswapError):
+    """A bare name that several peers serve: the client must qualify it."""
+
+    def __init__(self, model: str, candidates: list[str]) -> None:
+        self.model = model
+        self.candidates = candidates
+        super().__init__(
+            f"Model `{model}` is served by several peers; name one of: {', '.join(candidates)}."
+        )

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -21,14 +22,16 @@ from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey
-from modelswap.errors import ModelNotFoundError, ModelswapError
+from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
-from modelswap.observe.activity import ActivityLog
+from modelswap.observe.activity import ActivityError, ActivityLog
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
+from modelswap.planner.receipt import PlanCache
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
+from modelswap.routing.peers import PeerDirectory, PeerRoute
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
@@ -40,11 +43,28 @@ from modelswap.routing.swappers import (
     GroupSwapper,
 )
 from modelswap.states import ProcessState
+from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.process import ManagedProcess
 from modelswap.supervisor.reaper import Reaper
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTarget:
+    """A request name resolved to a local model; ``name`` is the name used (an id or alias),
+    which picks the alias's filters."""
+
+    model: ModelConfig
+    name: str
+
+    @property
+    def label(self) -> str:
+        return self.model.id
+
+
+Target = LocalTarget | PeerRoute
 
 
 class Runtime:
@@ -63,18 +83,24 @@ class Runtime:
         self.events = EventBus()
         self.started_at = time.time()
         self.redactor = Redactor(config.secrets)
-        self.configured: dict[str, ConfiguredLimits] = {
-            model_id: parse_configured(model.cmd) for model_id, model in config.models.items()
-        }
+        self.configured: dict[str, ConfiguredLimits] = {}
+        self.refresh_configured()
         self.events.add_listener(self._warn_on_context_mismatch)
+        # The fit planner: one plan per model start, compared with the allocator's receipt.
+        self.plans = PlanCache(
+            lambda model_id: getattr(self.config.models.get(model_id), "cmd", None)
+        )
+        self.events.add_listener(self.plans.on_event)
         self._stop_grace = stop_grace
         self._reaper = Reaper() if use_reaper else None
         self._health_session: aiohttp.ClientSession | None = None
         self._proxy_session: aiohttp.ClientSession | None = None
         self._router: LocalRouter | None = None
+        self.peers = PeerDirectory(config.peers, lambda: self.health_session)
         sched = config.scheduling
         state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
         self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)
+        self.backend_record = BackendRecord(state_dir / "backends" if state_dir else None)
         self.events.add_listener(self._record_start)
         self._background: list[asyncio.Task[None]] = []
         self.activity = self._activity_log(state_dir)
@@ -94,11 +120,33 @@ class Runtime:
         path = obs.activity_path
         if path is None:
             path = str(state_dir / "activity.sqlite3") if state_dir else ":memory:"
-        return ActivityLog(
-            Path(path).expanduser() if path != ":memory:" else path,
-            max_age_days=obs.max_age_days,
-            max_rows=obs.max_rows,
-        )
+        try:
+            return ActivityLog(
+                Path(path).expanduser() if path != ":memory:" else path,
+                max_age_days=obs.max_age_days,
+                max_rows=obs.max_rows,
+            )
+        except ActivityError as exc:  # e.g. an unwritable state directory: serve without it
+            log.warning("activity log off: %s", exc)
+            return None
+
+    def refresh_configured(self) -> None:
+        """Parse each model's command line (again, after a reload); a removed model's entry
+        stays while its process drains."""
+        for model_id, model in self.config.models.items():
+            self.configured[model_id] = parse_configured(model.cmd)
+
+    def spawn(self, coro: Coroutine[object, object, None], name: str) -> None:
+        """Run ``coro`` in the background until it ends or the runtime closes."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.append(task)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+        with contextlib.suppress(ValueError):
+            self._background.remove(task)
 
     def model_views(self) -> dict[str, ModelView]:
         """What /metrics reads about each model at scrape time."""
@@ -121,14 +169,16 @@ class Runtime:
 
     def uses(self, model_id: str) -> Mapping[str, int]:
         """Memory per resource: what the model declares, else what was measured."""
-        declared = self.config.models[model_id].uses
+        model = self.config.models.get(model_id)  # None: removed, still draining
+        declared = model.uses if model is not None else {}
         measured = self.stats.peaks(model_id)
         return {r: declared.get(r, measured.get(r, 0)) for r in self.config.scheduling.resources}
 
     def evict_cost(self, model_id: str) -> float:
-        return self.stats.median_start(model_id) * self.config.models[model_id].evict_cost
+        model = self.config.models.get(model_id)
+        return self.stats.median_start(model_id) * (model.evict_cost if model else 1.0)
 
-    def _swapper(self) -> Swapper:
+    def swapper(self) -> Swapper:
         cfg = self.config
         sched = cfg.scheduling
         groups = [
@@ -154,7 +204,7 @@ class Runtime:
             m for m, p in self._router.processes.items() if p.state is ProcessState.SLEEPING
         )
 
-    def _policy(self) -> SchedulerPolicy:
+    def policy(self) -> SchedulerPolicy:
         sched = self.config.scheduling
         models = self.config.models.values()
         return SchedulerPolicy(
@@ -174,6 +224,7 @@ class Runtime:
                 self.stats.save()
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.backend_record.reap_leftovers)  # a killed gateway's backends
         if self._reaper is not None:
             self._reaper.start()
         self._health_session = aiohttp.ClientSession()
@@ -184,22 +235,10 @@ class Runtime:
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
         )
-        processes = {
-            model_id: ManagedProcess(
-                model,
-                events=self.events,
-                session=self._health_session,
-                diagnoser=GenericDiagnoser(),
-                log_reader=BackendLogReader(),
-                prober=MetadataProbe(self._health_session),
-                reaper=self._reaper,
-                stop_grace=self._stop_grace,
-            )
-            for model_id, model in self.config.models.items()
-        }
-        self._router = LocalRouter(processes, self.events, self._swapper(), self._policy())
+        processes = {m: self.make_process(model) for m, model in self.config.models.items()}
+        self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())
         sampler = MemorySampler(
-            self.stats, lambda: {m: (p.state, p.pid) for m, p in processes.items()}
+            self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
         )
         loop = asyncio.get_running_loop()
         self._background = [
@@ -208,6 +247,20 @@ class Runtime:
         ]
         if self.activity is not None:
             self._background.append(loop.create_task(self.activity.run(), name="activity"))
+        self._background.append(loop.create_task(self.peers.run(), name="peer-discovery"))
+
+    def make_process(self, model: ModelConfig) -> ManagedProcess:
+        return ManagedProcess(
+            model,
+            events=self.events,
+            session=self.health_session,
+            diagnoser=GenericDiagnoser(),
+            log_reader=BackendLogReader(),
+            prober=MetadataProbe(self.health_session),
+            reaper=self._reaper,
+            record=self.backend_record,
+            stop_grace=self._stop_grace,
+        )
 
     async def _keep_warm(self) -> None:
         """Preload at startup; load defaultModel when nothing runs and all is quiet."""
@@ -238,6 +291,7 @@ class Runtime:
                     await router.load(default)
 
     async def close(self) -> None:
+        await self.plans.close()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -272,23 +326,69 @@ class Runtime:
         return self._router
 
     @property
+    def health_session(self) -> aiohttp.ClientSession:
+        assert self._health_session is not None, "Runtime.start() was not awaited"
+        return self._health_session
+
+    @property
     def proxy_session(self) -> aiohttp.ClientSession:
         assert self._proxy_session is not None, "Runtime.start() was not awaited"
         return self._proxy_session
 
     def resolve(self, name: str, key: ApiKey | None = None) -> ModelConfig:
-        """The model a request names (its id or an alias). Raises ModelNotFoundError — also
-        for a model the client's key may not use, exactly as if it did not exist."""
+        """The local model a request names (its id or an alias). Raises ModelNotFoundError —
+        also for a model the client's key may not use, exactly as if it did not exist."""
         model = self.config.resolve(name)
         if model is None or (key is not None and not key.allows(model)):
             raise ModelNotFoundError(name, close_names(name, self.visible_names(key)))
         return model
 
+    def target(self, name: str, key: ApiKey | None = None) -> Target:
+        """Where ``name`` goes: a local model (ids and aliases win), else a peer's model
+        (``peerID/model``, or a bare name one peer serves). Raises ModelNotFoundError (also
+        for names the key may not use) or AmbiguousModelError."""
+        model = self.config.resolve(name)
+        if model is not None and (key is None or key.allows(model)):
+            return LocalTarget(model, name)
+        if model is None:
+            try:
+                route = self.peers.lookup(name)
+            except AmbiguousModelError as exc:
+                if key is None:
+                    raise
+                allowed = [c for c in exc.candidates if key.allows_names((c,))]
+                if len(allowed) > 1:
+                    raise AmbiguousModelError(name, allowed) from exc
+                route = self.peers.lookup(allowed[0]) if allowed else None
+            if route is not None and (key is None or key.allows_names((route.label, name))):
+                return route
+        raise ModelNotFoundError(name, close_names(name, self.visible_names(key)))
+
+    def targets(self, name: str, key: ApiKey | None = None) -> list[Target]:
+        """The target for ``name``, then its model's ``fallback`` targets the key may use."""
+        first = self.target(name, key)
+        chain: list[Target] = [first]
+        fallback = first.model.fallback if isinstance(first, LocalTarget) else ()
+        for other in fallback:
+            try:
+                target = self.target(other, key)
+            except ModelswapError:
+                continue  # a discovering peer that does not serve it (now), or not allowed
+            if all(target.label != seen.label for seen in chain):
+                chain.append(target)
+        return chain
+
     def visible_names(self, key: ApiKey | None) -> list[str]:
-        """Model ids and aliases ``key`` may use (all of them without keys)."""
-        return [
+        """Model ids and aliases ``key`` may use (all of them without keys), then peer models."""
+        local = [
             name
             for model in self.config.models.values()
             if key is None or key.allows(model)
             for name in (model.id, *model.aliases)
         ]
+        remote = [
+            route.label
+            for route in self.peers.routes()
+            if key is None or key.allows_names((route.label, route.model))
+        ]
+        return local + remote

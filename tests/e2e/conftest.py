@@ -41,6 +41,8 @@ def free_port_range(count: int) -> int:
         ok = True
         for port in range(start, start + count):
             with socket.socket() as sock:
+                # As a server binds: ports in TIME_WAIT after heavy traffic are usable.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
@@ -182,6 +184,7 @@ class Gateway:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    config_path: Path | None = None
     base_url: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -259,7 +262,9 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
     """Factory: ``gateway(yaml_models_text)`` starts modelswap on free ports and returns it."""
     started: list[Gateway] = []
 
-    def start(models_yaml: str, *, extra_top: str = "", ports: int = 8) -> Gateway:
+    def start(
+        models_yaml: str, *, extra_top: str = "", ports: int = 8, args: tuple[str, ...] = ()
+    ) -> Gateway:
         port = free_port()
         config = tmp_path / f"config-{len(started)}.yaml"
         state = "" if "stateDir" in extra_top else f"stateDir: {tmp_path / 'state'}\n"
@@ -280,6 +285,7 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
                     str(config),
                     "--listen",
                     f"127.0.0.1:{port}",
+                    *args,
                 ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -287,7 +293,7 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
                 env=env,
                 cwd=REPO,
             )
-        gw = Gateway(proc, port, log_path)
+        gw = Gateway(proc, port, log_path, config)
         started.append(gw)
         _wait_healthy(gw)
         return gw

@@ -441,12 +441,19 @@ def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
     assert reply.json()["error"]["type"] == "NotFoundError"
 
 
-def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway) -> None:
+def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway, tmp_path: Path) -> None:
+    # `serve` refuses a command that cannot run, so this one exists at startup and is gone
+    # by the time it is needed (uninstalled while modelswap runs).
+    ghost = tmp_path / "gone" / "llama-server"
+    ghost.parent.mkdir()
+    ghost.write_text("#!/bin/sh\nexit 1\n")
+    ghost.chmod(0o755)
     gw = gateway(
         model("bad", "--fail-start", failureBackoff="0")
         + model("again", "--fail-start", failureBackoff="30")
-        + '  ghost:\n    cmd: "/nonexistent/dir/llama-server --port ${PORT}"\n'
+        + f'  ghost:\n    cmd: "{ghost} --port ${{PORT}}"\n'
     )
+    ghost.unlink()
     error = gateway_error(chat(gw, "bad"), 503, "model_load_error")
     diagnosis = error["diagnosis"]
     assert isinstance(diagnosis, dict)
@@ -473,7 +480,7 @@ def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway) -> None
     assert starts(gw, "again") == 1
 
     error = gateway_error(chat(gw, "ghost"), 503, "executable_not_found")
-    assert "/nonexistent/dir/llama-server" in str(error["message"])
+    assert str(ghost) in str(error["message"])
     assert gw.running()["ghost"]["state"] == "failed"
 
     # The evidence is the root cause the backend printed (it says *why*), not the wrapper
@@ -528,7 +535,7 @@ def test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend(
     gw = gateway(f"  helper:\n    cmd: {json.dumps(f'bash -c {shlex.quote(inner)}')}\n")
     first = fake_pid(chat(gw, "helper"))
     gateway_error(chat(gw, "helper"), 502, "upstream_error")
-    assert not pid_alive(first)
+    wait_dead([first], timeout=2)  # (its exit may take a few ms to complete)
     # The client retries at once, as clients do: the dead server must be started again.
     again = chat(gw, "helper")
     assert again.status == 200, f"request right after the crash: {again.status} {again.body!r}"

@@ -10,6 +10,13 @@ slowly, fail to start, crash in the middle of a stream, hang, ignore SIGTERM, fo
 that escapes the process group, or exit on its own while idle. ``GET /stats`` reports what it saw,
 and every other method and path echoes the request back so tests can check byte-exact forwarding.
 
+For the reliability suite: ``--echo-id`` answers with the client's ``X-Request-Id`` (as the
+completion's ``id``, ``chatcmpl-<id>``, and as a response header), ``--stall-after N`` stops a
+stream after N tokens without ending it, ``--count-connections`` serves ``GET /connections``
+(the TCP connections open to this server, not counting the one asking), and
+``--blackhole-after-ready`` stops accepting connections once ready (its listen queue stays full,
+so a new connection hangs in ``connect()``).
+
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -25,6 +32,7 @@ import io
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -81,6 +89,10 @@ class Config:
     metadata_forever: bool = False
     models_body_file: str | None = None
     sleep_mode: bool = False
+    echo_id: bool = False
+    stall_after: int | None = None
+    count_connections: bool = False
+    blackhole_after_ready: bool = False
 
 
 @dataclasses.dataclass
@@ -158,6 +170,9 @@ class FakeBackend:
         self.sleeping = False
         self.created = int(time.time())
         self.pid = os.getpid()
+        self.runner: web.AppRunner | None = None  # set once serving (--count-connections)
+        self.stats_health_ok = False  # a /health answered 200 (--blackhole-after-ready)
+        self.blackhole_sockets: list[socket.socket] = []
 
     # ----------------------------------------------------------------- app
     def make_app(self) -> web.Application:
@@ -168,11 +183,22 @@ class FakeBackend:
 
     async def _add_pid_header(self, request: web.Request, response: web.StreamResponse) -> None:
         response.headers["X-Fake-Pid"] = str(self.pid)
+        if self.cfg.echo_id and "X-Request-Id" in request.headers:
+            response.headers["X-Request-Id"] = request.headers["X-Request-Id"]
+
+    def completion_id(self, request: web.Request, default: str) -> str:
+        """The response's ``id``: ``<default>-<X-Request-Id>`` with --echo-id, else as ever."""
+        rid = request.headers.get("X-Request-Id")
+        return f"{default}-{rid}" if self.cfg.echo_id and rid else default
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         method, path = request.method, request.path
         if method == "GET" and path == "/stats":
             return json_response({**dataclasses.asdict(self.stats), "pid": self.pid})
+        if self.cfg.count_connections and method == "GET" and path == "/connections":
+            server = self.runner.server if self.runner is not None else None
+            open_now = len(server.connections) if server is not None else 0
+            return json_response({"open": max(0, open_now - 1), "pid": self.pid})
         if method == "GET" and path in (*MODELS_PATHS, "/props", "/api/ps"):
             special = await self.metadata_special(request)
             if special is not None:
@@ -193,6 +219,7 @@ class FakeBackend:
                 503,
             )
         if method == "GET" and path == "/health":
+            self.stats_health_ok = True
             if self.cfg.flavor == "vllm":
                 return web.Response(status=200)
             return json_response({"status": "ok"})
@@ -358,7 +385,7 @@ class FakeBackend:
         if kind == "chat":
             return json_response(
                 {
-                    "id": "chatcmpl-fake",
+                    "id": self.completion_id(request, "chatcmpl-fake"),
                     "object": "chat.completion",
                     "created": int(time.time()),
                     "model": model,
@@ -374,7 +401,7 @@ class FakeBackend:
             )
         return json_response(
             {
-                "id": "cmpl-fake",
+                "id": self.completion_id(request, "cmpl-fake"),
                 "object": "text_completion",
                 "created": int(time.time()),
                 "model": model,
@@ -439,7 +466,7 @@ class FakeBackend:
         chat = kind == "chat"
         created = int(time.time())
         base: dict[str, Any] = {
-            "id": "chatcmpl-fake" if chat else "cmpl-fake",
+            "id": self.completion_id(request, "chatcmpl-fake" if chat else "cmpl-fake"),
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": created,
             "model": model,
@@ -480,6 +507,9 @@ class FakeBackend:
             await send({**base, "choices": [choice(f"tok{i} ", None)]})
             if i + 1 == crash_at:
                 hard_exit(3, "FATAL: simulated crash")
+            if self.cfg.stall_after is not None and i + 1 >= self.cfg.stall_after:
+                log(f"fake: stalling the stream after {i + 1} tokens")
+                await asyncio.Event().wait()
         await send({**base, "choices": [choice(None, "length")]})
         if include_usage:
             usage = {
@@ -607,11 +637,40 @@ async def life(cfg: Config, backend: FakeBackend, start_site: Callable[[], Await
         backend.ready = True
         log(f"main: server is listening on http://{cfg.host}:{cfg.port} - starting the main loop")
     out(f"fake backend ready on http://{cfg.host}:{cfg.port}")
+    if cfg.blackhole_after_ready:
+        await blackhole(cfg, backend)
     if cfg.exit_after_ready is not None:
         await asyncio.sleep(cfg.exit_after_ready)
         hard_exit(2, "FATAL: simulated exit after ready")
     await asyncio.Event().wait()
     return 0  # pragma: no cover - never reached
+
+
+async def blackhole(cfg: Config, backend: FakeBackend) -> None:
+    """Once a health check has succeeded, stop accepting: close the server's listening socket
+    and listen again on the same port with a backlog of 0, filled by our own connections, so
+    the kernel drops every new SYN and a client hangs in ``connect()``."""
+    for _ in range(200):  # bounded: 20 s for the gateway's first health check
+        if backend.stats_health_ok:
+            break
+        await asyncio.sleep(0.1)
+    assert backend.runner is not None
+    for site in list(backend.runner.sites):
+        await site.stop()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((cfg.host, cfg.port))
+    listener.listen(0)
+    fillers = []
+    for _ in range(2):  # the queue holds backlog + 1 connections
+        filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect((cfg.host, cfg.port))
+        fillers.append(filler)
+    await asyncio.sleep(0.2)
+    out(f"fake backend: blackhole on {cfg.host}:{cfg.port} (listen queue full)")
+    backend.blackhole_sockets = [listener, *fillers]  # kept open until we exit
 
 
 async def amain(cfg: Config) -> int:
@@ -632,6 +691,7 @@ async def amain(cfg: Config) -> int:
         backend.make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.1
     )
     await runner.setup()
+    backend.runner = runner
 
     async def start_site() -> None:
         site = web.TCPSite(runner, cfg.host, cfg.port)
@@ -686,6 +746,20 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument(
         "--enable-sleep-mode", action="store_true", help="serve /sleep, /wake_up, /is_sleeping"
     )
+    p.add_argument(
+        "--echo-id", action="store_true", help="answer with the client's X-Request-Id as `id`"
+    )
+    p.add_argument(
+        "--stall-after", type=int, default=None, help="stop a stream after N tokens (no end)"
+    )
+    p.add_argument(
+        "--count-connections", action="store_true", help="serve GET /connections (open count)"
+    )
+    p.add_argument(
+        "--blackhole-after-ready",
+        action="store_true",
+        help="once ready, stop accepting connections (connects hang)",
+    )
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -713,6 +787,10 @@ def parse_args(argv: list[str] | None) -> Config:
         metadata_forever=a.metadata_forever,
         models_body_file=a.models_body,
         sleep_mode=a.enable_sleep_mode,
+        echo_id=a.echo_id,
+        stall_after=a.stall_after,
+        count_connections=a.count_connections,
+        blackhole_after_ready=a.blackhole_after_ready,
     )
 
 

@@ -6,14 +6,13 @@ shared problem list instead of raising, so one load reports every problem at onc
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
+from modelswap.config.filters import resolve_alias_filters, resolve_filters
 from modelswap.config.macros import (
     ENV_NAME_RE,
     Scope,
@@ -22,13 +21,15 @@ from modelswap.config.macros import (
     name_problem,
     transitive_references,
 )
-from modelswap.config.resolved import Config, Filters, ModelConfig, Observability, Timeouts
+from modelswap.config.metadata import MacroValue, macro_text, resolve_metadata
+from modelswap.config.paths import Problems, key_path
+from modelswap.config.peers import resolve_fallbacks, resolve_peers
+from modelswap.config.resolved import Config, KeyMapping, ModelConfig, Observability, Timeouts
 from modelswap.config.scheduling import resolve_scheduling, resolve_uses
 from modelswap.config.schema import (
     DEFAULT_START_TIMEOUT,
     NO_CHECK_ENDPOINT,
     RawConfig,
-    RawFilters,
     RawModel,
 )
 from modelswap.config.security import (
@@ -40,32 +41,20 @@ from modelswap.config.security import (
 from modelswap.errors import ConfigError
 from modelswap.redact import is_secret_name
 
-Problems = list[tuple[str, str]]
 MAX_PORT = 65535
-_PLAIN_KEY_RE = re.compile(r"[^\s.\[\]\"']+")
-
-
-def key_path(*parts: str | int) -> str:
-    """Render a key path: ``key_path("models", "qwen", "aliases", 2) == "models.qwen.aliases[2]"``.
-
-    Keys that would be ambiguous in dotted form (dots, spaces, brackets, empty) are quoted:
-    ``models["qwen2.5"].cmd``.
-    """
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _PLAIN_KEY_RE.fullmatch(part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part, ensure_ascii=False)}]"
-    return out
 
 
 def build_config(
-    raw: RawConfig, *, source: str, environ: Mapping[str, str], extra_macros: Mapping[str, str]
+    raw: RawConfig,
+    *,
+    source: str,
+    environ: Mapping[str, str],
+    extra_macros: Mapping[str, str],
+    compat: tuple[KeyMapping, ...] = (),
+    ports: Mapping[str, int] | None = None,
 ) -> Config:
-    """Resolve ``raw``; raise :class:`ConfigError` with every problem found."""
+    """Resolve ``raw``; raise :class:`ConfigError` with every problem found. ``compat`` says how
+    llama-swap keys were read before validation; it is kept for ``modelswap check --explain``."""
     problems: Problems = []
     secrets: set[str] = set()
     host, port = _check_listen(raw.listen, problems)
@@ -80,7 +69,7 @@ def build_config(
         }
         for model_id, model in raw.models.items()
     }
-    ports = _allocate_ports(raw, macros, port, problems)
+    ports = _allocate_ports(raw, macros, port, problems, ports or {})
     models: dict[str, ModelConfig] = {}
     for model_id, model in raw.models.items():
         _check_port_is_used(model_id, model, macros[model_id], problems)
@@ -88,6 +77,8 @@ def build_config(
             model_id, model, macros[model_id], environ, ports.get(model_id), raw, problems, secrets
         )
     start_timeout = _start_timeout(raw, (), problems) or DEFAULT_START_TIMEOUT
+    peers = resolve_peers(raw, environ, problems, secrets)
+    resolve_fallbacks(raw, models, peers, problems)
     scheduling = resolve_scheduling(raw, models, problems, environ)
     if problems:
         raise ConfigError(problems)
@@ -105,6 +96,7 @@ def build_config(
         security=security,
         limits=resolve_limits(raw),
         secrets=frozenset(secrets),
+        peers=MappingProxyType(peers),
         scheduling=scheduling,
         observability=Observability(
             metrics_enabled=raw.metrics.enabled,
@@ -116,6 +108,7 @@ def build_config(
             max_age_days=raw.activity.max_age_days,
             max_rows=raw.activity.max_rows,
         ),
+        compat=compat,
     )
 
 
@@ -154,16 +147,17 @@ def _check_listen(text: str, problems: Problems) -> tuple[str, int]:
 
 
 def _check_macros(
-    raw: Mapping[str, str | int | float], base: tuple[str, ...], problems: Problems
+    raw: Mapping[str, MacroValue], base: tuple[str, ...], problems: Problems
 ) -> dict[str, str]:
-    """Valid macros as name -> text (numbers become their ``str()``); bad names are problems."""
+    """Valid macros as name -> text (numbers become their ``str()``, booleans ``true`` or
+    ``false``); bad names are problems."""
     macros: dict[str, str] = {}
     for name, value in raw.items():
         problem = name_problem(name)
         if problem:
             problems.append((key_path(*base, name), problem))
         else:
-            macros[name] = str(value)
+            macros[name] = macro_text(value)
     return macros
 
 
@@ -215,21 +209,41 @@ def _expanded_texts(model: RawModel) -> Iterator[str]:
 
 
 def _allocate_ports(
-    raw: RawConfig, macros: Mapping[str, Mapping[str, str]], listen_port: int, problems: Problems
+    raw: RawConfig,
+    macros: Mapping[str, Mapping[str, str]],
+    listen_port: int,
+    problems: Problems,
+    keep: Mapping[str, int],
 ) -> dict[str, int]:
-    """Consecutive ports from ``startPort``, in file order, for models that use ``${PORT}``."""
+    """Consecutive ports from ``startPort``, in file order, for models that use ``${PORT}``.
+    A model listed in ``keep`` (a reload) keeps its port while it is in range and unshared;
+    the others take the lowest free ports."""
     users = [
         model_id
         for model_id, model in raw.models.items()
         if "PORT" in transitive_references(_expanded_texts(model), macros[model_id])
     ]
-    ports = {model_id: raw.start_port + index for index, model_id in enumerate(users)}
+    top = raw.start_port + len(users) - 1
+    ports: dict[str, int] = {}
+    for model_id in users:
+        kept = keep.get(model_id)
+        if kept is not None and raw.start_port <= kept <= top and kept not in ports.values():
+            ports[model_id] = kept
+    free = iter(sorted(set(range(raw.start_port, top + 1)) - set(ports.values())))
+    for model_id in users:
+        if model_id not in ports:
+            ports[model_id] = next(free)
+    ports = {model_id: ports[model_id] for model_id in users}
     if users and raw.start_port + len(users) - 1 > MAX_PORT:
+        # Reported once, here: the models past the end keep a valid placeholder port, so
+        # their proxy URLs do not each report the same overflow again.
+        ports = {model_id: min(port, MAX_PORT) for model_id, port in ports.items()}
+        left = MAX_PORT - raw.start_port + 1
+        exist = "1 port exists" if left == 1 else f"{left} ports exist"
         problems.append(
             (
                 "startPort",
-                f"{len(users)} models use ${{PORT}} but only "
-                f"{MAX_PORT - raw.start_port + 1} ports exist from {raw.start_port} up",
+                f"{len(users)} models use ${{PORT}} but only {exist} from {raw.start_port} up",
             )
         )
     for model_id, port in ports.items():
@@ -319,8 +333,8 @@ def _resolve_model(
         check_endpoint=_resolve_check(model.check_endpoint, scope, base, problems),
         ttl=model.ttl if model.ttl is not None else raw.global_ttl,
         unlisted=model.unlisted,
-        name=model.name,
-        description=model.description,
+        name=_expand_optional(model.name, scope, (*base, "name"), problems),
+        description=_expand_optional(model.description, scope, (*base, "description"), problems),
         backend=model.backend,
         timeouts=Timeouts(t.connect, t.first_byte, t.idle_between_chunks, t.total),
         start_timeout=(
@@ -341,43 +355,22 @@ def _resolve_model(
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,
         sleep_mode=_check_sleep_mode(model.sleep_mode, cmd, base, problems),
-        filters=_resolve_filters(model.filters, (*base, "filters"), problems),
-        alias_filters=MappingProxyType(_resolve_alias_filters(model, base, problems)),
-    )
-
-
-def _resolve_filters(raw: RawFilters, base: tuple[str, ...], problems: Problems) -> Filters:
-    """Filters as given; naming ``model`` (the routing key) anywhere is a problem."""
-    for index, key in enumerate(raw.strip_params):
-        if key == "model":
-            problems.append((key_path(*base, "stripParams", index), "`model` cannot be filtered"))
-    for field_name, params in (
-        ("setParams", raw.set_params),
-        ("defaultParams", raw.default_params),
-    ):
-        if "model" in params:
-            problems.append((key_path(*base, field_name, "model"), "`model` cannot be filtered"))
-    return Filters(
-        strip_params=tuple(raw.strip_params),
-        set_params=MappingProxyType(dict(raw.set_params)),
-        default_params=MappingProxyType(dict(raw.default_params)),
-    )
-
-
-def _resolve_alias_filters(
-    model: RawModel, base: tuple[str, ...], problems: Problems
-) -> dict[str, Filters]:
-    out: dict[str, Filters] = {}
-    for alias, raw in model.alias_filters.items():
-        path = (*base, "aliasFilters", alias)
-        if alias not in model.aliases:
-            known = ", ".join(repr(a) for a in model.aliases) or "none"
-            problems.append(
-                (key_path(*path), f"{alias!r} is not an alias of this model (aliases: {known})")
+        filters=resolve_filters(model.filters, (*base, "filters"), problems),
+        alias_filters=MappingProxyType(
+            resolve_alias_filters(model, base, problems, own_id=model_id)
+        ),
+        metadata=MappingProxyType(
+            resolve_metadata(
+                model.metadata, scope, {**raw.macros, **model.macros}, (*base, "metadata"), problems
             )
-            continue
-        out[alias] = _resolve_filters(raw, path, problems)
-    return out
+        ),
+    )
+
+
+def _expand_optional(
+    text: str | None, scope: Scope, path: tuple[str | int, ...], problems: Problems
+) -> str | None:
+    return None if text is None else _expand(text, scope, path, problems)
 
 
 def _collect_literal_secrets(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelswap.config.resolved import Config, Filters, ModelConfig
+from modelswap.config.resolved import Config, Filters, ModelConfig, Peer, Timeouts
 from modelswap.redact import MASK, Redactor
 
 
@@ -14,6 +14,15 @@ def _filters(filters: Filters) -> dict[str, Any]:
         "stripParams": list(filters.strip_params),
         "setParams": dict(filters.set_params),
         "defaultParams": dict(filters.default_params),
+    }
+
+
+def _timeouts(t: Timeouts) -> dict[str, Any]:
+    return {
+        "connect": t.connect,
+        "firstByte": t.first_byte,
+        "idleBetweenChunks": t.idle_between_chunks,
+        "total": t.total,
     }
 
 
@@ -34,18 +43,28 @@ def _model(model: ModelConfig, redactor: Redactor) -> dict[str, Any]:
         "startTimeout": model.start_timeout,
         "silenceTimeout": model.silence_timeout,
         "failureBackoff": model.failure_backoff,
-        "timeouts": {
-            "connect": model.timeouts.connect,
-            "firstByte": model.timeouts.first_byte,
-            "idleBetweenChunks": model.timeouts.idle_between_chunks,
-            "total": model.timeouts.total,
-        },
+        "timeouts": _timeouts(model.timeouts),
         "allowRemoteBackend": model.allow_remote_backend,
         "apiKey": MASK if model.upstream_api_key else None,
         "filters": _filters(model.filters),
         "aliasFilters": {alias: _filters(f) for alias, f in model.alias_filters.items()},
+        "metadata": dict(model.metadata) if model.metadata else None,
+        "fallback": list(model.fallback) if model.fallback else None,
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _peer(peer: Peer, redactor: Redactor) -> dict[str, Any]:
+    return {
+        "proxy": redactor.url(peer.proxy),
+        "apiKey": MASK if peer.api_key else None,
+        "models": list(peer.models),
+        "discover": peer.discover,
+        "discoverInterval": peer.discover_interval,
+        "timeouts": _timeouts(peer.timeouts),
+        "breaker": {"failures": peer.breaker_failures, "cooldown": peer.breaker_cooldown},
+        "filters": _filters(peer.filters),
+    }
 
 
 def export_config(config: Config, redactor: Redactor) -> dict[str, Any]:
@@ -72,6 +91,7 @@ def export_config(config: Config, redactor: Redactor) -> dict[str, Any]:
             "maxConnections": config.limits.max_connections,
         },
         "models": {mid: _model(m, redactor) for mid, m in config.models.items()},
+        "peers": {pid: _peer(p, redactor) for pid, p in config.peers.items()},
     }
     redacted = redactor.data(data)
     assert isinstance(redacted, dict)

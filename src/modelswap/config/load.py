@@ -1,4 +1,5 @@
-"""Loading: file -> YAML -> shape validation (pydantic) -> semantic checks -> :class:`Config`.
+"""Loading: file -> YAML -> llama-swap spellings rewritten (``compat``) -> shape validation
+(pydantic) -> semantic checks -> :class:`Config`.
 
 Every stage collects all the problems it finds and raises one :class:`ConfigError` naming each
 by its dotted key path (``models.qwen.ttl``, ``models.qwen.aliases[2]``). A later stage runs
@@ -17,17 +18,23 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from modelswap.config.checks import build_config, key_path, parse_listen
+from modelswap.config.checks import build_config, parse_listen
+from modelswap.config.compat import log_warnings, translate
 from modelswap.config.macros import did_you_mean
+from modelswap.config.paths import key_path
 from modelswap.config.resolved import Config
 from modelswap.config.schema import SHAPE_ERROR, RawConfig, RawModel, RawTimeouts, type_name
 from modelswap.errors import ConfigError
 
 
 def load_config(
-    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> Config:
-    """Read and load the configuration file at ``path``. Raises :class:`ConfigError`."""
+    """Read and load the configuration file at ``path``. Raises :class:`ConfigError`.
+    ``ports``: model id → port to keep (a reload keeps each model's ${PORT})."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -39,7 +46,7 @@ def load_config(
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ConfigError([("", f"cannot read config file {os.fspath(path)}: {reason}")]) from None
-    return load_config_text(text, source=os.fspath(path), environ=environ)
+    return load_config_text(text, source=os.fspath(path), environ=environ, ports=ports)
 
 
 def load_config_text(
@@ -48,20 +55,29 @@ def load_config_text(
     source: str = "<string>",
     environ: Mapping[str, str] | None = None,
     extra_macros: Mapping[str, str] | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> Config:
     """Load a configuration from YAML text. Raises :class:`ConfigError` listing every problem.
 
     ``environ`` is what ``${env.NAME}`` reads (default: ``os.environ``, read now).
     ``extra_macros`` are additional top-level macros; the file's own macros override them.
+    llama-swap's spellings are read first (:mod:`modelswap.config.compat`); each of its keys that
+    modelswap does not implement is logged once, as a warning, when the load succeeds.
     """
-    data = _parse_yaml(text)
-    raw = _validate(data)
-    return build_config(
+    translation = translate(_parse_yaml(text))
+    if translation.problems:
+        raise ConfigError(list(translation.problems))
+    raw = _validate(translation.data)
+    config = build_config(
         raw,
         source=source,
         environ=dict(os.environ if environ is None else environ),
         extra_macros=dict(extra_macros or {}),
+        compat=translation.mappings,
+        ports=ports,
     )
+    log_warnings(config.compat)
+    return config
 
 
 class _Loader(yaml.SafeLoader):
@@ -118,7 +134,30 @@ def _validate(data: dict[Any, Any]) -> RawConfig:
     try:
         return RawConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([_problem(error) for error in exc.errors()]) from None
+        errors = [e for e in (_untag(data, error) for error in exc.errors()) if e is not None]
+        raise ConfigError(list(dict.fromkeys(_problem(error) for error in errors))) from None
+
+
+_SCALAR_TAGS = frozenset({"str", "int", "float", "bool"})
+
+
+def _untag(data: Any, error: ErrorDetails) -> ErrorDetails | None:
+    """Errors under a ``str | Model`` union come once per member, with the member's name in the
+    path (``apiKeys[0].str``, ``apiKeys[0].RawApiKey.scopes[0]``). Keep the member that matches
+    what was written (a mapping: the model; anything else: the scalar), without its name."""
+    loc = list(error["loc"])
+    value = data
+    for index, part in enumerate(loc):
+        is_tag = isinstance(part, str) and (part in _SCALAR_TAGS or part.startswith("Raw"))
+        if is_tag and not (isinstance(value, dict) and part in value):
+            if (part in _SCALAR_TAGS) == isinstance(value, dict):
+                return None  # the other member's complaint
+            return {**error, "loc": tuple(loc[:index] + loc[index + 1 :])}
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return error
+    return error
 
 
 _EXPECTED = {

@@ -37,6 +37,24 @@ class Filters:
 
 NO_FILTERS = Filters()
 
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Another gateway whose models are served through this one. ``api_key`` is sent to the
+    peer and nowhere else; ``models`` is the static list (empty with ``discover``)."""
+
+    id: str
+    proxy: str
+    api_key: str | None = field(default=None, repr=False)
+    models: tuple[str, ...] = ()
+    discover: bool = False
+    discover_interval: float = 60.0
+    timeouts: Timeouts = Timeouts()
+    breaker_failures: int = 3
+    breaker_cooldown: float = 30.0
+    filters: Filters = NO_FILTERS
+
+
 SCOPES = ("inference", "read", "admin")
 
 
@@ -51,9 +69,12 @@ class ApiKey:
     models: tuple[str, ...] = ()
 
     def allows(self, model: ModelConfig) -> bool:
+        return self.allows_names((model.id, *model.aliases))
+
+    def allows_names(self, names: tuple[str, ...]) -> bool:
+        """Whether any of ``names`` (one model's names) matches this key's patterns."""
         if not self.models:
             return True
-        names = (model.id, *model.aliases)
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.models for name in names)
 
 
@@ -144,9 +165,13 @@ class ModelConfig:
     sleep_mode: bool = False
     filters: Filters = NO_FILTERS
     alias_filters: Mapping[str, Filters] = field(default_factory=dict, hash=False)
+    fallback: tuple[str, ...] = ()  # targets tried when this one fails before a byte
+    # Any JSON data, shown in /v1/models as meta.llamaswap (llama-swap's `metadata`).
+    metadata: Mapping[str, object] = field(default_factory=dict, hash=False)
 
     def filters_for(self, name: str) -> tuple[Filters, ...]:
-        """The filter layers for a request naming ``name``: the model's, then the alias's."""
+        """The filter layers for a request naming ``name``: the model's, then those given for
+        that name (an alias, or the model's own id) in ``alias_filters``."""
         layers = (self.filters, self.alias_filters.get(name, NO_FILTERS))
         return tuple(layer for layer in layers if layer)
 
@@ -154,6 +179,26 @@ class ModelConfig:
     def upstream_name(self) -> str:
         """The model name sent to the backend: ``use_model_name`` if set, else the id."""
         return self.use_model_name if self.use_model_name is not None else self.id
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMapping:
+    """How one key of a llama-swap configuration was read.
+
+    ``source`` is the key path in the file; ``target`` the modelswap key path it was read as, or
+    ``None`` when nothing is set (ignored, or built in). ``kind``: ``same`` (both spell it alike),
+    ``rewritten`` (renamed or converted), ``ignored`` (not implemented) or ``differs`` (read, but
+    llama-swap would behave otherwise). The last two are warnings, logged once per load.
+    """
+
+    source: str
+    target: str | None
+    note: str
+    kind: str = "same"
+
+    @property
+    def warning(self) -> bool:
+        return self.kind in ("ignored", "differs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +219,11 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     scheduling: Scheduling = field(default_factory=Scheduling)
     observability: Observability = field(default_factory=Observability)
+    peers: Mapping[str, Peer] = field(default_factory=dict, hash=False)
     # Every secret value the config holds (keys, ${env.*} values, key files), for redaction.
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
+    # How each llama-swap key of the file was read (``modelswap check --explain``).
+    compat: tuple[KeyMapping, ...] = ()
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

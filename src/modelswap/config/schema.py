@@ -59,6 +59,12 @@ def _check_scalar(value: object) -> object:
     return value
 
 
+def _check_macro_value(value: object) -> object:
+    if not isinstance(value, str | int | float):  # bool is an int
+        raise _shape_error("a string, a number or a boolean", value)
+    return value
+
+
 def _check_command(value: object) -> object:
     if isinstance(value, str):
         return value
@@ -109,6 +115,7 @@ def _check_json(value: object, *sub: str | int) -> object:
 
 JsonParam = Annotated[Any, BeforeValidator(_check_json)]
 Scalar = Annotated[str | int | float, BeforeValidator(_check_scalar)]
+MacroValue = Annotated[bool | int | float | str, BeforeValidator(_check_macro_value)]
 Command = Annotated[str | list[str], BeforeValidator(_check_command)]
 Env = Annotated[list[str] | dict[str, Scalar], BeforeValidator(_check_env)]
 
@@ -173,6 +180,53 @@ class RawFilters(BaseModel):
         default_factory=dict,
         alias="defaultParams",
         description="Keys set to these values when the client did not send them.",
+    )
+
+
+class RawBreaker(BaseModel):
+    """When a peer counts as down, and when it is tried again."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="Breaker")
+
+    failures: int = Field(
+        3, ge=1, description="Consecutive failures (refused, timed out, 5xx) that open it."
+    )
+    cooldown: float = Field(
+        30.0, gt=0, description="Seconds it stays open before one probe request is let through."
+    )
+
+
+class RawPeer(BaseModel):
+    """Another modelswap (or any OpenAI-compatible server) whose models are served through
+    this one; modelswap does not start or stop it."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="Peer")
+
+    proxy: str = Field(description="Base URL of the peer, e.g. http://10.0.0.2:8080.")
+    api_key: str | None = Field(
+        None, alias="apiKey", description="Key sent to the peer (never the client's key)."
+    )
+    api_key_env: str | None = Field(
+        None, alias="apiKeyEnv", description="Environment variable holding the peer's key."
+    )
+    models: list[str] = Field(
+        default_factory=list, description="Model names the peer serves (or discover: true)."
+    )
+    discover: bool = Field(False, description="Read the peer's /v1/models instead of a list.")
+    discover_interval: float = Field(
+        60.0,
+        gt=0,
+        alias="discoverInterval",
+        description="Seconds between two reads of the peer's /v1/models.",
+    )
+    timeouts: RawTimeouts = Field(
+        default_factory=RawTimeouts, description="Timeouts of requests sent to the peer."
+    )
+    breaker: RawBreaker = Field(
+        default_factory=RawBreaker, description="Circuit breaker: fail fast while it is down."
+    )
+    filters: RawFilters = Field(
+        default_factory=RawFilters, description="Request body edits for this peer's models."
     )
 
 
@@ -278,7 +332,7 @@ class RawModel(BaseModel):
     timeouts: RawTimeouts = Field(
         default_factory=RawTimeouts, description="Timeouts for requests sent to this server."
     )
-    macros: dict[str, Scalar] = Field(
+    macros: dict[str, MacroValue] = Field(
         default_factory=dict,
         description="Macros for this model only; they override top-level macros of that name.",
     )
@@ -297,11 +351,21 @@ class RawModel(BaseModel):
         default_factory=RawFilters,
         description="Request body edits: stripParams, then defaultParams, then setParams.",
     )
+    fallback: list[str] = Field(
+        default_factory=list,
+        description="Where a request goes when this model fails before any byte reached the "
+        "client: model ids, aliases or peer/model names, tried in order.",
+    )
     alias_filters: dict[str, RawFilters] = Field(
         default_factory=dict,
         alias="aliasFilters",
-        description="Filters per alias of this model, applied after the model's own when a "
-        "client uses that alias.",
+        description="Filters per name, an alias of this model or its own id, applied after "
+        "the model's own when a client uses that name.",
+    )
+    metadata: dict[str, JsonParam] = Field(
+        default_factory=dict,
+        description="Any data, shown in GET /v1/models as meta.llamaswap; macros expand in its "
+        "strings (a string that is only ${NAME} keeps the macro's type).",
     )
 
 
@@ -422,7 +486,7 @@ class RawConfig(BaseModel):
         description="Seconds a failed start is reported as-is before a new attempt is made.",
     )
     log_level: LogLevel = Field("info", alias="logLevel", description="Gateway log verbosity.")
-    macros: dict[str, Scalar] = Field(
+    macros: dict[str, MacroValue] = Field(
         default_factory=dict,
         description="Text substituted for ${name} in cmd, cmdStop, proxy, env and more.",
     )
@@ -488,6 +552,10 @@ class RawConfig(BaseModel):
         None,
         alias="defaultModel",
         description="Loaded when nothing runs and the gateway has been idle for defaultAfter.",
+    )
+    peers: dict[str, RawPeer] = Field(
+        default_factory=dict,
+        description="Other gateways whose models are served through this one, by peer id.",
     )
     metrics: RawMetrics = Field(default_factory=RawMetrics, description="GET /metrics.")
     activity: RawActivity = Field(

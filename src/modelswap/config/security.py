@@ -7,7 +7,7 @@ import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 
-from modelswap.config.macros import ENV_NAME_RE
+from modelswap.config.macros import ENV_NAME_RE, Scope, expand
 from modelswap.config.resolved import SCOPES, ApiKey, Config, Limits, Security
 from modelswap.config.schema import RawApiKey, RawConfig
 
@@ -34,7 +34,7 @@ def resolve_api_keys(
     for index, entry in enumerate(raw.api_keys):
         path = f"apiKeys[{index}]"
         if isinstance(entry, str):
-            entry = RawApiKey(key=entry)
+            entry = RawApiKey(key=_expand_env(entry, environ, path, problems, secrets))
         secret = _key_value(entry, environ, path, problems)
         name = entry.name or f"key-{index + 1}"
         if name in seen_names:
@@ -51,6 +51,17 @@ def resolve_api_keys(
             problems.append((f"{path}.scopes", f"scopes are {', '.join(SCOPES)}"))
         keys.append(ApiKey(name, secret, scopes, tuple(entry.models or ())))
     return tuple(keys)
+
+
+def _expand_env(
+    text: str, environ: Mapping[str, str], path: str, problems: Problems, secrets: set[str]
+) -> str:
+    """A key written as text may read the environment (``${env.NAME}``), as in llama-swap."""
+    if "${" not in text:
+        return text
+    value, found = expand(text, Scope(builtins={}, macros={}, environ=environ, secrets=secrets))
+    problems.extend((path, message) for message in found)
+    return value
 
 
 def _key_value(

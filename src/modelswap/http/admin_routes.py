@@ -13,6 +13,7 @@ from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
 from modelswap.http.observing import OBS
 from modelswap.http.openai_routes import read_body
+from modelswap.http.plan_routes import add_plan_fields
 from modelswap.routing.resolve import close_names
 
 
@@ -32,7 +33,8 @@ async def index(request: web.Request) -> web.Response:
 
 
 async def running(request: web.Request) -> web.Response:
-    return web.json_response({"running": running_rows(request.app[RUNTIME])})
+    runtime = request.app[RUNTIME]
+    return web.json_response({"running": add_plan_fields(runtime, running_rows(runtime))})
 
 
 async def unload_all(request: web.Request) -> web.Response:

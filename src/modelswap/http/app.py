@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http import admin_routes, observe_routes, openai_routes, security_routes
+from modelswap.http import (
+    admin_routes,
+    observe_routes,
+    openai_routes,
+    peer_routes,
+    plan_routes,
+    security_routes,
+)
 from modelswap.http.auth import FailureLimiter, auth_middleware
 from modelswap.http.cors import Cors
 from modelswap.http.errors import error_response, response_for
@@ -29,6 +37,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ModelswapError as exc:
         return response_for(exc, request.app[RUNTIME].redactor)
+    except ConnectionResetError as exc:
+        # The client went away while its answer was being written, before aiohttp noticed and
+        # cancelled us: the disconnect it is (no error response, no traceback in the log).
+        raise asyncio.CancelledError() from exc
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -42,14 +54,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 def create_app(runtime: Runtime) -> web.Application:
     """Middleware order: errors (outermost) → CORS (answers preflights) → auth → routes."""
-    config = runtime.config
-    cors = Cors(config.security.cors_origins)
+    cors = Cors(lambda: runtime.config.security.cors_origins)
     app = web.Application(
         middlewares=[
             observe_middleware,
             error_middleware,
             cors.preflight,
-            auth_middleware(config.api_keys, FailureLimiter()),
+            auth_middleware(lambda: runtime.config.api_keys, FailureLimiter()),
         ]
     )
     app.on_response_prepare.append(cors.on_prepare)
@@ -58,5 +69,7 @@ def create_app(runtime: Runtime) -> web.Application:
     observe_routes.add_routes(app)  # before admin's /logs/{model}: /logs/stream wins
     admin_routes.add_routes(app)
     security_routes.add_routes(app)
+    plan_routes.add_routes(app)
+    peer_routes.add_routes(app)
     webui_routes.add_routes(app)
     return app

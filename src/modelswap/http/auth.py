@@ -38,6 +38,8 @@ _READ_EXACT = frozenset(
         "/api/activity",
         "/logs",
         "/api/memory",
+        "/api/plan",
+        "/api/peers",
     }
 )
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/")
@@ -118,11 +120,18 @@ class FailureLimiter:
             self._failures.pop(next(iter(self._failures)))
 
 
-def auth_middleware(keys: tuple[ApiKey, ...], limiter: FailureLimiter) -> Middleware:
+KeySource = tuple[ApiKey, ...] | Callable[[], tuple[ApiKey, ...]]
+
+
+def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
+    """``keys``: the keys, or a function returning the current ones (a reload changes them)."""
+    current = keys if callable(keys) else lambda: keys
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[CLIENT] = Client(None)
         needed = route_class(request.path)
+        keys = current()
         if not keys or needed == OPEN:
             return await handler(request)
         address = request.remote or "unknown"

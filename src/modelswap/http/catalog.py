@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from modelswap.config.resolved import ApiKey
+from modelswap.config.resolved import ApiKey, ModelConfig
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
@@ -34,6 +34,8 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         if model.aliases:
             row["aliases"] = list(model.aliases)
         row.update(reported_context(runtime, model.id))
+        if model.metadata:  # as llama-swap shows it, beside what the backend reported
+            row["meta"] = {**row.get("meta", {}), "llamaswap": configured_metadata(runtime, model)}
         configured = runtime.configured[model.id].as_dict()
         if configured:
             row["configured"] = configured
@@ -43,6 +45,11 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
             alias_row.update(id=alias, alias_for=model.id)
             rows.append(alias_row)
     return rows
+
+
+def configured_metadata(runtime: Runtime, model: ModelConfig) -> object:
+    """The model's configured ``metadata``, secrets masked like every other listing."""
+    return runtime.redactor.data(dict(model.metadata))
 
 
 def reported_context(runtime: Runtime, model_id: str) -> dict[str, Any]:
@@ -143,3 +150,20 @@ def _loop_time() -> float | None:
         return asyncio.get_running_loop().time()
     except RuntimeError:
         return None
+
+
+def peer_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any]]:
+    """One row per peer model ``key`` may use, named ``peerID/model``. No runtime fields: a
+    peer's state and context are its own to report (DESIGN §5)."""
+    created = int(runtime.started_at)
+    return [
+        {
+            "id": route.label,
+            "object": "model",
+            "created": created,
+            "owned_by": route.peer.id,
+            "peer": route.peer.id,
+        }
+        for route in runtime.peers.routes()
+        if key is None or key.allows_names((route.label, route.model))
+    ]

@@ -16,14 +16,16 @@ MAX_AGE = "600"
 
 
 class Cors:
-    def __init__(self, origins: tuple[str, ...]) -> None:
-        self._allowed = frozenset(origins)
+    def __init__(self, origins: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> None:
+        """``origins``, or a function returning the current ones (a reload changes them)."""
+        self._origins = origins if callable(origins) else lambda: origins
 
     def allowed_origin(self, request: web.Request) -> str | None:
         origin = request.headers.get("Origin")
-        if not origin or not self._allowed:
+        allowed = self._origins()
+        if not origin or not allowed:
             return None
-        return origin if origin in self._allowed or "*" in self._allowed else None
+        return origin if origin in allowed or "*" in allowed else None
 
     @web.middleware
     async def preflight(self, request: web.Request, handler: Handler) -> web.StreamResponse:

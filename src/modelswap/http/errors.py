@@ -11,10 +11,12 @@ import json
 from aiohttp import web
 
 from modelswap.errors import (
+    AmbiguousModelError,
     BadRequestError,
     BodyTooLargeError,
     ModelNotFoundError,
     ModelswapError,
+    PeerUnavailableError,
     QueueFullError,
     ShuttingDownError,
     StartError,
@@ -91,6 +93,14 @@ def _response_for(error: ModelswapError) -> web.Response:
         return response
     if isinstance(error, ShuttingDownError):
         return error_response(str(error), 503, code="shutting_down")
+    if isinstance(error, PeerUnavailableError):
+        response = error_response(str(error), 503, code="peer_unavailable")
+        response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+        return response
+    if isinstance(error, AmbiguousModelError):
+        return error_response(
+            str(error), 400, code="ambiguous_model", param="model", suggestions=error.candidates
+        )
     if isinstance(error, UpstreamTimeoutError):
         return error_response(str(error), 504, code="upstream_timeout")
     if isinstance(error, UpstreamError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from email.message import Message
 
 from modelswap.errors import BadRequestError
@@ -95,12 +97,26 @@ def replace_model(content_type: str, body: bytes, name: str) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def wants_stream(content_type: str, body: bytes) -> bool:
-    """Whether a JSON request asks for a streamed answer (``"stream": true``)."""
-    if _media_type(content_type) == "multipart/form-data" or b'"stream"' not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return False
-    return isinstance(data, dict) and data.get("stream") is True
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    """A request body read once and parsed once: ``data`` is the JSON object (None for a
+    multipart form); every later step (filters, renaming, usage) starts from it."""
+
+    content_type: str
+    raw: bytes
+    data: Mapping[str, object] | None
+    model: str
+    stream: bool
+
+
+def parse_request(content_type: str, body: bytes) -> RequestBody:
+    """Parse ``body`` once. Raises BadRequestError with a client-facing reason."""
+    if _media_type(content_type) == "multipart/form-data":
+        return RequestBody(content_type, body, None, extract_model(content_type, body), False)
+    data = _json_object(body)
+    model = _checked(data.get("model"))
+    return RequestBody(content_type, body, data, model, data.get("stream") is True)
+
+
+def dump_json(data: Mapping[str, object]) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

@@ -37,6 +37,14 @@ def _apply_layer(data: dict[str, object], layer: Filters) -> bool:
     return changed
 
 
+def apply_layers(data: dict[str, object], layers: Iterable[Filters]) -> bool:
+    """Apply ``layers`` to a parsed body in place; True if anything changed."""
+    changed = False
+    for layer in layers:
+        changed = _apply_layer(data, layer) or changed
+    return changed
+
+
 def apply_filters(body: bytes, filters: Filters | Iterable[Filters]) -> bytes:
     """``body`` with ``filters`` applied; ``body`` itself when it is not a JSON object or no
     filter changed anything. ``model`` is never touched (config checks refuse filters on it)."""

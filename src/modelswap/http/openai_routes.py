@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelswap.errors import BodyTooLargeError
-from modelswap.http import proxy
-from modelswap.http.catalog import model_rows
-from modelswap.http.extract import extract_model, is_multipart, replace_model, wants_stream
-from modelswap.http.filters import apply_filters
+from modelswap.errors import BadRequestError, BodyTooLargeError
+from modelswap.http.catalog import model_rows, peer_rows
+from modelswap.http.dispatch import MAX_HOPS, dispatch, hops
+from modelswap.http.extract import parse_request
 from modelswap.http.keys import RUNTIME, client_key
-from modelswap.http.observing import OBS
-from modelswap.observe.usage import UsageTracker, request_usage_injection
 from modelswap.runtime import Runtime
-
-# Streamed answers on these carry a final usage chunk when asked (stream_options).
-USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 # Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
 INFERENCE_PATHS = (
@@ -59,38 +53,22 @@ def body_limit(runtime: Runtime, content_type: str) -> int:
 
 async def inference(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME]
+    if hops(request) >= MAX_HOPS:
+        raise BadRequestError(
+            f"This request went through {MAX_HOPS} gateways already: peers forward to each "
+            "other in a loop; check each gateway's peers."
+        )
     content_type = request.headers.get("Content-Type", "application/json")
     body = await read_body(request, body_limit(runtime, content_type))
-    name = extract_model(content_type, body)
-    model = runtime.resolve(name, client_key(request))
-    layers = model.filters_for(name)
-    if layers and not is_multipart(content_type):  # filters edit JSON bodies only
-        body = apply_filters(body, layers)
-    if model.upstream_name != name:
-        body = replace_model(content_type, body, model.upstream_name)
-    stream = wants_stream(content_type, body)
-    obs = request.get(OBS)
-    if obs is not None:
-        obs.model, obs.bytes_in = model.id, len(body)
-        obs.request_body = body[: obs.capture_limit]
-        injected = request_usage_injection(body) if request.path in USAGE_PATHS else None
-        if injected is not None:  # ask for the usage chunk; the client will not see it
-            body = injected
-        obs.usage = UsageTracker(streamed=stream, strip_usage_chunk=injected is not None)
-    return await proxy.send_to_model(
-        request,
-        runtime.router,
-        runtime.proxy_session,
-        model,
-        path_qs=request.path_qs,
-        body=body,
-        stream=stream,
-    )
+    parsed = parse_request(content_type, body)
+    targets = runtime.targets(parsed.model, client_key(request))
+    return await dispatch(request, runtime, targets, parsed)
 
 
 async def list_models(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    rows = model_rows(runtime, client_key(request))
+    key = client_key(request)
+    rows = model_rows(runtime, key) + peer_rows(runtime, key)
     return web.json_response({"object": "list", "data": rows})
 
 

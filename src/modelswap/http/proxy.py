@@ -8,8 +8,12 @@ work, and releases the lease) — never when the handler merely returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -20,6 +24,7 @@ from modelswap.config import ModelConfig, Timeouts
 from modelswap.errors import (
     ModelswapError,
     UpstreamError,
+    UpstreamStatusError,
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
@@ -48,7 +53,36 @@ _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 # The client's credentials are for modelswap; a backend that needs a key gets its own.
 _CLIENT_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
 HINT_HEADER = "X-Modelswap-Hint"
+# The response being relayed, once its headers went out (a timeout then ends it, not a 504).
+RELAYING: web.RequestKey[web.StreamResponse] = web.RequestKey("relaying", web.StreamResponse)
 MAX_ERROR_BODY = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where one attempt goes: a local backend (under a lease) or a peer."""
+
+    label: str  # the model as messages name it: a model id, or peerID/model
+    base_url: str
+    api_key: str | None
+    timeouts: Timeouts
+    release: Callable[[], None]
+    # With a fallback after this one, a 5xx is raised (UpstreamStatusError), not relayed.
+    raise_5xx: bool = False
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    on_status: Callable[[int], None] | None = None  # told the status as soon as it arrives
+
+    @classmethod
+    def local(cls, lease: Lease, model: ModelConfig, *, raise_5xx: bool = False) -> Upstream:
+        config = lease.process.config
+        return cls(
+            lease.model,
+            config.proxy,
+            config.upstream_api_key,
+            model.timeouts,
+            lease.release,
+            raise_5xx,
+        )
 
 
 def request_headers(
@@ -75,16 +109,28 @@ def _response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _client_timeout(connect: float) -> aiohttp.ClientTimeout:
+    """The connect timeout as aiohttp takes it (built once per value, not per request)."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect)
+
+
+def _ceiling(seconds: float | None) -> contextlib.AbstractAsyncContextManager[object]:
+    """``asyncio.timeout(seconds)``; nothing at all without a ceiling (the common case)."""
+    return asyncio.timeout(seconds) if seconds is not None else contextlib.nullcontext()
+
+
 async def _open_upstream(
     session: aiohttp.ClientSession,
-    lease: Lease,
+    upstream: Upstream,
     method: str,
     path_qs: str,
     headers: CIMultiDict[str],
     body: bytes,
-    timeouts: Timeouts,
 ) -> aiohttp.ClientResponse:
-    url = lease.process.config.proxy + path_qs
+    url = upstream.base_url + path_qs
+    timeouts = upstream.timeouts
+    label = upstream.label
     try:
         async with asyncio.timeout(timeouts.first_byte):
             return await session.request(
@@ -93,16 +139,16 @@ async def _open_upstream(
                 data=body if body else None,
                 headers=headers,
                 allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
+                timeout=_client_timeout(timeouts.connect),
             )
     except TimeoutError as exc:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            raise UpstreamTimeoutError(lease.model, "connection", timeouts.connect) from exc
-        raise UpstreamTimeoutError(lease.model, "response", timeouts.first_byte) from exc
+            raise UpstreamTimeoutError(label, "connection", timeouts.connect) from exc
+        raise UpstreamTimeoutError(label, "response", timeouts.first_byte) from exc
     except aiohttp.ClientConnectorError as exc:
-        raise UpstreamUnreachableError(lease.model, str(exc) or type(exc).__name__) from exc
+        raise UpstreamUnreachableError(label, str(exc) or type(exc).__name__) from exc
     except aiohttp.ClientError as exc:
-        raise UpstreamError(lease.model, str(exc) or type(exc).__name__) from exc
+        raise UpstreamError(label, str(exc) or type(exc).__name__) from exc
 
 
 async def send_to_model(
@@ -119,90 +165,117 @@ async def send_to_model(
 
     A streaming request that waits long gets its event stream opened early, with progress
     comments (:mod:`modelswap.http.waiting`); errors then arrive as a final ``data:`` event.
-    A refused connection means the request never reached the backend. If the backend has just
-    died (its exit not yet noticed), the model is marked failed and the request is tried once
-    more, which starts it again — a request right after a crash is not lost.
     """
     waiting = WaitingStream(request) if stream else None
     try:
-        for attempt in (1, 2):
-            if waiting is not None:
-                lease = await waiting.acquire(router, model.id)
-            else:
-                lease = await router.acquire(model.id)
-            process = lease.process
-            try:
-                return await forward(
-                    request,
-                    session,
-                    lease,
-                    path_qs=path_qs,
-                    body=body,
-                    timeouts=model.timeouts,
-                    into=waiting.response if waiting is not None else None,
-                )
-            except UpstreamUnreachableError:
-                if attempt == 2 or not await process.confirm_exit():
-                    raise
-                log.info("model %s: backend had died; starting it again", model.id)
+        return await attempt_local(
+            request, router, session, model, path_qs=path_qs, body=body, waiting=waiting
+        )
     except ModelswapError as exc:
         if waiting is not None and waiting.response is not None:
             return await waiting.fail(exc)
         raise
+
+
+async def attempt_local(
+    request: web.Request,
+    router: LocalRouter,
+    session: aiohttp.ClientSession,
+    model: ModelConfig,
+    *,
+    path_qs: str,
+    body: bytes,
+    waiting: WaitingStream | None,
+    raise_5xx: bool = False,
+) -> web.StreamResponse:
+    """One target's attempt: acquire ``model`` (through ``waiting`` for streams), forward.
+    Raises ModelswapError when nothing but waiting comments reached the client.
+
+    A refused connection means the request never reached the backend. If the backend has just
+    died (its exit not yet noticed), the model is marked failed and the request is tried once
+    more, which starts it again — a request right after a crash is not lost.
+    """
+    for attempt in (1, 2):
+        if waiting is not None:
+            lease = await waiting.acquire(router, model.id)
+        else:
+            lease = await router.acquire(model.id)
+        process = lease.process
+        try:
+            return await forward(
+                request,
+                session,
+                Upstream.local(lease, model, raise_5xx=raise_5xx),
+                path_qs=path_qs,
+                body=body,
+                into=waiting.response if waiting is not None else None,
+            )
+        except UpstreamUnreachableError:
+            if attempt == 2 or not await process.confirm_exit():
+                raise
+            log.info("model %s: backend had died; starting it again", model.id)
     raise AssertionError("unreachable")
 
 
 async def forward(
     request: web.Request,
     session: aiohttp.ClientSession,
-    lease: Lease,
+    target: Upstream,
     *,
     path_qs: str,
     body: bytes,
-    timeouts: Timeouts,
     into: web.StreamResponse | None = None,
 ) -> web.StreamResponse:
-    """Send the request to the lease's backend and relay the answer as it arrives (into an
+    """Send the request to ``target`` and relay the answer as it arrives (into an
     already-open event stream when ``into`` is given).
 
-    Always releases ``lease``. Raises UpstreamError / UpstreamTimeoutError when nothing was sent
-    to the client yet; after that, a broken backend ends the stream (with an SSE error event
-    for event streams).
+    Always releases ``target``. Raises UpstreamError / UpstreamTimeoutError when nothing was
+    sent to the client yet; after that, a broken backend ends the stream (with an SSE error
+    event for event streams).
     """
     obs = request.get(OBS)
+    timeouts = target.timeouts
     try:
-        async with asyncio.timeout(timeouts.total):
-            upstream = await _open_upstream(
-                session,
-                lease,
-                request.method,
-                path_qs,
-                request_headers(request.headers, lease.process.config.upstream_api_key),
-                body,
-                timeouts,
-            )
-            if obs is not None:
-                obs.first_byte()
-                obs.status = upstream.status
+        async with _ceiling(timeouts.total):
+            headers = request_headers(request.headers, target.api_key)
+            for name, value in target.extra_headers:
+                headers[name] = value
+            upstream = await _open_upstream(session, target, request.method, path_qs, headers, body)
+            if target.on_status is not None:
+                target.on_status(upstream.status)
             try:
+                if target.raise_5xx and upstream.status >= 500:
+                    raise UpstreamStatusError(
+                        target.label, upstream.status, await _read_bounded(upstream)
+                    )
+                if obs is not None:
+                    obs.first_byte()
+                    obs.status = upstream.status
                 if into is not None:
-                    return await _relay_into(into, upstream, lease, timeouts, obs)
-                return await _relay(request, upstream, lease, timeouts, obs)
+                    return await _relay_into(into, upstream, target, obs)
+                return await _relay(request, upstream, target, obs)
             finally:
                 upstream.close()
     except TimeoutError as exc:
         if timeouts.total is None:
-            raise UpstreamTimeoutError(lease.model, "response", timeouts.first_byte) from exc
-        raise UpstreamTimeoutError(lease.model, "complete response", timeouts.total) from exc
+            raise UpstreamTimeoutError(target.label, "response", timeouts.first_byte) from exc
+        error = UpstreamTimeoutError(target.label, "complete response", timeouts.total)
+        started = into if into is not None else request.get(RELAYING)
+        if started is None or not started.prepared:
+            raise error from exc
+        # The ceiling passed mid-answer: end what the client already has, as a cut would.
+        log.warning("%s", error)
+        if started.content_type != "text/event-stream":
+            raise ConnectionAbortedError(str(error)) from exc
+        return await _end_with_error_event(started, 504, str(error))
     finally:
-        lease.release()
+        target.release()
 
 
 async def _relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
-    lease: Lease,
-    timeouts: Timeouts,
+    target: Upstream,
     obs: RequestObs | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -212,7 +285,8 @@ async def _relay(
     if upstream.content_length is not None and not _strips(obs):
         response.content_length = upstream.content_length
     await response.prepare(request)
-    failure = await _copy(upstream, response, lease, timeouts, obs)
+    request[RELAYING] = response
+    failure = await _copy(upstream, response, target, obs)
     if failure is None:
         await response.write_eof()
         return response
@@ -226,8 +300,7 @@ async def _relay(
 async def _relay_into(
     response: web.StreamResponse,
     upstream: aiohttp.ClientResponse,
-    lease: Lease,
-    timeouts: Timeouts,
+    target: Upstream,
     obs: RequestObs | None = None,
 ) -> web.StreamResponse:
     """Relay into an event stream whose headers were already sent (see ``waiting``)."""
@@ -235,12 +308,12 @@ async def _relay_into(
         body = await _read_bounded(upstream)
         if json_object_with_error(body) is None:
             text = body.decode("utf-8", errors="replace")[:1000]
-            message = f"Backend for model `{lease.model}` answered {upstream.status}: {text}"
+            message = f"Backend for model `{target.label}` answered {upstream.status}: {text}"
             body = json.dumps(envelope(message, 502, code="upstream_error")).encode()
         await response.write(b"data: " + body + b"\n\n")
         await response.write_eof()
         return response
-    failure = await _copy(upstream, response, lease, timeouts, obs)
+    failure = await _copy(upstream, response, target, obs)
     if failure is not None:
         return await _end_with_error_event(response, *failure)
     await response.write_eof()
@@ -293,35 +366,48 @@ def _strips(obs: RequestObs | None) -> bool:
 async def _copy(
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
-    lease: Lease,
-    timeouts: Timeouts,
+    target: Upstream,
     obs: RequestObs | None = None,
 ) -> tuple[int, str] | None:
     """Relay chunks as they arrive; on a broken or stalled backend, ``(status, message)``."""
+    timeouts = target.timeouts
+    loop = asyncio.get_running_loop()
+    idle = timeouts.idle_between_chunks
+    moved = loop.time()
+    step = min(1.0, idle / 4)  # the deadline moves at most this often (fires ≤ step early)
     try:
-        while True:
-            async with asyncio.timeout(timeouts.idle_between_chunks):
-                chunk = await upstream.content.readany()
-            if not chunk:
-                if obs is not None and (rest := obs.finish()):
-                    await response.write(rest)
-                return None
-            if obs is not None:
-                chunk = obs.tap(chunk)
+        async with asyncio.timeout(idle) as deadline:
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                    # (only the backend's side: a client that left fails the write below,
+                    # which is not the backend's doing)
+                    message = (
+                        f"Backend for model `{target.label}` broke the response: {exc or type(exc)}"
+                    )
+                    log.warning("%s", message)
+                    return 502, message
+                now = loop.time()
+                if now - moved > step:
+                    deadline.reschedule(now + idle)
+                    moved = now
                 if not chunk:
-                    continue
-            await response.write(chunk)
+                    if obs is not None and (rest := obs.finish()):
+                        await response.write(rest)
+                    return None
+                if obs is not None:
+                    chunk = obs.tap(chunk)
+                    if not chunk:
+                        continue
+                await response.write(chunk)
     except TimeoutError:
         message = (
-            f"Backend for model `{lease.model}` sent nothing for "
+            f"Backend for model `{target.label}` sent nothing for "
             f"{timeouts.idle_between_chunks:g} s; the response was cut."
         )
         log.warning("%s", message)
         return 504, message
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-        message = f"Backend for model `{lease.model}` broke the response: {exc or type(exc)}"
-        log.warning("%s", message)
-        return 502, message
 
 
 async def _end_with_error_event(

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -14,7 +15,9 @@ from modelswap import __version__
 from modelswap.config import Config
 from modelswap.config.security import open_switches
 from modelswap.http.app import create_app
+from modelswap.http.bad_requests import request_handler
 from modelswap.http.observe_routes import GatewayLogHandler
+from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime
 
 log = logging.getLogger("modelswap")
@@ -55,11 +58,28 @@ class GuardedSite(web.TCPSite):
         def factory() -> RequestHandler | _Refuse:
             if len(server.connections) >= self._max_connections:
                 return _Refuse()
-            return server()
+            return request_handler(server)
 
         self._server = await asyncio.get_running_loop().create_server(
             factory, self._host, self._port, backlog=self._backlog
         )
+
+
+def _reloader(runtime: Runtime, config: Config, reloading: Reloading | None) -> Callable[[], None]:
+    """The SIGHUP handler; starts the file watcher when asked to."""
+    if reloading is None or reloading.path is None:
+        return lambda: log.warning("SIGHUP: serving the built-in demo; there is no file to reload")
+    reloader = ConfigReloader(
+        runtime,
+        reloading.path,
+        watch=reloading.watch,
+        listen=(config.listen_host, config.listen_port) if reloading.keep_listen else None,
+        on_applied=reloading.on_applied,
+    )
+    runtime.spawn(reloader.run(), "config-reloader")
+    if reloading.watch:
+        log.info("watching %s for changes", reloading.path)
+    return reloader.request
 
 
 def host_port(host: str, port: int) -> str:
@@ -71,8 +91,10 @@ async def serve(
     *,
     allow_unauthenticated_network: bool = False,
     ready: asyncio.Event | None = None,
+    reloading: Reloading | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT; then finish in-flight requests and stop every backend."""
+    """Run until SIGTERM/SIGINT; then finish in-flight requests and stop every backend.
+    SIGHUP re-reads the config file (and ``reloading.watch`` watches it): :mod:`reload`."""
     runtime = Runtime(config, allow_unauthenticated_network=allow_unauthenticated_network)
     handler = GatewayLogHandler(runtime.gateway_log)
     logging.getLogger().addHandler(handler)
@@ -102,8 +124,9 @@ async def serve(
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reloader(runtime, config, reloading))
     for switch in open_switches(config, allow_flag=allow_unauthenticated_network):
         log.warning("open switch on: %s", switch)
     if not config.api_keys:

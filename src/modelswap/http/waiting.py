@@ -48,6 +48,11 @@ class WaitingStream:
                     last_label, last_sent = label, now
                 done, _ = await asyncio.wait({task}, timeout=TICK)
             return task.result()
+        except BaseException:
+            # Granted just as the client went away (or its stream broke): nobody will use it.
+            if task.done() and not task.cancelled() and task.exception() is None:
+                task.result().release()
+            raise
         finally:
             if not task.done():
                 task.cancel()  # the client went away: acquire() withdraws from the queue

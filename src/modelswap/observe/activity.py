@@ -216,6 +216,7 @@ class ActivityLog:
         self._closed = False
         self._stop = asyncio.Event()
         self._last_retention: float | None = None
+        self._failing = False  # the last write failed (logged once until one succeeds)
         try:
             conn, self.where = _connect(path)
         except (OSError, sqlite3.Error) as exc:
@@ -322,17 +323,19 @@ class ActivityLog:
         last = self._last_retention
         return last is None or time.monotonic() - last >= RETENTION_INTERVAL
 
-    def _tick(self) -> None:
-        self._write_pending()
+    def _tick(self) -> int:
+        written = self._write_pending()
         if self._retention_due():
             self._last_retention = time.monotonic()
             self.retain()
+        return written
 
     async def run(self) -> None:
         """The writer task: every ``batch_seconds`` write the pending batch on a worker thread.
 
-        Returns once :meth:`close` is called; a failed batch is logged (and counted in
-        ``dropped``), never fatal. Cancelling it is safe: ``close`` writes what is left.
+        Returns once :meth:`close` is called; a failed batch is counted in ``dropped``, never
+        fatal, and logged once: a full disk fails every batch, so the next warning waits until
+        a write has succeeded again. Cancelling it is safe: ``close`` writes what is left.
         """
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
@@ -342,9 +345,15 @@ class ActivityLog:
             if not self._pending and not self._retention_due():
                 continue  # idle: no thread hop
             try:
-                await asyncio.to_thread(self._tick)
+                written = await asyncio.to_thread(self._tick)
             except (ActivityError, sqlite3.Error) as exc:
-                log.warning("activity log: %s", exc)
+                if not self._failing:
+                    log.warning("activity log: %s (not logged again until a write succeeds)", exc)
+                self._failing = True
+                continue
+            if written and self._failing:
+                self._failing = False
+                log.warning("activity log: writing again (%d rows dropped so far)", self._dropped)
 
     def close_now(self) -> None:
         """Write what is pending and close the database, on this thread. Idempotent."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 MAX_BODY = 1024 * 1024
@@ -167,20 +168,35 @@ def _last_event_end(data: bytes) -> int:
     return end
 
 
-def request_usage_injection(body: bytes) -> bytes | None:
+_INCLUDE_USAGE = b'"stream_options":{"include_usage":true},'
+
+
+def request_usage_injection(body: bytes, data: Mapping[str, object] | None = None) -> bytes | None:
     """For a streamed chat/completions JSON request that did not ask for the final usage
     chunk: the body with ``stream_options.include_usage`` set (so tokens can be counted), else
-    None (leave the request as it is)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict) or data.get("stream") is not True:
+    None (leave the request as it is). ``data``: the body already parsed, if it was.
+
+    Without ``stream_options`` the key is spliced in front of the body's bytes (no
+    re-serialisation: a long prompt is copied once, not parsed and dumped again)."""
+    if data is None:
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        data = parsed
+    if data.get("stream") is not True:
         return None
     options = data.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage") is True:
         return None
     if options is not None and not isinstance(options, dict):
         return None
-    data["stream_options"] = {**(options or {}), "include_usage": True}
+    start = len(body) - len(body.lstrip())  # the object's "{" (UTF-8 JSON, no BOM)
+    if "stream_options" not in data and body[start : start + 1] == b"{":
+        return body[: start + 1] + _INCLUDE_USAGE + body[start + 1 :]
+    out = dict(data)
+    out["stream_options"] = {**(options or {}), "include_usage": True}
+    data = out
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

@@ -23,6 +23,9 @@ from modelswap.supervisor.process import ManagedProcess
 
 log = logging.getLogger(__name__)
 
+RETIRE_ROUNDS = 5
+_IDLE_STATES = frozenset({ProcessState.STOPPED, ProcessState.FAILED, ProcessState.SHUTDOWN})
+
 ABORTED = Diagnosis(
     "start_aborted",
     "The start was cancelled: every request waiting for it went away.",
@@ -79,6 +82,7 @@ class LocalRouter:
         self._idle_timers: dict[str, asyncio.TimerHandle] = {}
         self._stop_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_used: dict[str, float] = {}
+        self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
         events.add_listener(self._on_event)
 
     # ---- for request handlers --------------------------------------------------------------
@@ -87,8 +91,9 @@ class LocalRouter:
         """Wait until ``model`` may serve this request. Raises StartError and friends."""
         loop = asyncio.get_running_loop()
         admission = _Admission(model, loop.create_future(), self.now())
-        self._ensure_ticking()
         self.scheduler.on_request(admission)
+        if not admission.future.done():
+            self._ensure_ticking()  # it waits: the scheduler needs the time
         try:
             return await admission.future
         except asyncio.CancelledError:
@@ -120,6 +125,53 @@ class LocalRouter:
         keeping it busy. Raises StartError and friends."""
         lease = await self.acquire(model)
         lease.release()
+
+    # ---- live reload -----------------------------------------------------------------------
+
+    def reconfigure(
+        self, swapper: Swapper, policy: SchedulerPolicy, added: Mapping[str, ManagedProcess]
+    ) -> None:
+        """New models join (stopped); new groups, budgets and limits apply from now on."""
+        self.processes.update(added)
+        self.scheduler.on_reconfigure(swapper, policy)
+
+    async def retire(self, model: str, *, remove: bool) -> None:
+        """Stop ``model`` once its in-flight requests have finished (a start under way is let
+        finish first). Then either forget it (``remove``: it left the config) or, if it was
+        running and can start again without evicting anything, start it with its new
+        command. Requests that arrive meanwhile are served by the running backend."""
+        was_running = model in self.scheduler.running
+        for _ in range(RETIRE_ROUNDS):
+            process = self.processes[model]
+            if process.state is ProcessState.STARTING:
+                await self._settled(model)
+                continue
+            if process.state is ProcessState.SLEEPING:
+                await process.stop()  # asleep: nothing is served, nothing to drain
+            await self.unload([model])
+            if self.processes[model].state in _IDLE_STATES and not self.scheduler.queued(model):
+                break
+        if remove:
+            if self.scheduler.in_flight(model) or self.scheduler.queued(model):
+                log.warning("model %s left the config but still has requests", model)
+                return
+            self._cancel_idle_timer(model)
+            del self.processes[model]
+            self.last_used.pop(model, None)
+            log.info("model %s removed", model)
+            return
+        if was_running and self.scheduler.evictions_for(model) == frozenset():
+            log.info("model %s: starting again with its new command", model)
+            try:
+                await self.load(model)
+            except StartError as exc:
+                log.warning("model %s did not start again: %s", model, exc)
+
+    async def _settled(self, model: str) -> None:
+        """Until ``model``'s next state change out of STARTING."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._settle_waiters.setdefault(model, []).append(fut)
+        await fut
 
     async def close(self) -> None:
         """Refuse new requests, abort swaps, stop every backend."""
@@ -250,7 +302,10 @@ class LocalRouter:
         self._maybe_arm_idle_timer(model)
 
     def _maybe_arm_idle_timer(self, model: str) -> None:
-        ttl = self.processes[model].config.ttl
+        process = self.processes.get(model)
+        if process is None:
+            return  # removed from the config meanwhile
+        ttl = process.config.ttl
         if ttl <= 0 or self.scheduler.in_flight(model) or model not in self.scheduler.running:
             return
         self._cancel_idle_timer(model)
@@ -282,6 +337,10 @@ class LocalRouter:
         if event.kind != "process.state":
             return
         model = str(event.data["model"])
+        if event.data["new"] is not ProcessState.STARTING:
+            for fut in self._settle_waiters.pop(model, []):
+                if not fut.done():
+                    fut.set_result(None)
         if event.data["old"] is ProcessState.READY and event.data["new"] is ProcessState.FAILED:
             self._cancel_idle_timer(model)
             self.scheduler.on_process_exited(model)

@@ -59,6 +59,7 @@ class Scheduler:
         self._stopping: set[str] = set()
         self._unload_requested: set[str] = set()
         self._due_since: dict[str, float] = {}  # target -> when its swap became due
+        self._cancelled: set[str] = set()  # swaps cancelled because every waiter left
         self._shutdown = False
 
     # ---- snapshots -------------------------------------------------------------------------
@@ -107,18 +108,23 @@ class Scheduler:
             and not self.queued(target)
             and self._queue  # another model waits: do not keep starting for nobody
         ):
+            self._cancelled.add(target)
             self._effects.cancel_swap(target)
         self._pump()
 
     def on_swap_done(self, target: str, error: Exception | None) -> None:
         self._swapping = None
         self._due_since.pop(target, None)
+        cancelled = target in self._cancelled
+        self._cancelled.discard(target)
         if error is None:
             self._running.add(target)
             self._grant_all(target)
-        else:
+        elif not cancelled:
             for adm in self._take(target):
                 self._effects.grant_error(adm, error)
+        # A cancelled start fails nobody: whoever queued for it since came after the cancel,
+        # and waits for a fresh start like any other request.
         self._pump()
 
     def on_serve_done(self, model: str) -> None:
@@ -146,6 +152,19 @@ class Scheduler:
         self._running.discard(model)
         self._unload_requested.discard(model)
         self._pump()
+
+    def on_reconfigure(self, swapper: Swapper, policy: SchedulerPolicy) -> None:
+        """A new config (live reload): new groups/budgets and limits apply from now on;
+        nothing running is stopped for it."""
+        self._swapper = swapper
+        self._policy = policy
+        self._pump()
+
+    def evictions_for(self, model: str) -> frozenset[str] | None:
+        """What starting ``model`` now would stop (None: it cannot start now)."""
+        busy = {m for m in self._running if self._in_flight[m]}
+        eviction = self._swapper.eviction_for(model, frozenset(self._running), busy)
+        return None if eviction is None else eviction.models
 
     def on_tick(self) -> None:
         """Time passed: re-check the starvation bound and drain timeouts."""

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import time
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -28,6 +29,7 @@ from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
 from modelswap.supervisor import health, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
+from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.reaper import Reaper
 
@@ -37,6 +39,8 @@ S = ProcessState
 DIAGNOSIS_TAIL = 250
 TREE_REFRESH_SECONDS = 1.0
 OWN_LINE_PREFIX = "[modelswap]"
+# ModelConfig fields a running backend was started with: changing one means a restart.
+PROCESS_FIELDS = ("cmd", "cmd_stop", "proxy", "env", "check_endpoint", "use_model_name")
 
 
 class _StartFailed(Exception):
@@ -65,11 +69,13 @@ class ManagedProcess:
         log_reader: LogReader | None = None,
         prober: Prober | None = None,
         reaper: Reaper | None = None,
+        record: BackendRecord | None = None,
         stop_grace: float = 5.0,
         log_capacity: int = 500,
     ) -> None:
         self.config = config
         self.model = config.id
+        self._next_config: ModelConfig | None = None  # waits for the next start
         self.logs = LogBuffer(log_capacity)
         self._output_seen = asyncio.Event()
         self.logs.add_listener(self._on_line)
@@ -81,6 +87,7 @@ class ManagedProcess:
         self._probe_task: asyncio.Task[None] | None = None
         self._start_failed_at: float | None = None
         self._reaper = reaper
+        self._record = record  # pids in the state directory, for the next start (leftovers)
         self._stop_grace = stop_grace
         self._lock = asyncio.Lock()
         self._state = S.STOPPED
@@ -113,6 +120,33 @@ class ManagedProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    # ---- configuration ---------------------------------------------------------------------
+
+    def reconfigure(self, config: ModelConfig) -> bool:
+        """Take a new config for this model (live reload).
+
+        What only matters per request or at the next start applies now. A changed command,
+        address, environment, health endpoint or upstream name cannot apply to a backend that
+        runs (or sleeps, or starts): the new config then waits for the next start and True is
+        returned — the caller stops the model once it is idle. A failed model's backoff is
+        cleared when its command changed: the fix may be in the new one.
+        """
+        changed = any(getattr(config, f) != getattr(self.config, f) for f in PROCESS_FIELDS)
+        if changed and self._state in (S.STOPPED, S.FAILED):
+            self._start_failed_at = None
+        if not changed or self._state in (S.STOPPED, S.FAILED, S.SHUTDOWN):
+            self.config, self._next_config = config, None
+            return False
+        live = {f: getattr(self.config, f) for f in (*PROCESS_FIELDS, "port")}
+        self.config = replace(config, **live)
+        self._next_config = config
+        return True
+
+    @property
+    def restart_pending(self) -> bool:
+        """A new command waits for the next start."""
+        return self._next_config is not None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -220,6 +254,8 @@ class ManagedProcess:
     # ---- the start -------------------------------------------------------------------------
 
     def _begin_start(self) -> None:
+        if self._next_config is not None:
+            self.config, self._next_config = self._next_config, None
         self.metadata = None  # first of all: no stale receipt may survive a restart
         self.capacity = None
         self.progress = None
@@ -309,6 +345,8 @@ class ManagedProcess:
             raise _StartFailed(self._diagnoser.spawn_error(cfg.cmd[0], exc)) from exc
         if self._reaper is not None:
             self._reaper.register(self._proc.pid)
+        if self._record is not None:
+            self._record.add(self.model, self._proc.pid)
         self._pump_task = asyncio.get_running_loop().create_task(
             self._pump_output(self._proc), name=f"output:{self.model}"
         )
@@ -404,6 +442,8 @@ class ManagedProcess:
         # called setsid() can only be found through it.
         while True:
             self._tree = tree.alive(self._tree) | tree.snapshot(proc.pid)
+            if self._record is not None:
+                self._record.update(proc.pid, self._tree)
             try:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), TREE_REFRESH_SECONDS)
                 break
@@ -472,6 +512,8 @@ class ManagedProcess:
                 task.cancel()
         if self._reaper is not None:
             self._reaper.unregister(proc.pid)
+        if self._record is not None:
+            self._record.remove(proc.pid)
         self._proc = None
         self.logs.append(f"[modelswap] backend exited ({proc.returncode})")
 

@@ -206,7 +206,7 @@ def test_load_missing_cmd_is_reported() -> None:
 
 
 def test_load_model_id_with_dots_is_quoted_in_paths() -> None:
-    found = problems("models:\n  qwen2.5: {cmd: 'srv --port ${PORT}', ttl: -1}\n")
+    found = problems("models:\n  qwen2.5: {cmd: 'srv --port ${PORT}', ttl: -2}\n")
     assert found == [('models["qwen2.5"].ttl', "must be greater than or equal to 0")]
 
 

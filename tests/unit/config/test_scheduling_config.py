@@ -314,15 +314,15 @@ def runtime(tmp_path: Path, text: str) -> Runtime:
 
 
 def test_runtime_without_groups_or_budgets_swaps_one_at_a_time(tmp_path: Path) -> None:
-    assert isinstance(runtime(tmp_path, models("a"))._swapper(), ExclusiveSwapper)
+    assert isinstance(runtime(tmp_path, models("a")).swapper(), ExclusiveSwapper)
 
 
 def test_runtime_swapper_kinds(tmp_path: Path) -> None:
     groups = "groups:\n  g: {members: [a]}\n"
     budgets = "resources: {ram: 8GiB}\n"
-    assert isinstance(runtime(tmp_path, groups + models("a"))._swapper(), GroupSwapper)
-    assert isinstance(runtime(tmp_path, budgets + models("a"))._swapper(), BudgetSwapper)
-    both = runtime(tmp_path, groups + budgets + models("a"))._swapper()
+    assert isinstance(runtime(tmp_path, groups + models("a")).swapper(), GroupSwapper)
+    assert isinstance(runtime(tmp_path, budgets + models("a")).swapper(), BudgetSwapper)
+    both = runtime(tmp_path, groups + budgets + models("a")).swapper()
     assert isinstance(both, CombinedSwapper)
 
 
@@ -341,7 +341,7 @@ def test_runtime_budgets_alone_let_small_models_share(tmp_path: Path) -> None:
             },
         ),
     )
-    swapper = rt._swapper()
+    swapper = rt.swapper()
     none: frozenset[str] = frozenset()
     assert swapper.eviction_for("s2", {"s1"}, none) is not None
     assert swapper.eviction_for("s2", {"s1"}, none).models == none  # type: ignore[union-attr]
@@ -361,7 +361,7 @@ def test_runtime_budget_never_evicts_persistent_group_members(tmp_path: Path) ->
             extra={"p": "uses: {ram: 2GiB}", "a": "uses: {ram: 2GiB}", "b": "uses: {ram: 2GiB}"},
         ),
     )
-    eviction = rt._swapper().eviction_for("b", {"p", "a"}, frozenset())
+    eviction = rt.swapper().eviction_for("b", {"p", "a"}, frozenset())
     assert eviction is not None
     assert eviction.models == {"a"}
 
@@ -374,7 +374,7 @@ def test_runtime_policy_from_config(tmp_path: Path) -> None:
             "a", "b", "c", extra={"a": "priority: 2, concurrencyLimit: 3", "b": "priority: -1"}
         ),
     )
-    policy = rt._policy()
+    policy = rt.policy()
     assert (policy.queue_limit, policy.max_queue_wait) == (7, 11)
     assert (policy.drain_timeout, policy.max_in_flight) == (13, 17)
     assert dict(policy.priorities) == {"a": 2, "b": -1}

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from modelswap.errors import BadRequestError
-from modelswap.http.extract import extract_model, replace_model
+from modelswap.http.extract import extract_model, parse_request, replace_model
 
 BOUNDARY = "----modelswapBoundary7"
 MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
@@ -65,3 +65,19 @@ def test_replace_model_in_multipart_changes_only_that_field() -> None:
     out = replace_model(MULTIPART, body, "whisper-large")
     assert extract_model(MULTIPART, out) == "whisper-large"
     assert out == form(("model", b"whisper-large", None), ("file", audio, "a.wav"))
+
+
+def test_parse_request_parses_json_once_and_keeps_the_raw_bytes() -> None:
+    raw = b'{"model": "qwen", "stream": true, "messages": []}'
+    parsed = parse_request("application/json; charset=utf-8", raw)
+    assert parsed.raw is raw
+    assert parsed.model == "qwen"
+    assert parsed.stream is True
+    assert parsed.data == {"model": "qwen", "stream": True, "messages": []}
+    assert parse_request("application/json", b'{"model": "q", "stream": "true"}').stream is False
+
+
+def test_parse_request_on_a_form_has_no_json_and_never_streams() -> None:
+    body = form(("model", b"whisper", None), ("file", b"RIFF", "a.wav"))
+    parsed = parse_request(MULTIPART, body)
+    assert (parsed.model, parsed.data, parsed.stream) == ("whisper", None, False)

@@ -427,3 +427,12 @@ def test_request_usage_injection_with_explicit_null_options() -> None:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+
+
+def test_request_usage_injection_with_the_parsed_body_splices_without_re_serialising() -> None:
+    raw = b'  {"model": "m", "stream": true, "messages": [{"content": "h\\u00e9"}]}'
+    injected = request_usage_injection(raw, json.loads(raw))
+    assert injected is not None
+    assert injected.endswith(raw[3:])  # the client's bytes, untouched (escapes kept)
+    assert json.loads(injected)["stream_options"] == {"include_usage": True}
+    assert request_usage_injection(raw, {"model": "m"}) is None  # not streamed

@@ -353,6 +353,27 @@ def test_start_whose_every_waiter_left_is_cancelled_when_another_model_waits() -
     assert fx.take() == [("grant", b1)]
 
 
+def test_request_after_a_cancelled_start_waits_for_a_fresh_start_not_the_cancel_error() -> None:
+    s, fx = make()
+    a1, b1 = adm("a", "a1"), adm("b", "b1", 1.0)
+    s.on_request(a1)
+    s.on_request(b1)
+    s.on_cancel(a1)
+    assert fx.take() == [("start_swap", "a", NONE), ("cancel_swap", "a")]
+    a2 = adm("a", "a2", 2.0)
+    s.on_request(a2)  # arrives while the cancelled start is winding down
+    assert fx.take() == []
+    s.on_swap_done("a", start_error("a"))  # the abort, as the router reports it
+    assert fx.take() == [("start_swap", "b", NONE)]  # b waited longest; a2 is not failed
+    assert s.queued("a") == 1
+    s.on_swap_done("b", None)
+    assert fx.take() == [("grant", b1)]
+    serve_all(s, "b")
+    assert fx.take() == [("start_swap", "a", frozenset({"b"}))]
+    s.on_swap_done("a", None)
+    assert fx.take() == [("grant", a2)]
+
+
 def test_cancelled_start_that_won_the_race_is_evicted_for_the_waiting_model() -> None:
     s, fx = make()
     a1, b1 = adm("a", "a1"), adm("b", "b1", 1.0)

@@ -1,0 +1,415 @@
+"""llama-swap compatibility: a llama-swap ``config.yaml`` is read as-is.
+
+:func:`translate` runs on the parsed YAML, before validation. It recognises llama-swap's own
+spellings -- ``filters.strip_params``, comma-separated ``stripParams``, ``ttl: -1``, aliases as
+``{id, name, unlisted}``, ``hooks.on_startup``, ``filters.setParamsByID``, ``store.path``, the
+newer ``routing`` block, a peer's ``apiKey: ${env.NAME}`` -- and rewrites them into modelswap's
+vocabulary. Documented llama-swap keys that modelswap does not implement (``matrix``, the Swap
+Policy Language, ``sendLoadingState`` ...) are removed, each with one warning that names it.
+Keys that are neither llama-swap's nor modelswap's are left alone, so validation still reports
+them as unknown, with a did-you-mean.
+
+Every llama-swap key found is recorded as a :class:`KeyMapping` (``modelswap check --explain``).
+Keys both spell alike are recorded once per key, with ``*`` for the model or peer id.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from modelswap.config.compat_keys import (
+    MODEL_IGNORED,
+    MODEL_SAME,
+    NO_TIMEOUT,
+    PEER_SAME,
+    SPL,
+    TIMEOUTS_IGNORED,
+    TOP_IGNORED,
+    TOP_SAME,
+)
+from modelswap.config.paths import Problems, key_path
+from modelswap.config.resolved import KeyMapping
+from modelswap.config.schema import type_name
+
+log = logging.getLogger(__name__)
+
+Data = dict[Any, Any]
+Path = tuple[str | int, ...]
+
+SAME, REWRITTEN, IGNORED, DIFFERS = "same", "rewritten", "ignored", "differs"
+_ENV_REF_RE = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """The rewritten YAML data, how each llama-swap key was read, and what could not be."""
+
+    data: Data
+    mappings: tuple[KeyMapping, ...]
+    problems: tuple[tuple[str, str], ...]
+
+
+def translate(data: Data) -> Translation:
+    """Rewrite llama-swap's spellings in ``data`` (left untouched) into modelswap's."""
+    translator = _Translator()
+    out = copy.deepcopy(data)
+    translator.run(out)
+    return Translation(out, tuple(translator.mappings.values()), tuple(translator.problems))
+
+
+def log_warnings(mappings: Sequence[KeyMapping]) -> None:
+    """One WARNING per llama-swap key whose behaviour modelswap does not reproduce."""
+    for mapping in mappings:
+        if mapping.warning:
+            log.warning("%s", warning_text(mapping))
+
+
+def warning_text(mapping: KeyMapping) -> str:
+    if mapping.kind == IGNORED:
+        return f"llama-swap key {mapping.source} is not implemented and is ignored: {mapping.note}"
+    return f"llama-swap key {mapping.source} (read as {mapping.target}): {mapping.note}"
+
+
+def explain(mappings: Sequence[KeyMapping]) -> str:
+    """``modelswap check --explain``: each llama-swap key found and how it was read, then the
+    warnings (the keys modelswap does not implement, or reads differently)."""
+    if not mappings:
+        return "llama-swap keys: none found"
+    same = [m for m in mappings if m.kind == SAME]
+    rewritten = [m for m in mappings if m.kind == REWRITTEN]
+    warned = [m for m in mappings if m.warning]
+    lines = [f"llama-swap keys: {len(mappings)} found"]
+    if same:
+        lines += ["", "read as-is (the same key in modelswap):"]
+        lines += [f"  {m.source}: {m.note}" for m in same]
+    if rewritten:
+        lines += ["", "rewritten:"]
+        lines += [f"  {m.source} -> {m.target or '(built in)'}: {m.note}" for m in rewritten]
+    if warned:
+        lines += ["", f"warnings ({len(warned)}):"]
+        lines += [f"  {warning_text(m)}" for m in warned]
+    return "\n".join(lines)
+
+
+def _generic(path: Path) -> Path:
+    """``models.qwen.filters`` -> ``models.*.filters``: a key both spell alike, in any model."""
+    return (path[0], "*", *path[2:])
+
+
+class _Translator:
+    def __init__(self) -> None:
+        self.mappings: dict[str, KeyMapping] = {}
+        self.problems: Problems = []
+
+    # -- records ---------------------------------------------------------------------------
+
+    def note(self, source: Path, target: Path | None, note: str, kind: str = "") -> None:
+        """Record how ``source`` was read (first record wins); ``kind`` defaults to ``same``
+        when both paths are equal, else ``rewritten``."""
+        path = key_path(*source)
+        goal = None if target is None else key_path(*target)
+        kind = kind or (SAME if goal == path else REWRITTEN)
+        self.mappings.setdefault(path, KeyMapping(path, goal, note, kind))
+
+    def ignore(self, data: Data, key: str, base: Path, reason: str) -> None:
+        del data[key]
+        self.note((*base, key), None, reason, IGNORED)
+
+    def problem(self, path: Path, message: str) -> None:
+        self.problems.append((key_path(*path), message))
+
+    def mapping(self, value: object, path: Path) -> Data | None:
+        if isinstance(value, dict):
+            return value
+        self.problem(path, f"expected a mapping, got {type_name(value)}")
+        return None
+
+    # -- top level -------------------------------------------------------------------------
+
+    def run(self, data: Data) -> None:
+        for key, reason in TOP_IGNORED.items():
+            if key in data:
+                self.ignore(data, key, (), reason)
+        for key, note in TOP_SAME.items():
+            if key in data:
+                self.note((key,), (key,), note)
+        if "includeAliasesInList" in data:
+            self.include_aliases(data)
+        if "store" in data:
+            self.store(data)
+        if "routing" in data:
+            self.routing(data)
+        models = data.get("models")
+        if isinstance(models, dict):
+            for model_id, model in models.items():
+                if isinstance(model_id, str) and isinstance(model, dict):
+                    self.model(model_id, model)
+        if isinstance(data.get("hooks"), dict):
+            self.hooks(data["hooks"], models if isinstance(models, dict) else {})
+        peers = data.get("peers")
+        if isinstance(peers, dict):
+            for peer_id, peer in list(peers.items()):
+                if not isinstance(peer_id, str) or not isinstance(peer, dict):
+                    continue
+                if str(peer.get("proxy", "")).startswith("tailcat://"):
+                    self.ignore(peers, peer_id, ("peers",), TOP_IGNORED["tailcat"])
+                else:
+                    self.peer(peer_id, peer)
+
+    def include_aliases(self, data: Data) -> None:
+        value = data.pop("includeAliasesInList")
+        if value is True:
+            self.note(("includeAliasesInList",), None, "aliases are always listed in /v1/models")
+        else:
+            self.note(
+                ("includeAliasesInList",),
+                None,
+                "aliases are listed in /v1/models anyway (rows with alias_for)",
+                IGNORED,
+            )
+
+    def store(self, data: Data) -> None:
+        store = self.mapping(data.pop("store"), ("store",))
+        if store is None:
+            return
+        for key in list(store):
+            if key != "path":
+                self.ignore(store, key, ("store",), "only store.path has a meaning here")
+        if "path" not in store:
+            return
+        activity = data.setdefault("activity", {})
+        if isinstance(activity, dict) and "path" in activity:
+            self.problem(("store", "path"), "activity.path is set too: keep one of the two")
+        elif isinstance(activity, dict):
+            activity["path"] = store["path"]
+            self.note(("store", "path"), ("activity", "path"), "the SQLite activity log")
+
+    def routing(self, data: Data) -> None:
+        routing = self.mapping(data.pop("routing"), ("routing",))
+        if routing is None:
+            return
+        for key, value in routing.items():
+            if key not in ("router", "scheduler"):
+                self.problem(("routing", key), "unknown key (known: router, scheduler)")
+            elif (section := self.mapping(value, ("routing", key))) is None:
+                continue
+            elif key == "router":
+                self.router(data, section)
+            else:
+                self.scheduler(data, section)
+
+    def router(self, data: Data, router: Data) -> None:
+        base: Path = ("routing", "router")
+        use = router.get("use", "group")
+        if use == "matrix":
+            self.note((*base, "use"), None, TOP_IGNORED["matrix"], IGNORED)
+        elif use == "group":
+            self.note((*base, "use"), ("groups",), "groups are modelswap's swap rules")
+        else:
+            self.problem((*base, "use"), f"expected group or matrix, got {use!r}")
+        settings = self.mapping(router.get("settings", {}), (*base, "settings"))
+        for key, value in (settings or {}).items():
+            if key == "groups":
+                if "groups" in data:
+                    self.problem((*base, "settings", key), "groups is set too: keep one")
+                else:
+                    data["groups"] = value
+                    self.note((*base, "settings", key), ("groups",), TOP_SAME["groups"])
+            elif key == "matrix":
+                self.note((*base, "settings", key), None, TOP_IGNORED["matrix"], IGNORED)
+            else:
+                self.problem((*base, "settings", key), "unknown key (known: groups, matrix)")
+
+    def scheduler(self, data: Data, scheduler: Data) -> None:
+        base: Path = ("routing", "scheduler")
+        if scheduler.get("use", "fifo") != "fifo":
+            self.problem((*base, "use"), f"expected fifo, got {scheduler.get('use')!r}")
+        elif "use" in scheduler:
+            self.note((*base, "use"), None, "waiting requests go by priority, then age")
+        settings = self.mapping(scheduler.get("settings", {}), (*base, "settings")) or {}
+        fifo = self.mapping(settings.get("fifo", {}), (*base, "settings", "fifo")) or {}
+        where: Path = (*base, "settings", "fifo", "priority")
+        priorities = self.mapping(fifo.get("priority", {}), where) or {}
+        models = data.get("models")
+        for model_id, priority in priorities.items():
+            model = models.get(model_id) if isinstance(models, dict) else None
+            if not isinstance(model, dict):
+                self.problem((*where, str(model_id)), f"{model_id!r} is not a model id")
+            elif "priority" in model:
+                self.problem((*where, model_id), f"models.{model_id}.priority is set too")
+            else:
+                model["priority"] = priority
+                self.note(
+                    (*where, model_id), ("models", model_id, "priority"), "higher is served first"
+                )
+
+    def hooks(self, hooks: Data, models: Data) -> None:
+        if "on_request" in hooks:
+            self.ignore(hooks, "on_request", ("hooks",), SPL)
+        if "on_startup" not in hooks:
+            return
+        if "onStartup" in hooks:
+            self.problem(("hooks", "on_startup"), "hooks.onStartup is set too: keep one")
+            return
+        startup = hooks.pop("on_startup")
+        hooks["onStartup"] = startup
+        if isinstance(startup, dict):
+            if "profile" in startup:
+                reason = TOP_IGNORED["profiles"]
+                self.ignore(startup, "profile", ("hooks", "on_startup"), reason)
+            if "preload" in startup:
+                target = ("hooks", "onStartup", "preload")
+                self.note(("hooks", "on_startup", "preload"), target, "models loaded at startup")
+                self.preload_aliases(startup["preload"], models)
+
+    def preload_aliases(self, preload: object, models: Data) -> None:
+        """llama-swap preloads an alias as its model; modelswap's preload takes model ids."""
+        if not isinstance(preload, list):
+            return
+        owners = {
+            alias: model_id
+            for model_id, model in models.items()
+            if isinstance(model, dict) and isinstance(model.get("aliases"), list)
+            for alias in model["aliases"]
+            if isinstance(alias, str)
+        }
+        for index, name in enumerate(preload):
+            if isinstance(name, str) and name not in models and name in owners:
+                preload[index] = owners[name]
+                source = ("hooks", "on_startup", "preload", index)
+                self.note(source, ("models", owners[name]), f"the alias {name!r}: its model")
+
+    # -- models ----------------------------------------------------------------------------
+
+    def model(self, model_id: str, model: Data) -> None:
+        base: Path = ("models", model_id)
+        for key, reason in MODEL_IGNORED.items():
+            if key in model:
+                self.ignore(model, key, base, reason)
+        if model.get("ttl") == -1:
+            del model["ttl"]
+            self.note((*base, "ttl"), ("globalTTL",), "-1: the model uses globalTTL")
+        for key, note in MODEL_SAME.items():
+            if key in model:
+                self.note(("models", "*", key), ("models", "*", key), note)
+        if isinstance(model.get("aliases"), list):
+            self.aliases(base, model["aliases"])
+        if isinstance(model.get("filters"), dict):
+            self.filters((*base, "filters"), model["filters"])
+            self.set_params_by_id(model_id, model)
+        if isinstance(model.get("timeouts"), dict):
+            self.timeouts((*base, "timeouts"), model["timeouts"])
+
+    def aliases(self, base: Path, aliases: list[Any]) -> None:
+        for index, entry in enumerate(aliases):
+            if not isinstance(entry, dict):
+                continue
+            path: Path = (*base, "aliases", index)
+            if not isinstance(entry.get("id"), str):
+                self.problem(path, "an alias written as a mapping needs an id")
+                continue
+            for key in sorted(k for k in entry if k != "id"):
+                reason = "an alias has no name of its own; it shares its model's row"
+                if key == "unlisted":
+                    reason = "every alias is listed (with alias_for)"
+                self.note((*path, key), None, reason, IGNORED)
+            aliases[index] = entry["id"]
+            self.note((*path, "id"), path, "the alias")
+
+    def filters(self, base: Path, filters: Data) -> None:
+        if "policy" in filters:
+            self.ignore(filters, "policy", base, SPL)
+        if "strip_params" in filters:
+            if "stripParams" in filters:
+                self.problem((*base, "strip_params"), "stripParams is set too: keep one")
+                return
+            filters["stripParams"] = filters.pop("strip_params")
+            self.note((*base, "strip_params"), (*base, "stripParams"), "llama-swap's old name")
+        generic = _generic(base)
+        if isinstance(filters.get("stripParams"), list):
+            self.note((*generic, "stripParams"), (*generic, "stripParams"), "same meaning")
+        elif isinstance(filters.get("stripParams"), str):
+            names: list[str] = []
+            for name in (part.strip() for part in filters["stripParams"].split(",")):
+                if name and name != "model" and name not in names:
+                    names.append(name)
+            filters["stripParams"] = names
+            note = "a comma-separated string, read as a list (`model` is never stripped)"
+            self.note((*base, "stripParams"), (*base, "stripParams"), note, REWRITTEN)
+        if "setParams" in filters:
+            self.note((*generic, "setParams"), (*generic, "setParams"), "same meaning")
+
+    def set_params_by_id(self, model_id: str, model: Data) -> None:
+        """``setParamsByID`` sets params by the name a client used: each name becomes an alias
+        (unless it is the model's id) with its own ``aliasFilters`` entry."""
+        filters = model["filters"]
+        if "setParamsByID" not in filters:
+            return
+        base: Path = ("models", model_id, "filters", "setParamsByID")
+        by_id = self.mapping(filters.pop("setParamsByID"), base) or {}
+        aliases = model.setdefault("aliases", [])
+        alias_filters = model.setdefault("aliasFilters", {})
+        if not isinstance(aliases, list) or not isinstance(alias_filters, dict):
+            return
+        for key, params in by_id.items():
+            name = str(key).replace("${MODEL_ID}", model_id)
+            if "${" in name:
+                self.problem((*base, str(key)), "only ${MODEL_ID} may be used in these names")
+                continue
+            if name in alias_filters:
+                self.problem((*base, str(key)), f"aliasFilters sets {name!r} too: keep one")
+                continue
+            if name != model_id and name not in aliases:
+                aliases.append(name)
+            alias_filters[name] = {"setParams": params}
+            target = ("models", model_id, "aliasFilters", name, "setParams")
+            self.note((*base, str(key)), target, "applied when a client names it")
+
+    def timeouts(self, base: Path, timeouts: Data) -> None:
+        for key, reason in TIMEOUTS_IGNORED.items():
+            if key in timeouts:
+                self.ignore(timeouts, key, base, reason)
+        if "responseHeader" in timeouts:
+            if "firstByte" in timeouts:
+                self.problem((*base, "responseHeader"), "firstByte is set too: keep one")
+                return
+            timeouts["firstByte"] = timeouts.pop("responseHeader")
+            self.note((*base, "responseHeader"), (*base, "firstByte"), "seconds to the headers")
+        if "connect" in timeouts:
+            generic = (*_generic(base), "connect")
+            self.note(generic, generic, "seconds to open the connection")
+        for key in ("connect", "firstByte"):
+            if timeouts.get(key) == 0:
+                del timeouts[key]
+                source = "responseHeader" if key == "firstByte" else key
+                self.note((*base, source), (*base, key), NO_TIMEOUT, DIFFERS)
+
+    # -- peers -----------------------------------------------------------------------------
+
+    def peer(self, peer_id: str, peer: Data) -> None:
+        base: Path = ("peers", peer_id)
+        if "tailcatKey" in peer:
+            self.ignore(peer, "tailcatKey", base, TOP_IGNORED["tailcat"])
+        key = peer.get("apiKey")
+        if isinstance(key, str) and (env := _ENV_REF_RE.fullmatch(key.strip())):
+            if "apiKeyEnv" in peer:
+                self.problem((*base, "apiKey"), "apiKeyEnv is set too: keep one")
+            else:
+                del peer["apiKey"]
+                peer["apiKeyEnv"] = env.group(1)
+                self.note((*base, "apiKey"), (*base, "apiKeyEnv"), "the key read from there")
+        elif isinstance(key, str) and "${" in key:
+            message = "only a whole ${env.NAME} is read here (or write apiKeyEnv: NAME)"
+            self.problem((*base, "apiKey"), message)
+        for name, note in PEER_SAME.items():
+            if name in peer:
+                self.note(("peers", "*", name), ("peers", "*", name), note)
+        if isinstance(peer.get("filters"), dict):
+            self.filters((*base, "filters"), peer["filters"])
+        if isinstance(peer.get("timeouts"), dict):
+            self.timeouts((*base, "timeouts"), peer["timeouts"])

@@ -1,0 +1,80 @@
+"""llama-swap's documented configuration keys, and how modelswap reads each one.
+
+The vocabulary :mod:`modelswap.config.compat` recognises: keys both spell alike (with a note on
+any difference in meaning), and llama-swap keys modelswap does not implement (with the reason,
+which is what the warning says). Sources: llama-swap's docs/configuration.md and
+config.example.yaml.
+"""
+
+from __future__ import annotations
+
+SPL = "the Swap Policy Language is not implemented; use filters (stripParams, defaultParams, "
+SPL += "setParams) and aliasFilters"
+NO_TIMEOUT = "0 disables this timeout in llama-swap; modelswap keeps its default"
+
+# Keys both spell alike -> a note on how modelswap reads them.
+TOP_SAME = {
+    "healthCheckTimeout": "another name for startTimeout, the ceiling of a start; a silent "
+    "server is stopped sooner (silenceTimeout)",
+    "logLevel": "same values: debug, info, warn, error",
+    "startPort": "first ${PORT}; later ports follow the models' order in the file",
+    "globalTTL": "same meaning",
+    "macros": "strings, numbers or booleans; macros may use other macros",
+    "apiKeys": "strings; ${env.NAME} reads the environment. A string key may use the model "
+    "routes only; give it scopes [inference, read, admin] ({key, scopes}) for /running, /logs, "
+    "/api/models/unload and /upstream, which llama-swap's keys also open",
+    "groups": "members, swap, exclusive, persistent: same meaning",
+}
+MODEL_SAME = {
+    "cmd": "same meaning ('#' lines and '\\' continuations allowed)",
+    "cmdStop": "same meaning; ${PID} is the server's pid",
+    "proxy": "same meaning",
+    "aliases": "same meaning",
+    "env": 'same meaning ("KEY=VALUE" strings)',
+    "checkEndpoint": "same meaning; 'none' skips it",
+    "ttl": "same meaning",
+    "unlisted": "same meaning",
+    "useModelName": "same meaning",
+    "name": "shown in /v1/models; macros expand",
+    "description": "shown in /v1/models; macros expand",
+    "concurrencyLimit": "requests beyond it wait in the queue instead of getting 429",
+    "macros": "same meaning: they override top-level macros",
+    "metadata": "shown in /v1/models as meta.llamaswap; macros expand, keeping their type",
+}
+PEER_SAME = {
+    "proxy": "same meaning",
+    "models": "same meaning",
+    "apiKey": "sent to the peer as Authorization: Bearer",
+}
+TOP_IGNORED = {
+    "logTimeFormat": "modelswap's log lines always start with a timestamp",
+    "logToStdout": "modelswap logs to stderr; each backend's output is kept per model "
+    "(GET /logs/<model>, /logs/stream/<model>)",
+    "logRequests": "every request is recorded in the activity log (activity.enabled)",
+    "metricsMaxInMemory": "the activity log is bounded by activity.maxRows and activity.maxAgeDays",
+    "captureBuffer": "request and response capture is activity.capture with activity.captureBytes",
+    "ui": "the web UI has no settings",
+    "performance": "there is no system performance monitor",
+    "sendLoadingState": "start progress is published on GET /running and /api/events, not "
+    "injected into responses",
+    "unloadTimeout": "a stopping server gets a fixed 5 s after SIGTERM (or cmdStop) before SIGKILL",
+    "profiles": "there are no runtime model-id profiles",
+    "matrix": "there is no matrix solver; use groups, or resources with each model's uses "
+    "(memory budgets)",
+    "policies": SPL,
+    "tailcat": "there is no Tailcat listener",
+    "upstream": "/upstream/<model> has no ignorePaths: every request to it is forwarded",
+    "selectors": "there are no selectors; give a model aliases, or a fallback list",
+}
+MODEL_IGNORED = {
+    "sendLoadingState": TOP_IGNORED["sendLoadingState"],
+    "unloadTimeout": TOP_IGNORED["unloadTimeout"],
+    "capabilities": "/v1/models shows what the running backend reports, not declared capabilities",
+    "compat": "there are no upstream compatibility switches",
+}
+TIMEOUTS_IGNORED = {
+    "keepalive": "connections to backends use the HTTP client's keep-alive defaults",
+    "tlsHandshake": "there is no separate TLS handshake timeout",
+    "expectContinue": "there is no Expect: 100-continue timeout",
+    "idleConn": "idle connections to backends use the HTTP client's defaults",
+}

@@ -1,0 +1,113 @@
+"""Peers (other gateways) and per-model fallbacks, checked against each other.
+
+A peer's model is addressed ``peerID/model``, or by its bare name when no local model and no
+other peer uses that name. Fallback targets are checked here as far as the file tells: local
+names and statically listed peer models must exist; a ``peerID/…`` target of a discovering peer
+is accepted (its list is only known at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from modelswap.config.filters import resolve_filters
+from modelswap.config.macros import ENV_NAME_RE
+from modelswap.config.paths import Problems, key_path
+from modelswap.config.resolved import ModelConfig, Peer, Timeouts
+from modelswap.config.schema import RawConfig, RawPeer
+
+
+def resolve_peers(
+    raw: RawConfig, environ: Mapping[str, str], problems: Problems, secrets: set[str]
+) -> dict[str, Peer]:
+    peers: dict[str, Peer] = {}
+    for peer_id, entry in raw.peers.items():
+        base = ("peers", peer_id)
+        if not peer_id or "/" in peer_id:
+            problems.append((key_path(*base), "a peer id cannot be empty or contain '/'"))
+            continue
+        if peer_id in raw.models:
+            problems.append(
+                (key_path(*base), f"{peer_id!r} is also a model id; give the peer another id")
+            )
+        url = urlsplit(entry.proxy)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            problems.append(
+                (key_path(*base, "proxy"), f"{entry.proxy!r} is not an http(s) URL with a host")
+            )
+        if entry.discover == bool(entry.models):
+            problems.append(
+                (key_path(*base), "give exactly one of models: [names] or discover: true")
+            )
+        key = _peer_key(entry, environ, base, problems)
+        if key:
+            secrets.add(key)
+        t = entry.timeouts
+        peers[peer_id] = Peer(
+            id=peer_id,
+            proxy=entry.proxy.rstrip("/"),
+            api_key=key,
+            models=tuple(entry.models),
+            discover=entry.discover,
+            discover_interval=entry.discover_interval,
+            timeouts=Timeouts(t.connect, t.first_byte, t.idle_between_chunks, t.total),
+            breaker_failures=entry.breaker.failures,
+            breaker_cooldown=entry.breaker.cooldown,
+            filters=resolve_filters(entry.filters, (*base, "filters"), problems),
+        )
+    return peers
+
+
+def _peer_key(
+    entry: RawPeer, environ: Mapping[str, str], base: tuple[str, ...], problems: Problems
+) -> str | None:
+    if entry.api_key is not None and entry.api_key_env is not None:
+        problems.append((key_path(*base), "give one of apiKey and apiKeyEnv, not both"))
+        return None
+    if entry.api_key_env is not None:
+        path = key_path(*base, "apiKeyEnv")
+        if not ENV_NAME_RE.fullmatch(entry.api_key_env):
+            problems.append((path, f"{entry.api_key_env!r} is not a variable name"))
+            return None
+        if entry.api_key_env not in environ:
+            problems.append((path, f"environment variable {entry.api_key_env} is not set"))
+            return None
+        return environ[entry.api_key_env].strip() or None
+    return entry.api_key.strip() or None if entry.api_key is not None else None
+
+
+def resolve_fallbacks(
+    raw: RawConfig, models: dict[str, ModelConfig], peers: Mapping[str, Peer], problems: Problems
+) -> None:
+    """Check each model's ``fallback`` list and store it on the model (in place)."""
+    local_names = {n for m in models.values() for n in (m.id, *m.aliases)}
+    for model_id, entry in raw.models.items():
+        if not entry.fallback or model_id not in models:
+            continue
+        own = {model_id, *models[model_id].aliases}
+        for index, target in enumerate(entry.fallback):
+            path = key_path("models", model_id, "fallback", index)
+            problem = _target_problem(target, own, local_names, peers)
+            if problem:
+                problems.append((path, problem))
+        models[model_id] = replace(models[model_id], fallback=tuple(entry.fallback))
+
+
+def _target_problem(
+    target: str, own: set[str], local_names: set[str], peers: Mapping[str, Peer]
+) -> str | None:
+    if target in own:
+        return f"{target!r} is this model itself"
+    if target in local_names:
+        return None
+    peer_id, slash, name = target.partition("/")
+    if slash and peer_id in peers:
+        peer = peers[peer_id]
+        if peer.discover or name in peer.models:
+            return None
+        return f"peer {peer_id!r} does not list {name!r} (its models: {', '.join(peer.models)})"
+    if any(target in peer.models for peer in peers.values()):
+        return None
+    return f"{target!r} is neither a model, an alias nor a peerID/model name"

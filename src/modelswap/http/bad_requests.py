@@ -1,0 +1,58 @@
+"""Requests the HTTP parser rejects, answered like every other error modelswap authors.
+
+aiohttp answers a request it cannot parse (an unknown method, an oversized or malformed header,
+broken framing) itself, before any middleware runs: as plain text, and logged as an ERROR with a
+traceback. A client's malformed request is not a gateway failure, so here it gets the OpenAI
+envelope with ``X-Modelswap-Error`` and a debug log line; a 500 (an exception in a handler: a
+modelswap bug) keeps aiohttp's ERROR log with the traceback and gets the envelope too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from http import HTTPStatus
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from modelswap.http.errors import error_response
+
+
+class EnvelopeRequestHandler(RequestHandler):
+    """aiohttp's connection handler with :meth:`handle_error` answering in the envelope."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
+        else:
+            self.logger.debug("bad request from %s: %s", request.remote, message or exc)
+        if request.writer.output_size > 0:  # as aiohttp: a response is under way already
+            raise ConnectionError("the response has started; cannot send an error response")
+        response = error_response(_summary(status, message), status, code=f"http_{status}")
+        response.force_close()
+        return response
+
+
+def _summary(status: int, message: str | None) -> str:
+    """The parser's reason on one line (it may quote the raw request line below it)."""
+    if status >= 500:
+        return "modelswap failed to handle the request (see its log)."
+    lines = (message or "").strip().splitlines()
+    reason = lines[0].rstrip(":").strip() if lines else ""
+    if reason:
+        return f"Bad request: {reason}."
+    try:
+        return f"{HTTPStatus(status).phrase}."
+    except ValueError:
+        return "Bad request."
+
+
+def request_handler(server: web.Server) -> RequestHandler:
+    """What ``server()`` returns, with our error answers (same arguments as aiohttp's)."""
+    return EnvelopeRequestHandler(server, loop=asyncio.get_running_loop(), **server._kwargs)

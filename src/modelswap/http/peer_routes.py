@@ -1,0 +1,15 @@
+"""``GET /api/peers``: each peer's address, breaker state and models (never its key)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from modelswap.http.keys import RUNTIME
+
+
+async def peers(request: web.Request) -> web.Response:
+    return web.json_response({"peers": request.app[RUNTIME].peers.status()})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/peers", peers)

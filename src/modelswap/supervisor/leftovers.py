@@ -1,0 +1,179 @@
+"""Backend trees recorded in the state directory: the second line of defence against orphans.
+
+The orphan watchdog (:mod:`modelswap.supervisor.reaper`) ends a dead gateway's backends. If it
+could not — it was killed too, or the machine went down between the gateway's death and its
+scan — the next gateway on the same state directory finds what is left here and ends it.
+
+Each gateway keeps one file, ``<stateDir>/backends/gateway-<pid>.json``, naming itself and each
+backend it runs as ``(pid, create_time)`` pairs (a pid alone may have been recycled), with the
+backend's process tree as last seen. :meth:`BackendRecord.reap_leftovers`, at start, ends the
+recorded processes of every gateway that is no longer alive — only those whose pid *and*
+creation time still match — and deletes their files. A live gateway's file is never touched.
+
+Writes are small, atomic (write + rename) and happen when a backend starts, stops, or its tree
+changes. A state directory that cannot be written is logged once and then ignored: recording is
+a safety net, never a reason to refuse serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from modelswap.supervisor import tree
+
+log = logging.getLogger(__name__)
+
+GRACE_SECONDS = 1.5
+_PREFIX = "gateway-"
+
+
+def _key(pid: int) -> tree.ProcKey | None:
+    try:
+        return (pid, psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+class BackendRecord:
+    """This gateway's record of its running backends (``directory=None``: records nothing).
+
+    ``add`` / ``update`` / ``remove`` are called by :class:`ManagedProcess` as a backend starts,
+    its tree changes and it is gone; they never raise."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self._dir = directory
+        self._me = _key(os.getpid())
+        self._backends: dict[int, dict[str, object]] = {}
+        self._trees: dict[int, frozenset[tree.ProcKey]] = {}
+        self._warned = False
+
+    @property
+    def path(self) -> Path | None:
+        return self._dir / f"{_PREFIX}{os.getpid()}.json" if self._dir is not None else None
+
+    def add(self, model: str, pid: int) -> None:
+        key = _key(pid)
+        if key is None:
+            return  # already gone: nothing to record
+        self._backends[pid] = {"model": model, "pid": pid, "create_time": key[1]}
+        self._trees[pid] = frozenset({key})
+        self._write()
+
+    def update(self, pid: int, keys: set[tree.ProcKey]) -> None:
+        """The backend's tree as last seen; written only when it changed."""
+        if pid not in self._backends:
+            return
+        new = frozenset(keys) | self._trees.get(pid, frozenset())
+        new = frozenset(tree.alive(set(new)))
+        if new != self._trees.get(pid):
+            self._trees[pid] = new
+            self._write()
+
+    def remove(self, pid: int) -> None:
+        if self._backends.pop(pid, None) is None:
+            return
+        self._trees.pop(pid, None)
+        self._write()
+
+    def _write(self) -> None:
+        path = self.path
+        if path is None or self._me is None:
+            return
+        try:
+            if not self._backends:
+                path.unlink(missing_ok=True)
+                return
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            backends = [
+                {**entry, "tree": sorted([list(k) for k in self._trees.get(pid, frozenset())])}
+                for pid, entry in self._backends.items()
+            ]
+            data = {"gateway": {"pid": self._me[0], "create_time": self._me[1]}}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({**data, "backends": backends}))
+            os.replace(tmp, path)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "cannot record backend processes in %s (%s): if modelswap is killed and its "
+                    "watchdog with it, the next start cannot end what they left",
+                    path.parent,
+                    exc.strerror or exc,
+                )
+
+    def reap_leftovers(self) -> list[str]:
+        """End what dead gateways recorded here; one line per ended backend. Blocks up to
+        :data:`GRACE_SECONDS` when something must be killed; call it off the event loop."""
+        if self._dir is None or not self._dir.is_dir():
+            return []
+        ended: list[str] = []
+        for path in sorted(self._dir.glob(f"{_PREFIX}*.json")):
+            if path == self.path:
+                continue  # a recycled pid of ours: overwritten on our first start
+            try:
+                data = json.loads(path.read_text())
+                owner = data["gateway"]
+                owner_key = (int(owner["pid"]), float(owner["create_time"]))
+                backends = list(data["backends"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable backend record %s: %s", path, exc)
+                continue
+            if tree.alive({owner_key}):
+                continue  # that gateway still runs: its backends are its own
+            ended += _end(backends, owner_key[0])
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return ended
+
+
+def _parse(entry: object) -> tuple[tree.ProcKey, set[tree.ProcKey], str] | None:
+    """One recorded backend: its (pid, create_time), its tree, its model; None if malformed."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        root = (int(entry["pid"]), float(entry["create_time"]))
+        keys = {(int(pid), float(created)) for pid, created in entry.get("tree") or []}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return root, keys, str(entry.get("model"))
+
+
+def _end(backends: list[object], gateway_pid: int) -> list[str]:
+    """SIGTERM, then SIGKILL after a grace, every recorded process still alive as recorded."""
+    keys: set[tree.ProcKey] = set()
+    roots: list[tuple[int, str]] = []
+    for entry in backends:
+        parsed = _parse(entry)
+        if parsed is None:
+            continue
+        root, recorded, model = parsed
+        keys |= recorded | {root}
+        if tree.alive({root}):
+            keys |= tree.snapshot(root[0])  # what the backend started since it was recorded
+            roots.append((root[0], model))
+    left = tree.alive(keys)
+    if not left:
+        return []
+    for pid, _ in roots:
+        tree.signal_group(pid, signal.SIGTERM)  # the backend's own session: pgid == pid
+    tree.signal_all(left, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while tree.alive(left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tree.signal_all(left, signal.SIGKILL)
+    models = ", ".join(f"{model} (pid {pid})" for pid, model in roots) or "helpers only"
+    line = (
+        f"ended {len(left)} leftover processes of modelswap pid {gateway_pid}, which died "
+        f"without stopping them: {models}"
+    )
+    log.warning("%s", line)
+    return [line]

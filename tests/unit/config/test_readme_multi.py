@@ -1,0 +1,46 @@
+"""The README's "Multiple machines" and "Changing the config live" examples load, and mean
+what the README says they mean. Pure: no sockets, no processes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from modelswap.config import load_config_text
+
+REPO = Path(__file__).resolve().parents[3]
+ENV = {"FRONT_KEY": "front-secret", "GPU_BOX_KEY": "gpu-secret"}
+
+
+def examples(heading: str) -> list[str]:
+    text = (REPO / "README.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```yaml\n(.*?)```", section, re.S)
+
+
+def test_multiple_machines_example() -> None:
+    (example,) = examples("Multiple machines")
+    config = load_config_text(example, environ=ENV)
+    gpu, cpu = config.peers["gpu-box"], config.peers["cpu-box"]
+    assert gpu.discover
+    assert gpu.api_key == "gpu-secret"
+    assert (gpu.breaker_failures, gpu.breaker_cooldown) == (3, 30)
+    assert cpu.models == ("whisper", "bge-m3")
+    assert cpu.api_key is None
+    assert (cpu.timeouts.connect, cpu.timeouts.first_byte) == (2, 120)
+    assert config.models["qwen-small"].fallback == ("gpu-box/qwen-small",)
+    assert {"front-secret", "gpu-secret"} <= config.secrets
+
+
+def test_changing_the_config_live_example() -> None:
+    (example,) = examples("Changing the config live")
+    before = load_config_text(example, environ={})
+    with_alias = load_config_text(example.replace("[chat]", "[chat, assistant]"), environ={})
+    bigger = load_config_text(example.replace("-c 8192", "-c 16384"), environ={})
+    model = before.models["qwen"]
+    # An alias edit leaves every field a running process depends on as it was …
+    assert with_alias.models["qwen"].cmd == model.cmd
+    assert with_alias.models["qwen"].aliases == ("chat", "assistant")
+    # … a context edit changes the command (so the model restarts when idle).
+    assert bigger.models["qwen"].cmd != model.cmd
+    assert "16384" in bigger.models["qwen"].cmd
