@@ -62,5 +62,16 @@ test-vllm: $(STAMP) $(VLLM_VENV)/.installed
 	MODELSWAP_VLLM_MODEL=$(abspath $(VLLM_MODEL_DIR)) \
 	$(BIN)/pytest -q -m vllm tests/vllm
 
+# The side-by-side benchmark suite (bench/, docs/PERFORMANCE.md; ~15 minutes). bench/setup.sh
+# installs nginx and wrk (apt-get, as root), LiteLLM's proxy, py-spy and uvloop into build/ —
+# never into .venv; a piece that cannot be installed skips its target, the run goes on.
+# ARGS passes options, e.g. make bench ARGS="--targets direct,floor,modelswap --scenarios latency".
+BENCH_JSON ?= build/bench/results.json
+.PHONY: bench
+
+bench: $(STAMP)
+	sh bench/setup.sh
+	$(BIN)/python bench/suite.py --json $(BENCH_JSON) --markdown build/bench/results.md $(ARGS)
+
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -117,13 +118,31 @@ class Metrics:
             registry=r,
         )
         r.register(_LiveCollector(view))
+        self._cache: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._ttfb: dict[tuple[str, str], Any] = {}
+
+    def _children(self, model: str, route: str, status: int) -> tuple[Any, Any]:
+        key = (model, route, status)
+        found = self._cache.get(key)
+        if found is None:
+            found = (
+                self.requests.labels(model, route, str(status)),
+                self.duration.labels(model, route),
+            )
+            if len(self._cache) < 10_000:
+                self._cache[key] = found
+        return found
 
     def request_finished(self, rec: RequestRecord) -> None:
         model = rec.model or ""
-        self.requests.labels(model, rec.route, str(rec.status)).inc()
-        self.duration.labels(model, rec.route).observe(rec.duration)
+        requests, duration = self._children(model, rec.route, rec.status)
+        requests.inc()
+        duration.observe(rec.duration)
         if rec.ttft is not None:
-            self.ttfb.labels(model, rec.route).observe(rec.ttft)
+            ttfb = self._ttfb.get((model, rec.route))
+            if ttfb is None:
+                ttfb = self._ttfb.setdefault((model, rec.route), self.ttfb.labels(model, rec.route))
+            ttfb.observe(rec.ttft)
         if rec.prompt_tokens:
             self.tokens.labels(model, "prompt").inc(rec.prompt_tokens)
         if rec.completion_tokens:

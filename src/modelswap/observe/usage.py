@@ -91,6 +91,8 @@ class UsageTracker:
             self._pending = b""
             return data  # too large to be an event worth holding: pass it on
         self._pending = tail
+        if b'"usage"' not in complete and b'"timings"' not in complete:
+            return complete  # nothing to read or strip in these events
         return self._events(complete)
 
     def finish(self) -> bytes:
@@ -98,7 +100,7 @@ class UsageTracker:
         if not self.streamed:
             if self._body and (b'"usage"' in self._body or b'"timings"' in self._body):
                 with contextlib.suppress(ValueError, UnicodeDecodeError):
-                    self._take(json.loads(bytes(self._body)))
+                    self._take(_usage_objects(bytes(self._body)))
             return b""
         rest, self._pending = self._pending, b""
         if not self._strip:
@@ -160,8 +162,34 @@ class UsageTracker:
             self.completion_tokens = completion
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _usage_objects(body: bytes) -> dict[str, object]:
+    """The top-level ``usage``/``timings`` objects of a JSON body, decoding just those (the
+    last occurrence of each key: OpenAI and llama.cpp put them at the end)."""
+    text = body.decode("utf-8")
+    out: dict[str, object] = {}
+    for key in ("usage", "timings"):
+        at = text.rfind(f'"{key}"')
+        if at < 0:
+            continue
+        colon = text.find(":", at + len(key) + 2)
+        if colon < 0:
+            continue
+        start = colon + 1
+        while start < len(text) and text[start] in " \t\r\n":
+            start += 1
+        value, _ = _DECODER.raw_decode(text, start)
+        out[key] = value
+    return out
+
+
 def _last_event_end(data: bytes) -> int:
     """Index just past the last complete event (0 if none is complete)."""
+    if b"\r" not in data:
+        cut = data.rfind(b"\n\n")
+        return cut + 2 if cut >= 0 else 0
     end = 0
     for match in _EVENT_END.finditer(data):
         end = match.end()

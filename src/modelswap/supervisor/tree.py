@@ -16,8 +16,44 @@ import psutil
 ProcKey = tuple[int, float]  # (pid, create_time)
 
 
+def _child_pids(pid: int) -> list[int] | None:
+    """Children of ``pid`` from /proc/PID/task/*/children: [] when ``pid`` is gone, None when
+    this kernel does not offer the files (then the caller scans every process instead)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if os.path.exists(f"/proc/{pid}/task/{task}"):
+                return None  # the thread is there but not its children file
+        except (OSError, ValueError):
+            return None
+    return out
+
+
 def snapshot(root_pid: int) -> set[ProcKey]:
     """The root and all its live descendants, as (pid, create_time)."""
+    keys: set[ProcKey] = set()
+    stack = [root_pid]
+    while stack:
+        pid = stack.pop()
+        kids = _child_pids(pid)
+        if kids is None:
+            return _snapshot_psutil(root_pid)
+        with contextlib.suppress(psutil.Error):
+            keys.add((pid, psutil.Process(pid).create_time()))
+            stack += kids
+    return keys
+
+
+def _snapshot_psutil(root_pid: int) -> set[ProcKey]:
     try:
         root = psutil.Process(root_pid)
         procs = [root, *root.children(recursive=True)]

@@ -1,0 +1,1 @@
+"""modelswap's benchmark suite (issue 10): `make bench`, or python bench/suite.py --help."""

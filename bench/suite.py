@@ -1,0 +1,228 @@
+"""modelswap's side-by-side benchmark suite (issue 10).
+
+    .venv/bin/python bench/suite.py [--quick] [--targets direct,nginx,floor,litellm,modelswap]
+                                    [--scenarios latency,throughput,streams,bodies,cold,footprint]
+                                    [--client auto|wrk|aiohttp] [--json FILE]
+
+``make bench`` installs what the other targets need (nginx and wrk from Debian, LiteLLM and
+uvloop into build/) and runs the full suite. Every scenario runs against every target in
+alternating rounds, on loopback only, against one fast fake backend
+(``bench/fake_backend.py``); the table gives medians (min–max) and ratios to direct, then the
+issue's goals side by side. A target that cannot run here is skipped with a line saying why.
+Exit status: 0, or 1 when any answer was wrong (timings are reported, never asserted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import cold_and_footprint, load, report, scenarios
+from bench.targets import ALL_TARGETS, DEFAULT_TARGETS, Fleet
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    load1 = os.getloadavg()[0]
+    return (
+        f"{os.cpu_count()} × {cpu}{mem}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}; load average at start {load1:.2f}"
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few seconds: proves it runs")
+    parser.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help=f"comma-separated, from {','.join(ALL_TARGETS)} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(scenarios.SCENARIOS),
+        help="comma-separated (default: all: %(default)s)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("auto", "wrk", "aiohttp"),
+        default="auto",
+        help="throughput client; auto = wrk when installed (full runs), aiohttp otherwise",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=SRC",
+        help="one more modelswap target, named NAME (starting with 'modelswap'), run from the "
+        "src/ directory SRC (e.g. `git archive` of an older commit): before/after in one run",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write the raw figures here")
+    parser.add_argument("--markdown", metavar="FILE", help="write the tables here too")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = parser.parse_args(argv)
+    args.target_list = [t.strip() for t in args.targets.split(",") if t.strip()]
+    args.variants = {}
+    for spec in args.variant:
+        name, sep, src = spec.partition("=")
+        if not sep or not name.startswith("modelswap") or name in ALL_TARGETS:
+            parser.error(f"--variant {spec!r}: want NAME=SRC, NAME starting with 'modelswap'")
+        if not (Path(src) / "modelswap" / "__init__.py").is_file():
+            parser.error(f"--variant {spec!r}: {src}/modelswap is not a modelswap package")
+        args.variants[name] = str(Path(src).resolve())
+        args.target_list.append(name)
+    args.scenario_list = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    for t in args.target_list:
+        if t not in ALL_TARGETS and t not in args.variants:
+            parser.error(f"unknown target {t!r}; known: {', '.join(ALL_TARGETS)}")
+    for s in args.scenario_list:
+        if s not in scenarios.SCENARIOS:
+            parser.error(f"unknown scenario {s!r}; known: {', '.join(scenarios.SCENARIOS)}")
+    return args
+
+
+def throughput_client(choice: str, quick: bool) -> str:
+    if choice == "auto":
+        return "wrk" if shutil.which("wrk") and not quick else "aiohttp"
+    if choice == "wrk" and not shutil.which("wrk"):
+        print("[bench] wrk is not installed: using the aiohttp client", file=sys.stderr)
+        return "aiohttp"
+    return choice
+
+
+def warm(fleet: Fleet) -> None:
+    """A few requests to every target (modelswap's model is ready after the first)."""
+    for target in fleet.ready():
+        outcome = load.Outcome()
+        seq = load.Sequential(target.port, target.headers)
+        try:
+            seq.latencies(20, "hi", outcome, warmup=0)
+        finally:
+            seq.close()
+        load.streams(target.port, target.headers, 2, 20, 0.0, outcome)
+        if outcome.failed:
+            raise RuntimeError(f"{target.name} answers wrongly: {outcome.errors[0]}")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    plan = scenarios.QUICK if args.quick else scenarios.FULL
+    started = time.monotonic()
+    results = scenarios.Results()
+    client = throughput_client(args.client, args.quick)
+    steps = args.scenario_list
+    workdir = Path(tempfile.mkdtemp(prefix="modelswap-bench-"))
+    fleet = Fleet(
+        args.target_list,
+        workdir,
+        llamacpp=not args.quick and "cold" in steps,
+        variants=args.variants,
+    )
+    meta: dict[str, Any] = {
+        "command": " ".join(shlex.quote(a) for a in ["bench/suite.py", *sys.argv[1:]]),
+        "mode": "quick" if args.quick else "full",
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "workdir": str(workdir),
+    }
+    try:
+        with fleet:
+            warm(fleet)
+            log(f"targets up: {', '.join(t.name for t in fleet.ready())} ({workdir})")
+            if "footprint" in steps:
+                cold_and_footprint.footprint_idle(fleet, plan, results)
+            for step in steps:
+                log(f"scenario {step} …")
+                t0 = time.monotonic()
+                if step == "latency":
+                    scenarios.latency(fleet, plan, results)
+                elif step == "throughput":
+                    scenarios.throughput(fleet, plan, results, client)
+                elif step == "streams":
+                    scenarios.streams(fleet, plan, results)
+                elif step == "bodies":
+                    scenarios.bodies(fleet, plan, results)
+                elif step == "cold":
+                    cold_and_footprint.cold(fleet, plan, results)
+                elif step == "footprint":
+                    cold_and_footprint.footprint(
+                        fleet, plan, results, had_streams="streams" in steps
+                    )
+                log(f"scenario {step} done in {time.monotonic() - t0:.1f} s")
+            targets = {
+                name: {"description": t.description, "skipped": t.skipped, "port": t.port}
+                for name, t in fleet.targets.items()
+            }
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    meta["elapsed"] = time.monotonic() - started
+    meta["plan"] = {
+        k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
+        for k, v in vars(plan).items()
+    }
+    return {
+        "meta": meta,
+        "targets": targets,
+        "info": results.info,
+        "scenarios": results.data,
+        "problems": results.problems(),
+    }
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through every finally: all processes stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    results = run(args)
+    text = report.render(results)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(text + "\n")
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        results["goals"] = [vars(g) for g in report.goals(results)]
+        path.write_text(json.dumps(results, indent=1))
+    if results["problems"]:
+        log(f"{len(results['problems'])} measurement(s) saw wrong answers")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

