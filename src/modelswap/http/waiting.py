@@ -33,12 +33,15 @@ class WaitingStream:
         self.response: web.StreamResponse | None = None
 
     async def acquire(self, router: LocalRouter, model: str) -> Lease:
-        task = asyncio.ensure_future(router.acquire(model))
+        pending = router.admit(model)
+        future = pending.future
+        if future.done():
+            return future.result()  # ready and free: no waiting machinery, no extra loop turn
         try:
-            done, _ = await asyncio.wait({task}, timeout=EARLY_AFTER)
+            done, _ = await asyncio.wait({future}, timeout=EARLY_AFTER)
             started = time.monotonic() - EARLY_AFTER
             last_label, last_sent = "", 0.0
-            while task not in done:
+            while future not in done:
                 label = _label(router, model)
                 now = time.monotonic()
                 if label != last_label or now - last_sent >= KEEPALIVE:
@@ -46,16 +49,13 @@ class WaitingStream:
                     line = f": loading model {model} — {label} ({now - started:.0f} s)\n\n"
                     await response.write(line.encode())
                     last_label, last_sent = label, now
-                done, _ = await asyncio.wait({task}, timeout=TICK)
-            return task.result()
+                done, _ = await asyncio.wait({future}, timeout=TICK)
+            return future.result()
         except BaseException:
-            # Granted just as the client went away (or its stream broke): nobody will use it.
-            if task.done() and not task.cancelled() and task.exception() is None:
-                task.result().release()
+            # The client went away (or its stream broke) while waiting, or just as the lease
+            # was granted: leave the queue, or give the unused lease back.
+            router.withdraw(pending)
             raise
-        finally:
-            if not task.done():
-                task.cancel()  # the client went away: acquire() withdraws from the queue
 
     async def _open(self) -> web.StreamResponse:
         if self.response is None:

@@ -34,7 +34,9 @@ ABORTED = Diagnosis(
 
 
 @dataclass(eq=False)
-class _Admission:
+class PendingLease:
+    """One request's place with the scheduler; ``future`` gets the Lease (or the error)."""
+
     model: str
     future: asyncio.Future[Lease]
     arrived: float
@@ -87,22 +89,34 @@ class LocalRouter:
 
     # ---- for request handlers --------------------------------------------------------------
 
+    def admit(self, model: str) -> PendingLease:
+        """Ask for a lease without waiting: the future is already done when the scheduler
+        grants (or refuses) at once — a ready, free model. Whoever stops waiting before it is
+        done, or without using it, calls :meth:`withdraw`."""
+        loop = asyncio.get_running_loop()
+        pending = PendingLease(model, loop.create_future(), self.now())
+        self.scheduler.on_request(pending)
+        if not pending.future.done():
+            self._ensure_ticking()  # it waits: the scheduler needs the time
+        return pending
+
+    def withdraw(self, pending: PendingLease) -> None:
+        """The waiter left: leave the queue (causing no start), or give back a lease that was
+        granted just as it left."""
+        fut = pending.future
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            fut.result().release()
+        else:
+            fut.cancel()
+            self.scheduler.on_cancel(pending)
+
     async def acquire(self, model: str) -> Lease:
         """Wait until ``model`` may serve this request. Raises StartError and friends."""
-        loop = asyncio.get_running_loop()
-        admission = _Admission(model, loop.create_future(), self.now())
-        self.scheduler.on_request(admission)
-        if not admission.future.done():
-            self._ensure_ticking()  # it waits: the scheduler needs the time
+        pending = self.admit(model)
         try:
-            return await admission.future
+            return await pending.future
         except asyncio.CancelledError:
-            fut = admission.future
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                fut.result().release()  # granted just as we were cancelled
-            else:
-                fut.cancel()
-                self.scheduler.on_cancel(admission)
+            self.withdraw(pending)
             raise
 
     async def unload(self, models: Iterable[str] | None = None) -> list[str]:
@@ -218,7 +232,7 @@ class LocalRouter:
         return asyncio.get_running_loop().time()
 
     def grant(self, admission: Admission) -> bool:
-        assert isinstance(admission, _Admission)
+        assert isinstance(admission, PendingLease)
         if admission.future.done():
             return False
         self._cancel_idle_timer(admission.model)
@@ -227,7 +241,7 @@ class LocalRouter:
         return True
 
     def grant_error(self, admission: Admission, error: Exception) -> None:
-        assert isinstance(admission, _Admission)
+        assert isinstance(admission, PendingLease)
         if not admission.future.done():
             admission.future.set_exception(error)
 

@@ -1,60 +1,92 @@
-"""WaitingStream.acquire: a lease granted just as the client goes away is released, not leaked.
+"""WaitingStream.acquire with the real LocalRouter and scheduler: a ready model's lease comes at
+once; a lease granted just as the client goes away is released, not leaked (found by the
+reliability suite's disconnect storm: a model kept one request "in flight" forever); a client
+that leaves while queued leaves nothing behind.
 
-Found by the reliability suite's disconnect storm (tests/reliability/test_disconnect_storm.py):
-a model kept one request "in flight" forever. Here the race is made exact with a router whose
-``acquire`` returns at once: the outer wait is cancelled after the grant, before it resumed.
+The process behind the router is a stand-in that is ready at once (no subprocess): what is
+tested is the lease bookkeeping between WaitingStream, LocalRouter and the Scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from types import SimpleNamespace
 
 import pytest
 
+from modelswap.events import EventBus
 from modelswap.http.waiting import WaitingStream
+from modelswap.routing.local import LocalRouter
+from modelswap.states import ProcessState
 
 
-class FakeLease:
-    def __init__(self) -> None:
-        self.released = 0
+class InstantProcess:
+    """Starts instantly; all LocalRouter needs of a ManagedProcess."""
 
-    def release(self) -> None:
-        self.released += 1
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.config = SimpleNamespace(ttl=0, sleep_mode=False)
+        self.state = ProcessState.STOPPED
+        self.starts = 0
+
+    async def ensure_ready(self) -> None:
+        self.starts += 1
+        self.state = ProcessState.READY
+
+    async def stop(self) -> None:
+        self.state = ProcessState.STOPPED
+
+    async def shutdown(self) -> None:
+        self.state = ProcessState.STOPPED
 
 
-class ImmediateRouter:
-    """``acquire`` grants at once (a model that is ready and idle)."""
+def make_router() -> tuple[LocalRouter, InstantProcess]:
+    process = InstantProcess("m")
+    router = LocalRouter({"m": process}, EventBus())  # type: ignore[dict-item]
+    return router, process
 
-    def __init__(self, lease: FakeLease) -> None:
-        self.lease = lease
-        self.granted = asyncio.Event()
 
-    async def acquire(self, model: str) -> FakeLease:
-        self.granted.set()
-        return self.lease
+async def test_a_ready_free_model_is_leased_without_waiting() -> None:
+    router, _ = make_router()
+    (await router.acquire("m")).release()  # started; now ready and free
+    pending = router.admit("m")
+    assert pending.future.done()  # granted inside admit: no loop turn needed
+    pending.future.result().release()
+    lease = await WaitingStream(request=None).acquire(router, "m")  # type: ignore[arg-type]
+    assert router.in_flight("m") == 1
+    lease.release()
+    assert router.in_flight("m") == 0
+    await router.close()
 
 
 async def test_a_lease_granted_as_the_client_leaves_is_released() -> None:
-    lease = FakeLease()
-    router = ImmediateRouter(lease)
+    router, process = make_router()
     waiting = WaitingStream(request=None)  # type: ignore[arg-type]  # never opened early
-    handler = asyncio.ensure_future(waiting.acquire(router, "m"))  # type: ignore[arg-type]
-    for _ in range(10):  # bounded: the grant takes one or two loop turns
-        if router.granted.is_set():
+    handler = asyncio.ensure_future(waiting.acquire(router, "m"))
+    for _ in range(50):  # bounded: the start and the grant take a few loop turns
+        if router.in_flight("m"):
             break
         await asyncio.sleep(0)
-    assert router.granted.is_set()
-    assert not handler.done()  # it has not seen the grant yet...
-    handler.cancel()  # ...when the client disconnects
+    assert router.in_flight("m") == 1  # granted …
+    assert not handler.done()  # … but the handler has not resumed yet …
+    handler.cancel()  # … when the client disconnects
     with pytest.raises(asyncio.CancelledError):
         await handler
-    assert lease.released == 1
+    assert router.in_flight("m") == 0  # given back, not leaked
+    assert process.starts == 1
+    await router.close()
 
 
-async def test_a_lease_returned_to_the_caller_is_not_released() -> None:
-    lease = FakeLease()
-    waiting = WaitingStream(request=None)  # type: ignore[arg-type]
-    got: Any = await waiting.acquire(ImmediateRouter(lease), "m")  # type: ignore[arg-type]
-    assert got is lease
-    assert lease.released == 0
+async def test_a_client_leaving_while_queued_leaves_nothing_behind() -> None:
+    router, _ = make_router()
+    handler = asyncio.ensure_future(WaitingStream(request=None).acquire(router, "m"))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # admitted: the start is under way
+    assert router.queued("m") == 1
+    handler.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await handler
+    assert router.queued("m") == 0
+    for _ in range(50):  # the start it caused may finish; nobody holds a lease
+        await asyncio.sleep(0)
+    assert router.in_flight("m") == 0
+    await router.close()
