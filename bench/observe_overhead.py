@@ -16,7 +16,6 @@ import argparse
 import http.client
 import json
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,17 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.procs import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "fakes" / "openai_backend.py"
 BODY = json.dumps(
     {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 ).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ok(port: int, path: str, deadline: float) -> None:
