@@ -386,9 +386,12 @@ class Runtime:
             if key is None or key.allows(model)
             for name in (model.id, *model.aliases)
         ]
-        remote = [
-            route.label
+        return local + [route.label for route in self.visible_routes(key)]
+
+    def visible_routes(self, key: ApiKey | None) -> list[PeerRoute]:
+        """Peer models ``key`` may use (its patterns match the qualified or the bare name)."""
+        return [
+            route
             for route in self.peers.routes()
             if key is None or key.allows_names((route.label, route.model))
         ]
-        return local + remote

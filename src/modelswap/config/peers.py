@@ -13,10 +13,10 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from modelswap.config.filters import resolve_filters
-from modelswap.config.macros import ENV_NAME_RE
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.resolved import ModelConfig, Peer, Timeouts
 from modelswap.config.schema import RawConfig, RawPeer
+from modelswap.config.security import env_value
 
 
 def resolve_peers(
@@ -67,14 +67,8 @@ def _peer_key(
         problems.append((key_path(*base), "give one of apiKey and apiKeyEnv, not both"))
         return None
     if entry.api_key_env is not None:
-        path = key_path(*base, "apiKeyEnv")
-        if not ENV_NAME_RE.fullmatch(entry.api_key_env):
-            problems.append((path, f"{entry.api_key_env!r} is not a variable name"))
-            return None
-        if entry.api_key_env not in environ:
-            problems.append((path, f"environment variable {entry.api_key_env} is not set"))
-            return None
-        return environ[entry.api_key_env].strip() or None
+        found = env_value(entry.api_key_env, environ, key_path(*base, "apiKeyEnv"), problems)
+        return found.strip() or None if found is not None else None
     return entry.api_key.strip() or None if entry.api_key is not None else None
 
 

@@ -64,6 +64,18 @@ def _expand_env(
     return value
 
 
+def env_value(name: str, environ: Mapping[str, str], path: str, problems: Problems) -> str | None:
+    """The variable ``name`` (a key named by ``keyEnv`` / ``apiKeyEnv``), or None with the
+    problem recorded at ``path``."""
+    if not ENV_NAME_RE.fullmatch(name):
+        problems.append((path, f"{name!r} is not a variable name"))
+        return None
+    if name not in environ:
+        problems.append((path, f"environment variable {name} is not set"))
+        return None
+    return environ[name]
+
+
 def _key_value(
     entry: RawApiKey, environ: Mapping[str, str], path: str, problems: Problems
 ) -> str | None:
@@ -78,13 +90,10 @@ def _key_value(
     if entry.key is not None:
         value = entry.key
     elif entry.key_env is not None:
-        if not ENV_NAME_RE.fullmatch(entry.key_env):
-            problems.append((f"{path}.keyEnv", f"{entry.key_env!r} is not a variable name"))
+        found = env_value(entry.key_env, environ, f"{path}.keyEnv", problems)
+        if found is None:
             return None
-        if entry.key_env not in environ:
-            problems.append((f"{path}.keyEnv", f"environment variable {entry.key_env} is not set"))
-            return None
-        value = environ[entry.key_env]
+        value = found
     else:
         assert entry.key_file is not None
         try:

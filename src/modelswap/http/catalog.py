@@ -164,6 +164,5 @@ def peer_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any
             "owned_by": route.peer.id,
             "peer": route.peer.id,
         }
-        for route in runtime.peers.routes()
-        if key is None or key.allows_names((route.label, route.model))
+        for route in runtime.visible_routes(key)
     ]

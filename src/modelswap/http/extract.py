@@ -94,7 +94,7 @@ def replace_model(content_type: str, body: bytes, name: str) -> bytes:
         return delimiter.join(chunks)
     data = _json_object(body)
     data["model"] = name
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return dump_json(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,4 +119,5 @@ def parse_request(content_type: str, body: bytes) -> RequestBody:
 
 
 def dump_json(data: Mapping[str, object]) -> bytes:
+    """A JSON body as modelswap writes one it changed: compact, non-ASCII kept as UTF-8."""
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable
 
 from modelswap.config.resolved import Filters
+from modelswap.http.extract import dump_json
 
 PROTECTED = "model"
 
@@ -55,11 +56,6 @@ def apply_filters(body: bytes, filters: Filters | Iterable[Filters]) -> bytes:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return body
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not apply_layers(data, layers):
         return body
-    changed = False
-    for layer in layers:
-        changed = _apply_layer(data, layer) or changed
-    if not changed:
-        return body
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return dump_json(data)
