@@ -228,7 +228,22 @@ class Gateway:
         return self.log_path.read_text(errors="replace")
 
 
-def _wait_healthy(gw: Gateway, timeout: float = 20.0) -> None:
+def serve_command(config: Path, listen: str, *args: str) -> list[str]:
+    """``python -m modelswap serve`` on ``config``, listening on ``listen`` (``host:port``)."""
+    return [
+        sys.executable,
+        "-m",
+        "modelswap",
+        "serve",
+        "--config",
+        str(config),
+        "--listen",
+        listen,
+        *args,
+    ]
+
+
+def wait_healthy(gw: Gateway, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if gw.proc.poll() is not None:
@@ -276,17 +291,7 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "modelswap",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    *args,
-                ],
+                serve_command(config, f"127.0.0.1:{port}", *args),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -295,7 +300,7 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
             )
         gw = Gateway(proc, port, log_path, config)
         started.append(gw)
-        _wait_healthy(gw)
+        wait_healthy(gw)
         return gw
 
     yield start  # type: ignore[misc]

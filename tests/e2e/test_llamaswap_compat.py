@@ -22,12 +22,13 @@ from tests.e2e.conftest import (
     REPO,
     Gateway,
     Reply,
-    _wait_healthy,
     chat_body,
     free_port,
     free_port_range,
     request,
+    serve_command,
     stop_gateway,
+    wait_healthy,
 )
 
 from modelswap.config import load_config_text
@@ -90,10 +91,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         }
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "modelswap", "serve", "--config", str(config)),
-                    *("--listen", f"127.0.0.1:{port}"),
-                ],
+                serve_command(config, f"127.0.0.1:{port}"),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -102,7 +100,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
             )
         gw = FixtureGateway(proc, port, log_path, start_port=start_port)
         started.append(gw)
-        _wait_healthy(gw)
+        wait_healthy(gw)
         return gw
 
     yield start

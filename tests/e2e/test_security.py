@@ -33,12 +33,13 @@ from tests.e2e.conftest import (
     FAKE_BACKEND,
     REPO,
     Gateway,
-    _wait_healthy,
     chat_body,
     fake_cmd,
     free_port,
     free_port_range,
+    serve_command,
     stop_gateway,
+    wait_healthy,
 )
 
 pytestmark = pytest.mark.e2e
@@ -220,17 +221,7 @@ def launch(
     log_path = tmp / f"{name}.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "modelswap",
-                "serve",
-                "--config",
-                str(config),
-                "--listen",
-                f"{host}:{port}",
-                *args,
-            ],
+            serve_command(config, f"{host}:{port}", *args),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -239,7 +230,7 @@ def launch(
         )
     gw = Gateway(proc, port, log_path)
     try:
-        _wait_healthy(gw)
+        wait_healthy(gw)
     except BaseException:
         stop_gateway(gw)
         raise

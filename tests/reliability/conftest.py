@@ -16,7 +16,6 @@ import re
 import resource
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tests.e2e.conftest import REPO, Gateway, free_port
+from tests.e2e.conftest import REPO, Gateway, free_port, serve_command, wait_healthy
 
 LONG_ENV = "MODELSWAP_RELIABILITY_LONG"
 REPORT_ENV = "MODELSWAP_RELIABILITY_REPORT"  # a JSON-lines file: what each scenario did
@@ -237,16 +236,7 @@ def launch(tmp_path: Path, tracker: Tracker) -> Iterator[LaunchFn]:
             # pipe_log: through a pipe this process copies to the file, so the gateway's own
             # file-size limit (a "full disk") cannot cut its log.
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "modelswap",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                ],
+                serve_command(config, f"127.0.0.1:{port}"),
                 stdout=subprocess.PIPE if pipe_log else log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -280,21 +270,6 @@ def _copy(proc: subprocess.Popen[bytes], path: Path) -> None:
         for line in proc.stdout:
             out.write(line)
             out.flush()
-
-
-def wait_healthy(gw: Gateway, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if gw.proc.poll() is not None:
-            raise AssertionError(f"modelswap exited early ({gw.proc.returncode}):\n{gw.log()}")
-        try:
-            with urllib.request.urlopen(gw.url("/health"), timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"modelswap did not become healthy:\n{gw.log()}")
 
 
 _RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
