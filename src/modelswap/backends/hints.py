@@ -5,11 +5,11 @@ Pure functions; re-exported by :mod:`modelswap.backends.diagnose`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Sequence
 
+from modelswap import jsonsafe
 from modelswap.backends.logtext import logical_lines, message, to_int
 
 _PARSERS = "hermes suits Qwen2.5/Qwen3/Qwen3-Next, qwen3_coder suits Qwen3-Coder/Qwen3.5/Qwen3.6"
@@ -28,7 +28,7 @@ def _error_message(body: bytes) -> str:
     the raw text when it is not JSON."""
     text = body[:_MAX_BODY].decode("utf-8", errors="replace")
     try:
-        data = json.loads(text)
+        data = jsonsafe.loads(text)
     except ValueError:
         return text
     if isinstance(data, dict):

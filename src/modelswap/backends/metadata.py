@@ -3,9 +3,10 @@ Ollama ``/api/ps``. Every number goes through :func:`positive_int`; anything els
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from modelswap import jsonsafe
 
 MAX_SANE = 2**31
 
@@ -24,9 +25,13 @@ def positive_int(value: object) -> int | None:
 
 
 def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body's JSON object; None for anything else. Raises JSONTooDeepError (a ValueError:
+    the probe reports the backend's metadata as unavailable, and says why)."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        data = jsonsafe.loads(body)
+    except jsonsafe.JSONTooDeepError:
+        raise
+    except ValueError:  # UnicodeDecodeError included
         return None
     return data if isinstance(data, dict) else None
 

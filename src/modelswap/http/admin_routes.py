@@ -7,7 +7,7 @@ import re
 from aiohttp import web
 
 from modelswap import __version__
-from modelswap.errors import BadRequestError, ModelNotFoundError
+from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
 from modelswap.http import proxy
 from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
@@ -81,7 +81,12 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     rest = request.match_info["rest"]
     check_upstream_path(request.raw_path, rest)
     parts = rest.split("/")
-    for cut in range(len(parts), 0, -1):
+    # Only prefixes that could be a model name are tried: the work stays linear in the path.
+    longest, length = 0, -1
+    while longest < len(parts) and length + 1 + len(parts[longest]) <= MAX_MODEL_NAME_BYTES:
+        length += 1 + len(parts[longest])
+        longest += 1
+    for cut in range(longest, 0, -1):
         model = runtime.config.resolve("/".join(parts[:cut]))
         if model is not None:
             break

@@ -81,7 +81,7 @@ def _response_for(error: ModelswapError) -> web.Response:
             str(error), 404, code="model_not_found", param="model", suggestions=error.close
         )
     if isinstance(error, BadRequestError):
-        return error_response(str(error), 400, code="invalid_request", param=error.param)
+        return error_response(str(error), 400, code=error.code, param=error.param)
     if isinstance(error, BodyTooLargeError):
         return error_response(str(error), 413, code="request_too_large")
     if isinstance(error, StartError):

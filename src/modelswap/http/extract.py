@@ -7,15 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import Message
 
-from modelswap.errors import BadRequestError
+from modelswap import jsonsafe
+from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, echo
+
+# A multipart part's head (its Content-Disposition and Content-Type lines) is a few hundred
+# bytes; a longer one is not looked into (its field name could be megabytes).
+MAX_PART_HEAD_BYTES = 4096
 
 
 def _media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
-
-
-def is_multipart(content_type: str) -> bool:
-    return _media_type(content_type) == "multipart/form-data"
 
 
 def _boundary(content_type: str) -> bytes:
@@ -31,8 +32,19 @@ def _json_object(body: bytes) -> dict[str, object]:
     if not body.strip():
         raise BadRequestError("The request body is empty; expected a JSON object.")
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = jsonsafe.loads(body, top_level_duplicates=True)
+    except jsonsafe.JSONTooDeepError as exc:
+        raise BadRequestError(
+            f"The request body is nested deeper than {exc.limit} levels.", code="json_too_deep"
+        ) from exc
+    except jsonsafe.DuplicateKeyError as exc:
+        raise BadRequestError(
+            f"The request body repeats the top-level key `{echo(exc.key)}`; send each key once "
+            "(parsers disagree on which copy wins).",
+            param=exc.key[:64],
+            code="duplicate_key",
+        ) from exc
+    except ValueError as exc:  # UnicodeDecodeError included
         raise BadRequestError(f"The request body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise BadRequestError("The request body must be a JSON object.")
@@ -44,10 +56,20 @@ def _checked(model: object) -> str:
         raise BadRequestError("The request has no `model` field.", param="model")
     if not isinstance(model, str) or not model.strip():
         raise BadRequestError("`model` must be a non-empty string.", param="model")
+    if len(model) > MAX_MODEL_NAME_BYTES or len(model.encode("utf-8", "replace")) > (
+        MAX_MODEL_NAME_BYTES
+    ):
+        raise BadRequestError(
+            f"`model` is longer than {MAX_MODEL_NAME_BYTES} bytes: `{echo(model)}`.",
+            param="model",
+            code="invalid_model",
+        )
     return model
 
 
 def _part_name(head: bytes) -> str | None:
+    if len(head) > MAX_PART_HEAD_BYTES:
+        return None
     for line in head.split(b"\r\n"):
         name, _, value = line.decode("latin-1").partition(":")
         if name.strip().lower() == "content-disposition":
@@ -61,14 +83,21 @@ def _part_name(head: bytes) -> str | None:
 def _find_multipart_model(content_type: str, body: bytes) -> tuple[int, bytes, bytes] | None:
     """(index of the part, its head, its value) for the ``model`` field, if present."""
     chunks = body.split(b"--" + _boundary(content_type))
+    found: tuple[int, bytes, bytes] | None = None
     for index, chunk in enumerate(chunks[1:], start=1):
         if chunk.startswith(b"--"):
             break
         head, sep, rest = chunk.partition(b"\r\n\r\n")
         if sep and _part_name(head) == "model":
+            if found is not None:  # which one a backend reads is its parser's choice
+                raise BadRequestError(
+                    "The multipart form has more than one `model` field; send it once.",
+                    param="model",
+                    code="duplicate_key",
+                )
             value = rest[:-2] if rest.endswith(b"\r\n") else rest
-            return index, head, value
-    return None
+            found = index, head, value
+    return found
 
 
 def extract_model(content_type: str, body: bytes) -> str:

@@ -3,6 +3,10 @@
 The lease is released when the body has been relayed or the client went away (the handler is
 cancelled on disconnect; ``finally`` closes the upstream response, which cancels the backend's
 work, and releases the lease) — never when the handler merely returns.
+
+Errors are redacted on the way through, successful answers never touched: a non-2xx body (a
+backend's 500 may quote its own command line and environment) and every error event inside a
+stream (an event line holding an ``"error"`` key) pass through the runtime's redactor.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from modelswap import jsonsafe
 from modelswap.backends.diagnose import tool_choice_hint
 from modelswap.config import ModelConfig, Timeouts
 from modelswap.errors import (
@@ -29,8 +34,10 @@ from modelswap.errors import (
     UpstreamUnreachableError,
 )
 from modelswap.http.errors import envelope
+from modelswap.http.keys import RUNTIME
 from modelswap.http.observing import OBS, RequestObs
 from modelswap.http.waiting import WaitingStream
+from modelswap.redact import Redactor
 from modelswap.routing.local import Lease, LocalRouter
 
 log = logging.getLogger(__name__)
@@ -235,6 +242,7 @@ async def forward(
     """
     obs = request.get(OBS)
     timeouts = target.timeouts
+    redactor = request.app[RUNTIME].redactor
     try:
         async with _ceiling(timeouts.total):
             headers = request_headers(request.headers, target.api_key)
@@ -252,8 +260,8 @@ async def forward(
                     obs.first_byte()
                     obs.status = upstream.status
                 if into is not None:
-                    return await _relay_into(into, upstream, target, obs)
-                return await _relay(request, upstream, target, obs)
+                    return await _relay_into(into, upstream, target, redactor, obs)
+                return await _relay(request, upstream, target, redactor, obs)
             finally:
                 upstream.close()
     except TimeoutError as exc:
@@ -267,7 +275,7 @@ async def forward(
         log.warning("%s", error)
         if started.content_type != "text/event-stream":
             raise ConnectionAbortedError(str(error)) from exc
-        return await _end_with_error_event(started, 504, str(error))
+        return await _end_with_error_event(started, 504, str(error), redactor)
     finally:
         target.release()
 
@@ -276,17 +284,18 @@ async def _relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     target: Upstream,
+    redactor: Redactor,
     obs: RequestObs | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.update(_response_headers(upstream))
     if upstream.status >= 400:
-        return await _relay_error(request, response, upstream)
+        return await _relay_error(request, response, upstream, redactor)
     if upstream.content_length is not None and not _strips(obs):
         response.content_length = upstream.content_length
     await response.prepare(request)
     request[RELAYING] = response
-    failure = await _copy(upstream, response, target, obs)
+    failure = await _copy(upstream, response, target, redactor, obs)
     if failure is None:
         await response.write_eof()
         return response
@@ -294,13 +303,14 @@ async def _relay(
         # A truncated body with a Content-Length (or an unfinished chunked body) tells the
         # client the answer is incomplete; closing the connection makes sure it notices.
         raise ConnectionAbortedError(failure[1])
-    return await _end_with_error_event(response, *failure)
+    return await _end_with_error_event(response, *failure, redactor)
 
 
 async def _relay_into(
     response: web.StreamResponse,
     upstream: aiohttp.ClientResponse,
     target: Upstream,
+    redactor: Redactor,
     obs: RequestObs | None = None,
 ) -> web.StreamResponse:
     """Relay into an event stream whose headers were already sent (see ``waiting``)."""
@@ -310,36 +320,63 @@ async def _relay_into(
             text = body.decode("utf-8", errors="replace")[:1000]
             message = f"Backend for model `{target.label}` answered {upstream.status}: {text}"
             body = json.dumps(envelope(message, 502, code="upstream_error")).encode()
+        # One event: an SSE data line cannot hold a newline.
+        body = redact_error_body(body, redactor).replace(b"\r", b"").replace(b"\n", b" ")
         await response.write(b"data: " + body + b"\n\n")
         await response.write_eof()
         return response
-    failure = await _copy(upstream, response, target, obs)
+    failure = await _copy(upstream, response, target, redactor, obs)
     if failure is not None:
-        return await _end_with_error_event(response, *failure)
+        return await _end_with_error_event(response, *failure, redactor)
     await response.write_eof()
     return response
 
 
 async def _relay_error(
-    request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    redactor: Redactor,
 ) -> web.StreamResponse:
-    """Backend errors pass through unchanged; a known misconfiguration adds a hint header.
-    (Read first, bounded, to look for the hint; a huge error body is relayed as it comes.)"""
+    """Backend errors keep their status and meaning, with secrets masked; a known
+    misconfiguration adds a hint header. An error body longer than MAX_ERROR_BODY is cut
+    there (what it means is at its start; masking needs the whole text in hand)."""
     body = await _read_bounded(upstream)
     hint = tool_choice_hint(upstream.status, body)
     if hint is not None:
         response.headers[HINT_HEADER] = hint
-    complete = upstream.content.at_eof()
-    if complete:
-        response.content_length = len(body)
-    elif upstream.content_length is not None:
-        response.content_length = upstream.content_length
+    if not upstream.content.at_eof():
+        log.warning(
+            "%s: the backend's %d body is longer than %d bytes; relayed cut there",
+            request.path,
+            upstream.status,
+            MAX_ERROR_BODY,
+        )
+        body = body[:MAX_ERROR_BODY]
+    body = redact_error_body(body, redactor)
+    response.content_length = len(body)
     await response.prepare(request)
     await response.write(body)
-    while not complete and (chunk := await upstream.content.readany()):
-        await response.write(chunk)
     await response.write_eof()
     return response
+
+
+def redact_error_body(body: bytes, redactor: Redactor) -> bytes:
+    """``body`` with secrets masked (the same bytes when there is nothing to mask)."""
+    text = body.decode("utf-8", errors="replace")
+    masked = redactor.text(text)
+    return body if masked == text else masked.encode()
+
+
+def _redact_error_events(chunk: bytes, redactor: Redactor) -> bytes:
+    """The lines of ``chunk`` that hold an ``"error"`` key, redacted; every other line (the
+    answer's own content) exactly as it came. A key is never escaped: content that merely
+    mentions "error" inside a JSON string reads ``\\"error\\"`` and is left alone."""
+    lines = chunk.split(b"\n")
+    for index, line in enumerate(lines):
+        if b'"error"' in line:
+            lines[index] = redact_error_body(line, redactor)
+    return b"\n".join(lines)
 
 
 async def _read_bounded(upstream: aiohttp.ClientResponse) -> bytes:
@@ -352,8 +389,8 @@ async def _read_bounded(upstream: aiohttp.ClientResponse) -> bytes:
 
 def json_object_with_error(body: bytes) -> dict[str, object] | None:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        data = jsonsafe.loads(body)
+    except ValueError:  # too deep and UnicodeDecodeError included
         return None
     return data if isinstance(data, dict) and "error" in data else None
 
@@ -367,6 +404,7 @@ async def _copy(
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
     target: Upstream,
+    redactor: Redactor,
     obs: RequestObs | None = None,
 ) -> tuple[int, str] | None:
     """Relay chunks as they arrive; on a broken or stalled backend, ``(status, message)``."""
@@ -400,6 +438,8 @@ async def _copy(
                     chunk = obs.tap(chunk)
                     if not chunk:
                         continue
+                if b'"error"' in chunk:
+                    chunk = _redact_error_events(chunk, redactor)
                 await response.write(chunk)
     except TimeoutError:
         message = (
@@ -411,10 +451,10 @@ async def _copy(
 
 
 async def _end_with_error_event(
-    response: web.StreamResponse, status: int, message: str
+    response: web.StreamResponse, status: int, message: str, redactor: Redactor
 ) -> web.StreamResponse:
     code = "upstream_timeout" if status == 504 else "upstream_error"
-    event = json.dumps(envelope(message, status, code=code))
+    event = json.dumps(redactor.data(envelope(message, status, code=code)))
     await response.write(f"\n\ndata: {event}\n\n".encode())
     await response.write_eof()
     return response

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from modelswap.errors import ModelswapError
 from modelswap.http.errors import response_for
+from modelswap.http.keys import RUNTIME
 from modelswap.http.sse import event_stream
 from modelswap.routing.local import Lease, LocalRouter
 from modelswap.states import ProcessState
@@ -67,7 +68,8 @@ class WaitingStream:
     async def fail(self, error: ModelswapError) -> web.StreamResponse:
         """End the already-open stream with the error as a final ``data:`` event."""
         assert self.response is not None
-        await self.response.write(b"data: " + _body(response_for(error)) + b"\n\n")
+        redactor = self._request.app[RUNTIME].redactor
+        await self.response.write(b"data: " + _body(response_for(error, redactor)) + b"\n\n")
         await self.response.write_eof()
         return self.response
 

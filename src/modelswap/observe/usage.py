@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from modelswap import jsonsafe
+
 MAX_BODY = 1024 * 1024
 # An SSE event ends at a blank line; lines may end in \n, \r\n or \r.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
@@ -145,7 +147,7 @@ class UsageTracker:
         for line in event.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
             if line.startswith(b"data:"):
                 try:
-                    payload: object = json.loads(line[5:].strip())
+                    payload: object = jsonsafe.loads(line[5:].strip())
                 except (ValueError, UnicodeDecodeError):
                     return None
                 return payload
@@ -169,6 +171,8 @@ def _usage_objects(body: bytes) -> dict[str, object]:
     """The top-level ``usage``/``timings`` objects of a JSON body, decoding just those (the
     last occurrence of each key: OpenAI and llama.cpp put them at the end)."""
     text = body.decode("utf-8")
+    if jsonsafe.nesting_depth(body) > jsonsafe.MAX_DEPTH:
+        raise jsonsafe.JSONTooDeepError(jsonsafe.MAX_DEPTH)
     out: dict[str, object] = {}
     for key in ("usage", "timings"):
         at = text.rfind(f'"{key}"')
@@ -208,7 +212,7 @@ def request_usage_injection(body: bytes, data: Mapping[str, object] | None = Non
     re-serialisation: a long prompt is copied once, not parsed and dumped again)."""
     if data is None:
         try:
-            parsed = json.loads(body)
+            parsed = jsonsafe.loads(body)
         except (ValueError, UnicodeDecodeError):
             return None
         if not isinstance(parsed, dict):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from modelswap import jsonsafe
 from modelswap.config.resolved import Peer
 from modelswap.errors import AmbiguousModelError
 from modelswap.routing.breaker import CircuitBreaker
@@ -181,7 +181,7 @@ class PeerDirectory:
 
 def parse_model_list(body: bytes) -> tuple[str, ...]:
     """Model ids from an OpenAI ``/v1/models`` body; rows for the peer's own peers skipped."""
-    data = json.loads(body)
+    data = jsonsafe.loads(body)
     rows = data.get("data") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         raise ValueError("/v1/models has no `data` list")

@@ -124,3 +124,44 @@ def test_recurrent_state_and_kv_size_fields_are_not_the_kv_cache() -> None:
 def test_nothing_recognised_is_none() -> None:
     assert parse_capacity([]) is None
     assert parse_capacity(["main: model loaded", "Route: /health, Methods: GET"]) is None
+
+
+def test_vllm_cpu_build_receipt_gives_the_kv_token_count() -> None:
+    lines = [
+        "INFO 11-30 10:00:00 [kv_cache_utils.py:1087] CPU KV cache size: 46,592 tokens",
+        "INFO 11-30 10:00:00 [kv_cache_utils.py:1091] Maximum concurrency for 1,536 tokens "
+        "per request: 30.33x",
+    ]
+    receipt = parse_capacity(lines)
+    assert receipt == CapacityReceipt(
+        kv_cache_tokens=46592, max_concurrency=30.33, concurrency_tokens_per_request=1536
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "GPU KV cache size: 0 tokens",
+        "GPU KV cache size: 99,999,999,999,999 tokens",
+        "Maximum concurrency for 0 tokens per request: 0.00x",
+        "Available KV cache memory: 99999999999.0 GiB",
+        "llama_context: n_ctx = 0",
+        "llama_context: n_ctx = 4294967296",
+        "llama_kv_cache: size = 0.00 MiB ( 0 cells, 30 layers, 1/1 seqs)",
+    ],
+)
+def test_implausible_receipt_numbers_are_ignored(line: str) -> None:
+    assert parse_capacity([line]) is None
+
+
+def test_an_implausible_number_does_not_hide_the_plausible_ones() -> None:
+    receipt = parse_capacity(
+        ["llama_context: n_ctx = 0", "llama_kv_cache: size = 48.00 MiB ( 2048 cells, ...)"]
+    )
+    assert receipt == CapacityReceipt(kv_cache_mib=48.0, kv_cells=2048)
+
+
+def test_a_negative_kv_budget_is_kept_as_the_receipt_of_a_failed_start() -> None:
+    assert parse_capacity(["Available KV cache memory: -2.86 GiB"]) == CapacityReceipt(
+        kv_cache_gib=-2.86
+    )

@@ -263,3 +263,9 @@ def test_model_metadata_as_dict_omits_what_is_unknown() -> None:
         "total_slots": 2,
         "source": "/props",
     }
+
+
+def test_deeply_nested_metadata_is_a_value_error_with_the_reason() -> None:
+    hostile = b'{"data": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"
+    with pytest.raises(ValueError, match="nested deeper than"):
+        parse.json_object(hostile)
