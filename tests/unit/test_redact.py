@@ -482,3 +482,10 @@ def test_redact_property_secret_containing_another(pair: tuple[str, str]) -> Non
         assert r.text(f"a {outer} b {inner} c") == scaffold
         _no_leak(outer, *r.argv([outer, inner, f"x{outer}x"]))
         _no_leak(inner, *r.argv([outer, inner, f"x{outer}x"]))
+
+
+def test_redact_known_secret_in_any_letter_case() -> None:
+    # Backends and progress labels print values lowercased or uppercased; still masked.
+    redactor = Redactor(["MixedCaseSecret-42xyz"])
+    for shown in ("MixedCaseSecret-42xyz", "mixedcasesecret-42xyz", "MIXEDCASESECRET-42XYZ"):
+        assert redactor.text(f"loaded with {shown} ok") == "loaded with *** ok"

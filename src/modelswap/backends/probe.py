@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from modelswap.backends import metadata as parse
+from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.config import ModelConfig
 from modelswap.receipts import ModelMetadata
 
@@ -110,9 +111,7 @@ class MetadataProbe:
         async with self._session.get(url, allow_redirects=False) as response:
             if response.status != 200:
                 raise _Unavailable(f"GET {urlsplit(url).path} answered {response.status}")
-            body = bytearray()
-            async for chunk in response.content.iter_any():
-                body += chunk
-                if len(body) > self._max_body:
-                    raise _Unavailable(f"GET {urlsplit(url).path}: body over {self._max_body} B")
-            return bytes(body)
+            try:
+                return await read_capped(response.content.iter_any(), self._max_body)
+            except BodyOverLimitError as exc:
+                raise _Unavailable(f"GET {urlsplit(url).path}: {exc}") from exc

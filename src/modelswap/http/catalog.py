@@ -40,11 +40,20 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         if configured:
             row["configured"] = configured
         rows.append(row)
-        for alias in model.aliases:
-            alias_row = {key: value for key, value in row.items() if key != "aliases"}
-            alias_row.update(id=alias, alias_for=model.id)
-            rows.append(alias_row)
+        rows += alias_rows(row, model.aliases)
     return rows
+
+
+def alias_rows(row: dict[str, Any], aliases: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One row per alias: the model's own row — its state and the context its backend
+    reported included, since an alias is served by the same process — named after the alias,
+    with ``alias_for`` instead of the ``aliases`` list."""
+    out: list[dict[str, Any]] = []
+    for alias in aliases:
+        alias_row = {key: value for key, value in row.items() if key != "aliases"}
+        alias_row.update(id=alias, alias_for=row["id"])
+        out.append(alias_row)
+    return out
 
 
 def configured_metadata(runtime: Runtime, model: ModelConfig) -> object:

@@ -56,9 +56,7 @@ def _checked(model: object) -> str:
         raise BadRequestError("The request has no `model` field.", param="model")
     if not isinstance(model, str) or not model.strip():
         raise BadRequestError("`model` must be a non-empty string.", param="model")
-    if len(model) > MAX_MODEL_NAME_BYTES or len(model.encode("utf-8", "replace")) > (
-        MAX_MODEL_NAME_BYTES
-    ):
+    if len(model.encode("utf-8", "surrogatepass")) > MAX_MODEL_NAME_BYTES:
         raise BadRequestError(
             f"`model` is longer than {MAX_MODEL_NAME_BYTES} bytes: `{echo(model)}`.",
             param="model",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.errors import BadRequestError, BodyTooLargeError
 from modelswap.http.catalog import model_rows, peer_rows
 from modelswap.http.dispatch import MAX_HOPS, dispatch, hops
@@ -34,14 +35,10 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, refusing more than ``limit`` bytes (before reading, when declared)."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLargeError(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:  # a chunked body has no declared length: the cap counts what arrives
+        return await read_capped(request.content.iter_any(), limit)
+    except BodyOverLimitError as exc:
+        raise BodyTooLargeError(limit) from exc
 
 
 def body_limit(runtime: Runtime, content_type: str) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from modelswap import jsonsafe
+from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.config.resolved import Peer
 from modelswap.errors import AmbiguousModelError
 from modelswap.routing.breaker import CircuitBreaker
@@ -171,12 +172,11 @@ class PeerDirectory:
         ):
             if resp.status != 200:
                 raise ValueError(f"/v1/models answered {resp.status}")
-            body = bytearray()
-            async for chunk in resp.content.iter_any():
-                body += chunk
-                if len(body) > DISCOVER_MAX_BYTES:
-                    raise ValueError(f"/v1/models is larger than {DISCOVER_MAX_BYTES} bytes")
-        return parse_model_list(bytes(body))
+            try:
+                body = await read_capped(resp.content.iter_any(), DISCOVER_MAX_BYTES)
+            except BodyOverLimitError as exc:
+                raise ValueError(f"/v1/models is larger than {DISCOVER_MAX_BYTES} bytes") from exc
+        return parse_model_list(body)
 
 
 def parse_model_list(body: bytes) -> tuple[str, ...]:

@@ -436,3 +436,21 @@ def test_request_usage_injection_with_the_parsed_body_splices_without_re_seriali
     assert injected.endswith(raw[3:])  # the client's bytes, untouched (escapes kept)
     assert json.loads(injected)["stream_options"] == {"include_usage": True}
     assert request_usage_injection(raw, {"model": "m"}) is None  # not streamed
+
+
+def test_a_usage_event_without_choices_is_never_stripped() -> None:
+    # Only the chunk modelswap asked for (``choices: []`` + usage) may go; an event that
+    # carries usage but no ``choices`` key at all (Anthropic's message_delta, a backend's own
+    # final event) is the answer's, and reaches the client whole.
+    anthropic = sse(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 7},
+        }
+    )
+    no_choices = sse({"id": "x", "usage": {"prompt_tokens": 2, "completion_tokens": 5}})
+    for event in (anthropic, no_choices):
+        stream = FINISH + event + DONE
+        tracker = UsageTracker(streamed=True, strip_usage_chunk=True)
+        assert relay(tracker, [stream]) == stream

@@ -1,0 +1,192 @@
+"""Mutation check: each listed one-line bug must be caught by the fast test tier.
+
+    make mutate                      # every mutation
+    .venv/bin/python tools/mutate.py --only capped-per-chunk --keep
+
+For each mutation the source tree is copied to a temporary folder, the one change is made
+there (never in the checkout), and the tests that must catch it run on the copy with the fast
+tier's marker expression (`make test-fast`). A mutation the tests pass on *survived*: the
+script says which and exits 1. The unmutated copy runs the same tests first, so a red
+baseline is never taken for a kill.
+
+Add a mutation whenever a bug slipped past the fast tier: the exact text to change (it must
+occur once in the file), what to change it to, and the tests that must fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = "not e2e and not ui and not vllm and not reliability"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    path: str
+    find: str
+    replace: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = (
+    Mutation(
+        "capped-per-chunk",  # the probe's 64 KiB cap counted per chunk, not per body
+        "src/modelswap/capped.py",
+        "if len(body) > limit:",
+        "if len(chunk) > limit:",
+        ("tests/unit/test_capped.py",),
+    ),
+    Mutation(
+        "capped-off-by-one",  # a body of exactly the cap refused
+        "src/modelswap/capped.py",
+        "if len(body) > limit:",
+        "if len(body) >= limit:",
+        ("tests/unit/test_capped.py",),
+    ),
+    Mutation(
+        "read-body-unbounded",  # a chunked client body read without the cap
+        "src/modelswap/http/openai_routes.py",
+        "return await read_capped(request.content.iter_any(), limit)",
+        "return await request.read()",
+        ("tests/integration/test_read_body.py",),
+    ),
+    Mutation(
+        "usage-strip-without-choices",  # an event with usage but no choices stripped
+        "src/modelswap/observe/usage.py",
+        'data.get("choices") == []',
+        'not data.get("choices")',
+        ("tests/unit/observe/test_usage.py",),
+    ),
+    Mutation(
+        "alias-loses-context",  # alias rows without the reported context
+        "src/modelswap/http/catalog.py",
+        'if key != "aliases"}',
+        'if key not in ("aliases", "max_model_len", "context_length", "meta")}',
+        ("tests/unit/http/test_catalog_aliases.py",),
+    ),
+    Mutation(
+        "redact-case-sensitive",  # a secret printed in another case left visible
+        "src/modelswap/redact.py",
+        "for v in ordered), re.IGNORECASE)",
+        "for v in ordered))",
+        ("tests/unit/test_redact.py",),
+    ),
+    Mutation(
+        "json-depth-off-by-one",  # JSON at exactly the depth limit refused
+        "src/modelswap/jsonsafe.py",
+        "return opening <= max_depth or nesting_depth(data) <= max_depth",
+        "return opening < max_depth or nesting_depth(data) < max_depth",
+        ("tests/unit/test_jsonsafe.py",),
+    ),
+    Mutation(
+        "duplicate-keys-allowed",  # {"model":"a","model":"b"} read as b by us, a by others
+        "src/modelswap/http/extract.py",
+        "data = jsonsafe.loads(body, top_level_duplicates=True)",
+        "data = jsonsafe.loads(body)",
+        ("tests/unit/http/test_extract.py",),
+    ),
+    Mutation(
+        "model-name-unbounded",  # a 10 MB model name reaches the lookup and the echo
+        "src/modelswap/http/extract.py",
+        'if len(model.encode("utf-8", "surrogatepass")) > MAX_MODEL_NAME_BYTES:',
+        "if False:",
+        ("tests/unit/http/test_extract.py",),
+    ),
+    Mutation(
+        "error-events-not-redacted",  # a backend's error event relayed with its secrets
+        "src/modelswap/http/proxy.py",
+        "lines[index] = redact_error_body(line, redactor)",
+        "lines[index] = line",
+        ("tests/unit/http/test_error_redaction.py",),
+    ),
+    Mutation(
+        "receipt-unchecked",  # an absurd figure from a log line reported as the receipt
+        "src/modelswap/backends/capacity.py",
+        "if math.isfinite(value) and 0 < size <= limit:",
+        "if True:",
+        ("tests/unit/backends/test_capacity.py",),
+    ),
+)
+
+
+def copy_tree(into: Path) -> None:
+    for name in ("src", "tests", "pyproject.toml"):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(
+                source,
+                into / name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache"),
+            )
+        else:
+            shutil.copy2(source, into / name)
+
+
+def run_tests(root: Path, tests: tuple[str, ...]) -> int:
+    # The copy's own src first, for this process and every child it starts (fakes, watchdog).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    command += ["-m", FAST, *tests]
+    return subprocess.run(
+        command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    ).returncode
+
+
+def apply(root: Path, mutation: Mutation) -> None:
+    path = root / mutation.path
+    text = path.read_text()
+    count = text.count(mutation.find)
+    if count != 1:
+        where = f"{mutation.id}: {mutation.find!r} occurs {count} times in {mutation.path}"
+        raise SystemExit(where)
+    path.write_text(text.replace(mutation.find, mutation.replace))
+
+
+def check(mutation: Mutation, keep: bool) -> str:
+    root = Path(tempfile.mkdtemp(prefix=f"mutate-{mutation.id}-"))
+    try:
+        copy_tree(root)
+        if run_tests(root, mutation.tests) != 0:
+            return "baseline red"  # the unmutated tests fail: nothing can be concluded
+        apply(root, mutation)
+        return "killed" if run_tests(root, mutation.tests) != 0 else "SURVIVED"
+    finally:
+        if keep:
+            print(f"  kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", help="run this mutation id (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the mutated copies")
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.only or m.id in args.only]
+    if args.list or not chosen:
+        for m in MUTATIONS:
+            print(f"{m.id:32} {m.path}  <- {', '.join(m.tests)}")
+        return 0 if args.list else 2
+    bad = 0
+    for mutation in chosen:
+        started = time.monotonic()
+        outcome = check(mutation, args.keep)
+        bad += outcome != "killed"
+        print(f"{outcome:12} {mutation.id:32} ({time.monotonic() - started:.0f} s)", flush=True)
+    print(f"{len(chosen) - bad} of {len(chosen)} mutations killed by the fast tier")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
