@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,18 +49,6 @@ class EventBus:
                 queue.put_nowait(Event(DROPPED, {"reason": "too slow to keep up"}))
                 continue
             queue.put_nowait(event)
-
-    async def subscribe(self) -> AsyncIterator[Event]:
-        queue: asyncio.Queue[Event] = asyncio.Queue(self._queue_size)
-        self._subscribers.add(queue)
-        try:
-            while True:
-                event = await queue.get()
-                yield event
-                if event.kind == DROPPED:
-                    return  # dropped for being too slow: nothing more will come
-        finally:
-            self._subscribers.discard(queue)
 
     def subscriber_queue(self) -> asyncio.Queue[Event]:
         """A queue that receives every event from now on; pair with :meth:`unsubscribe`."""

@@ -438,11 +438,6 @@ class Redactor:
         """
         return self._data(value, False, set(), 0)
 
-    def diagnosis_dict(self, d: Mapping[str, object]) -> dict[str, object]:
-        """:meth:`data` for a mapping with string keys, typed."""
-        out = self._data(d, False, set(), 0)
-        return {str(k): v for k, v in out.items()} if isinstance(out, dict) else {}
-
     def _data(self, value: object, secret: bool, active: set[int], depth: int) -> object:
         if value is None or isinstance(value, bool):
             return value

@@ -327,9 +327,9 @@ def test_redact_data() -> None:
     assert R.data(None) is None
 
 
-def test_redact_diagnosis_dict() -> None:
+def test_redact_a_diagnosis() -> None:
     d = {"code": "oom", "evidence": "llama-server --api-key abc failed", "numbers": {"n": 1.0}}
-    got = R.diagnosis_dict(d)
+    got = R.data(d)
     assert got == {
         "code": "oom",
         "evidence": f"llama-server --api-key {MASK} failed",

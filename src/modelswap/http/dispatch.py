@@ -26,7 +26,7 @@ from modelswap.http import proxy
 from modelswap.http.extract import RequestBody, dump_json, replace_model
 from modelswap.http.filters import apply_layers
 from modelswap.http.observing import OBS
-from modelswap.http.waiting import WaitingStream
+from modelswap.http.waiting import WaitingStream, fail_or_raise
 from modelswap.observe.usage import UsageTracker, request_usage_injection
 from modelswap.routing.peers import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
@@ -90,9 +90,7 @@ async def dispatch(
                 )
         raise AssertionError("unreachable: the last target re-raises")
     except ModelswapError as exc:
-        if waiting is not None and waiting.response is not None:
-            return await waiting.fail(exc)
-        raise
+        return await fail_or_raise(waiting, exc)
 
 
 async def _attempt(

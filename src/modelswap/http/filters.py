@@ -1,8 +1,8 @@
-"""Request filters: strip, default and force keys of a JSON request body. Pure over bytes.
+"""Request filters: strip, default and force keys of a parsed JSON request body. Pure.
 
 Layers apply in order (the model's, then the alias's); within a layer: ``stripParams`` first,
-then ``defaultParams`` (only keys the body lacks), then ``setParams`` (forced). The body is
-re-serialised only when something changed; otherwise the very same ``bytes`` object comes back.
+then ``defaultParams`` (only keys the body lacks), then ``setParams`` (forced). The caller
+re-serialises the body only when something changed (``http/dispatch.prepare_body``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterable
 
 from modelswap.config.resolved import Filters
-from modelswap.http.extract import dump_json
 
 PROTECTED = "model"
 
@@ -44,18 +43,3 @@ def apply_layers(data: dict[str, object], layers: Iterable[Filters]) -> bool:
     for layer in layers:
         changed = _apply_layer(data, layer) or changed
     return changed
-
-
-def apply_filters(body: bytes, filters: Filters | Iterable[Filters]) -> bytes:
-    """``body`` with ``filters`` applied; ``body`` itself when it is not a JSON object or no
-    filter changed anything. ``model`` is never touched (config checks refuse filters on it)."""
-    layers = [filters] if isinstance(filters, Filters) else [f for f in filters if f]
-    if not layers:
-        return body
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return body
-    if not isinstance(data, dict) or not apply_layers(data, layers):
-        return body
-    return dump_json(data)

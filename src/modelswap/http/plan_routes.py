@@ -22,6 +22,7 @@ from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.memory import ENGINES
 from modelswap.planner.receipt import running_fields
+from modelswap.planner.render import plan_dict
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState
 
@@ -75,7 +76,7 @@ async def plan(request: web.Request) -> web.Response:
             param="model",
         )
     return web.json_response(
-        _masked({"model_id": model.id, **found.as_dict()}, runtime.redactor.text)
+        _masked({"model_id": model.id, **plan_dict(found)}, runtime.redactor.text)
     )
 
 

@@ -36,7 +36,7 @@ from modelswap.errors import (
 from modelswap.http.errors import envelope
 from modelswap.http.keys import RUNTIME
 from modelswap.http.observing import OBS, RequestObs
-from modelswap.http.waiting import WaitingStream
+from modelswap.http.waiting import WaitingStream, fail_or_raise
 from modelswap.redact import Redactor
 from modelswap.routing.local import Lease, LocalRouter
 
@@ -179,9 +179,7 @@ async def send_to_model(
             request, router, session, model, path_qs=path_qs, body=body, waiting=waiting
         )
     except ModelswapError as exc:
-        if waiting is not None and waiting.response is not None:
-            return await waiting.fail(exc)
-        raise
+        return await fail_or_raise(waiting, exc)
 
 
 async def attempt_local(

@@ -74,6 +74,14 @@ class WaitingStream:
         return self.response
 
 
+async def fail_or_raise(waiting: WaitingStream | None, error: ModelswapError) -> web.StreamResponse:
+    """How an error reaches a client: as the final event of a stream already opened early,
+    else raised, for the error middleware to answer with a status."""
+    if waiting is not None and waiting.response is not None:
+        return await waiting.fail(error)
+    raise error
+
+
 def _body(response: web.Response) -> bytes:
     body = response.body
     return body if isinstance(body, bytes) else b"{}"

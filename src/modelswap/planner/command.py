@@ -20,7 +20,7 @@ from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.memory import ENGINES, Plan, PlanInputs, make_plan
 from modelswap.planner.params import QUANT_NAMES
-from modelswap.planner.render import svg, table
+from modelswap.planner.render import plan_dict, svg, table
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
 
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"modelswap plan: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps(plan.as_dict(), indent=2))
+        print(json.dumps(plan_dict(plan), indent=2))
     else:
         print(table(plan))
     if args.svg:

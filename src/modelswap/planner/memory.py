@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from modelswap.planner import kv
 from modelswap.planner.shape import ModelShape, dtype_bytes
@@ -89,11 +88,6 @@ class Plan:
         if self.fits is None:
             return "unknown (no GPU memory given: sizes only)"
         return "fits" if self.fits else "does not fit"
-
-    def as_dict(self) -> dict[str, Any]:
-        from modelswap.planner.render import plan_dict
-
-        return plan_dict(self)
 
 
 def _default_seqs(inputs: PlanInputs) -> int:

@@ -8,10 +8,9 @@ budget, more sequences' worth) | reserve above the utilisation limit.
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from modelswap.planner.memory import Plan
+from modelswap.planner.memory import Plan
 
 GIB = 1024**3
 MIB = 1024**2

@@ -1,8 +1,7 @@
-"""apply_filters: strip, then default (when absent), then set; layers in order; pure over bytes."""
+"""apply_layers: strip, then default (when absent), then set; layers in order; in place."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 from modelswap.config.load import load_config
 from modelswap.config.resolved import Filters, ModelConfig, Timeouts
 from modelswap.errors import ConfigError
-from modelswap.http.filters import apply_filters
+from modelswap.http.filters import apply_layers
 
 
 def filters(
@@ -77,15 +76,13 @@ CASES: list[tuple[str, dict[str, Any], list[Filters], dict[str, Any]]] = [
 @pytest.mark.parametrize(
     ("body", "layers", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_apply_filters(
+def test_apply_layers(
     body: dict[str, Any], layers: list[Filters], expected: dict[str, Any]
 ) -> None:
-    assert json.loads(apply_filters(json.dumps(body).encode(), layers)) == expected
-
-
-def test_single_filters_object_is_accepted() -> None:
-    out = apply_filters(b'{"model":"m","a":1}', filters(strip=("a",)))
-    assert out == b'{"model":"m"}'
+    data = dict(body)
+    changed = apply_layers(data, layers)
+    assert data == expected
+    assert changed or expected == body
 
 
 @pytest.mark.parametrize(
@@ -99,28 +96,17 @@ def test_single_filters_object_is_accepted() -> None:
         [filters(strip=("model",), set_={"model": "x"})],
     ],
 )
-def test_no_change_returns_the_same_bytes_object(layers: list[Filters]) -> None:
-    body = b'{ "model" : "m", "temperature": 0.9,\n "top_k": 40 }'
-    assert apply_filters(body, layers) is body
+def test_no_change_is_reported_as_none(layers: list[Filters]) -> None:
+    # The caller then forwards the client's very bytes (dispatch.prepare_body).
+    data = dict(BASE)
+    assert apply_layers(data, layers) is False
+    assert data == BASE
 
 
 def test_set_distinguishes_true_from_one() -> None:
-    body = b'{"model":"m","flag":1}'
-    out = apply_filters(body, [filters(set_={"flag": True})])
-    assert out is not body
-    assert json.loads(out)["flag"] is True
-
-
-@pytest.mark.parametrize(
-    "body", [b"[1,2]", b'"text"', b"42", b"null", b"not json", b"", b"\xff\xfe"]
-)
-def test_non_object_bodies_are_untouched(body: bytes) -> None:
-    assert apply_filters(body, [filters(strip=("a",), set_={"b": 1})]) is body
-
-
-def test_unicode_is_kept_as_is() -> None:
-    out = apply_filters('{"model":"m","q":"café"}'.encode(), [filters(set_={"n": 1})])
-    assert "café".encode() in out
+    data: dict[str, object] = {"model": "m", "flag": 1}
+    assert apply_layers(data, [filters(set_={"flag": True})]) is True
+    assert data["flag"] is True
 
 
 def test_model_config_layers_by_name() -> None:

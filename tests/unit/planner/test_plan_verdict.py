@@ -7,6 +7,7 @@ import pytest
 from tests.unit.planner.conftest import GIB, MIB, model
 
 from modelswap.planner.memory import VLLM_ALLOWANCE, PlanInputs, make_plan
+from modelswap.planner.render import plan_dict
 
 
 def question(**changes: object) -> PlanInputs:
@@ -123,7 +124,7 @@ def test_without_gpu_memory_there_are_sizes_but_no_verdict() -> None:
     assert plan.budget_bytes is None
     assert plan.max_context is None
     assert plan.kv_bytes_at_context == 8192 * 128 * 1024
-    assert "fits" not in plan.as_dict()
+    assert "fits" not in plan_dict(plan)
 
 
 def test_context_beyond_the_model_is_noted() -> None:
