@@ -15,6 +15,7 @@ from modelswap.http.sse import event_stream
 from modelswap.observe.metrics import relabel_backend_metrics
 from modelswap.states import ProcessState
 from modelswap.supervisor.logs import LogBuffer
+from modelswap.webui.routes import memory_view
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,14 @@ class GatewayLogHandler(logging.Handler):
             self.handleError(record)
 
 
+async def memory(request: web.Request) -> web.Response:
+    """What the web UI's Memory page draws: budgets, models and their bands."""
+    runtime = request.app[RUNTIME]
+    return web.json_response(runtime.redactor.data(memory_view(runtime)))
+
+
 def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/memory", memory)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/activity", activity)
     app.router.add_get("/logs", gateway_log)

@@ -1,4 +1,5 @@
-"""``/ui/``: the web UI's static files (shipped inside the package), and ``GET /api/memory``.
+"""``/ui/``: the web UI's static files (shipped inside the package), and the view its Memory
+page draws (:func:`memory_view`, served as ``GET /api/memory`` by ``http/observe_routes``).
 
 The pages are plain HTML/CSS/JS with no build step and no external requests. Every API call
 they make carries the key the user typed; the files themselves are open (they hold no data).
@@ -12,7 +13,6 @@ from typing import Any
 
 from aiohttp import web
 
-from modelswap.http.keys import RUNTIME
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState
 
@@ -110,13 +110,7 @@ def memory_view(runtime: Runtime) -> dict[str, Any]:
     return {"resources": resources}
 
 
-async def memory(request: web.Request) -> web.Response:
-    data = request.app[RUNTIME].redactor.data(memory_view(request.app[RUNTIME]))
-    return web.json_response(data)
-
-
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/ui", ui_redirect)
     app.router.add_get("/ui/", ui_index)
     app.router.add_static("/ui", STATIC, append_version=False)
-    app.router.add_get("/api/memory", memory)
