@@ -1,4 +1,7 @@
-"""Process states and the one table of legal transitions (DESIGN §3). Stdlib only."""
+"""Process states and the one table of legal transitions. Stdlib only.
+
+The lifecycle they describe: docs/architecture.md, "Process lifecycle".
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""End to end: the truthful catalog (DESIGN §5, issue 3). ``/v1/models``, ``/models`` and
-``/running`` show what each running backend itself reported, nothing for models not running,
-the command line's promise apart as ``configured``, and the allocator's receipt as ``capacity``.
+"""End to end: the truthful catalog (docs/architecture.md, "The catalog"; issue 3).
+``/v1/models``, ``/models`` and ``/running`` show what each running backend itself reported,
+nothing for models not running, the command line's promise apart as ``configured``, and the
+allocator's receipt as ``capacity``.
 
 The probe runs right after READY, concurrently with the first request, so tests poll (with a
 deadline) until the reported fields appear."""

@@ -1,6 +1,6 @@
-"""The metadata probe against real sockets (DESIGN §5): fake backends as subprocesses, a small
-in-process aiohttp server for HTTP statuses and hangs, and ManagedProcess's handling of the
-result (stored after READY, concurrently; cleared first thing when a new start begins)."""
+"""The metadata probe against real sockets (docs/backends.md §7): fake backends as subprocesses,
+a small in-process aiohttp server for HTTP statuses and hangs, and ManagedProcess's handling of
+the result (stored after READY, concurrently; cleared first thing when a new start begins)."""
 
 from __future__ import annotations
 

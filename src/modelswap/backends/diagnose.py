@@ -1,6 +1,6 @@
 """Turn a failed start's log tail into a :class:`Diagnosis`: the root cause and its fix.
 
-Pure functions over text. The rules are tried in root-cause order (BACKENDS.md §8 item 4);
+Pure functions over text. The rules are tried in root-cause order (docs/backends.md §9);
 within a rule its patterns go from the most specific line to the wrapper, and each pattern is
 matched bottom-up over the tail. So a wrapper printed after the root cause (vLLM's "Engine core
 initialization failed", llama.cpp's "failed to load model") is never the answer.

@@ -10,7 +10,7 @@ from modelswap import jsonsafe
 
 MAX_SANE = 2**31
 
-# owned_by → backend kind (BACKENDS.md §1–2). Ollama's owned_by is a namespace, not a name.
+# owned_by → backend kind (docs/backends.md §2). Ollama's owned_by is a namespace, not a name.
 _OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp"}
 
 

@@ -1,4 +1,5 @@
-"""The metadata probe: after a backend is ready, ask it what it actually allocated (DESIGN §5).
+"""The metadata probe: after a backend is ready, ask it what it actually allocated
+(docs/backends.md §7; docs/architecture.md, "The catalog").
 
 Bounded in every way: one total timeout (2 s) for all requests, each body read as a stream and
 abandoned past 64 KiB, http/https only. Any failure means "metadata unavailable" (``None``),

@@ -1,4 +1,7 @@
-"""What ``GET /v1/models`` and ``GET /running`` say about each model (DESIGN §5)."""
+"""What ``GET /v1/models`` and ``GET /running`` say about each model.
+
+The rules: docs/architecture.md, "The catalog".
+"""
 
 from __future__ import annotations
 
@@ -163,7 +166,7 @@ def _loop_time() -> float | None:
 
 def peer_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any]]:
     """One row per peer model ``key`` may use, named ``peerID/model``. No runtime fields: a
-    peer's state and context are its own to report (DESIGN §5)."""
+    peer's state and context are its own to report (docs/architecture.md, "The catalog")."""
     created = int(runtime.started_at)
     return [
         {

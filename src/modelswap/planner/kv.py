@@ -1,5 +1,5 @@
-"""KV-cache arithmetic (BACKENDS.md §5): bytes per token, fixed state per sequence, and how
-vLLM and llama.cpp lay the cache out.
+"""KV-cache arithmetic (docs/backends.md §14–§17): bytes per token, fixed state per sequence,
+and how vLLM and llama.cpp lay the cache out.
 
 Pure functions over a :class:`ModelShape`. vLLM:
 

@@ -21,7 +21,8 @@ MIB = 1024**2
 # vLLM 0.9's memory profile of Llama-3.1-8B (tests/data/startup-logs/vllm-old-success.log:
 # non_torch_memory 0.09 GiB, activation peak 1.67 GiB) plus the CUDA-graph memory vLLM 0.19
 # estimates before sizing the KV cache (vllm-new-success.log: 0.41 GiB). llama.cpp: the compute
-# buffer it logged for a 27B model at 200k context (BACKENDS.md §4).
+# buffer it logged for a 27B hybrid, 495 MiB at a 200k context and again at 4 × 131,072 cells
+# (llamacpp-success.log). Both: docs/backends.md §19.
 VLLM_ALLOWANCE = int(2.17 * GIB)
 VLLM_ALLOWANCE_SOURCE = (
     "default, from real vLLM logs: 0.09 GiB non-torch + 1.67 GiB activation peak "

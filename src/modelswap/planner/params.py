@@ -1,13 +1,14 @@
 """Weights without weight files: parameters counted from ``config.json``, times the bytes per
-parameter of each part's storage (BACKENDS.md §6).
+parameter of each part's storage (docs/backends.md §18).
 
 Used only when a model folder has no safetensors headers and no index to read the exact size
 from. The count covers the big matrices (embeddings, attention, GDN projections, MLP or
 experts, the vision tower, MTP layers); norms and biases are left out (well under 0.1 %).
 Quantized checkpoints keep some parts in BF16 — ``quantization_config`` says which (its
 ``ignore`` / ``modules_to_not_convert`` / ``exclude_modules`` patterns, matched against
-representative module names); without a config the BACKENDS.md §6 rule applies: embeddings,
-``lm_head``, the vision tower, the MTP head and GDN ``conv1d`` stay BF16.
+representative module names); when the scheme is given rather than read from a config
+(``--quantization``), the rule of docs/backends.md §18 applies: embeddings, ``lm_head``, the
+vision tower, the MTP head, GDN ``conv1d`` and the MoE router stay BF16.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from modelswap.planner.shape import Weights, layer_kinds, text_config
 
 # Bytes per parameter of quantized storage (values plus their scales).
 QUANT_BYTES: dict[str, float] = {
-    "nvfp4": 4.5 / 8,  # E2M1 + one FP8 scale per 16 values (BACKENDS.md §6)
+    "nvfp4": 4.5 / 8,  # E2M1 + one FP8 scale per 16 values (docs/backends.md §18)
     "mxfp4": 4.25 / 8,  # E2M1 + one E8M0 scale per 32 values (OCP MX spec)
     "fp8": 1.0,
     "int8": 1.0,
@@ -30,7 +31,7 @@ QUANT_BYTES: dict[str, float] = {
 }
 QUANT_NAMES = ("none", *QUANT_BYTES)
 
-# Parts a checkpoint keeps in 16 bits unless its config says otherwise (BACKENDS.md §6).
+# Parts a checkpoint keeps in 16 bits unless its config says otherwise (docs/backends.md §18).
 DEFAULT_UNQUANTIZED = ("embed", "lm_head", "vision", "mtp", "conv1d", "router")
 
 # Representative module names per part: an ignore pattern that matches any of them keeps

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Bytes per element of the dtypes that configs and flags name (BACKENDS.md §5).
+# Bytes per element of the dtypes that configs and flags name (docs/backends.md §14).
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
     "fp32": 4,
@@ -68,7 +68,7 @@ class LinearState:
     """Gated DeltaNet (or Mamba-2) layers: a fixed state per sequence, whatever its length.
 
     Sizes follow vLLM's ``gated_delta_net_state_shape`` and llama.cpp's ``n_embd_r`` /
-    ``n_embd_s`` (BACKENDS.md §5): conv state ``(kernel-1) × conv_dim``, recurrent state
+    ``n_embd_s`` (docs/backends.md §15): conv state ``(kernel-1) × conv_dim``, recurrent state
     ``v_heads × v_dim × k_dim``, with ``conv_dim = 2·k_heads·k_dim + v_heads·v_dim``.
     """
 
@@ -165,7 +165,7 @@ class ModelShape:
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The language model's config: ``text_config`` (multimodal checkpoints such as
-    Qwen3.5/3.6, BACKENDS.md §5), else ``llm_config``, else the config itself."""
+    Qwen3.5/3.6, docs/backends.md §14), else ``llm_config``, else the config itself."""
     for key in ("text_config", "llm_config", "language_config"):
         nested = config.get(key)
         if isinstance(nested, Mapping) and nested.get("num_hidden_layers"):

@@ -2,7 +2,7 @@
 
 ``acquire(model)`` returns a :class:`Lease` once the scheduler grants the request; the lease
 must be released exactly once, when the response body has finished or the client went away —
-not when the handler returns (DESIGN §4). Releasing is idempotent.
+not when the handler returns (docs/architecture.md, "Scheduler rules"). Releasing is idempotent.
 """
 
 from __future__ import annotations

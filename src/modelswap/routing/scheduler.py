@@ -1,10 +1,10 @@
-"""The scheduler: one pure, synchronous decision-maker for every request (DESIGN §4).
+"""The scheduler: one pure, synchronous decision-maker for every request.
 
 It decides; :class:`~modelswap.routing.protocols.Effects` acts (and is its only clock). Every
 ``on_*`` method is a plain ``def`` that runs to completion on the event loop, so no lock is
 needed and tests drive it directly with a recording ``Effects`` (no sleeps, no sockets).
 
-Rules, in the order ``_pump`` applies them:
+Rules, in the order ``_pump`` applies them (docs/architecture.md, "Scheduler rules"):
 
 1. A model whose unload was asked for is stopped once its in-flight requests drain.
 2. The *next target* is chosen among the models of queued requests that are not running: the

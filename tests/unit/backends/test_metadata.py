@@ -1,5 +1,6 @@
-"""The pure parsers behind the metadata probe (DESIGN §5): what a backend's ``/v1/models``,
-llama.cpp ``/props`` and Ollama ``/api/ps`` say, and which numbers are believed."""
+"""The pure parsers behind the metadata probe (docs/backends.md §7): what a backend's
+``/v1/models``, llama.cpp ``/props`` and Ollama ``/api/ps`` say, and which numbers are
+believed."""
 
 from __future__ import annotations
 

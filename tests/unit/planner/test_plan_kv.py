@@ -1,5 +1,5 @@
 """KV bytes per token, per-sequence state and vLLM's block geometry, against the worked figures
-of BACKENDS.md §5 and the capacity lines of real startup logs."""
+of docs/backends.md §20 and the capacity lines of real startup logs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from modelswap.planner.shape import ModelShape
 
 
 def test_27b_hybrid_kv_per_token(q27: ModelShape) -> None:
-    # 2 × 16 full-attention layers × 4 KV heads × 256 × dtype (BACKENDS.md §5).
+    # 2 × 16 full-attention layers × 4 KV heads × 256 × dtype (docs/backends.md §14).
     assert kv.kv_bytes_per_token(q27, "bfloat16") == 64 * KIB
     assert kv.kv_bytes_per_token(q27, "fp8") == 32 * KIB
     assert kv.kv_bytes_per_token(q27, "q8_0") == 34 * KIB

@@ -65,7 +65,7 @@ def test_quantization_config_keeps_its_ignored_parts_wide() -> None:
 
 
 def test_nvfp4_override_follows_the_backends_rule() -> None:
-    # BACKENDS.md §6: NVFP4 at 0.5625 B/param; embeddings, lm_head, vision, MTP, conv1d BF16.
+    # docs/backends.md §18: NVFP4 at 0.5625 B/param; embeddings, lm_head, vision, MTP, conv1d BF16.
     plain = model("qwen3.6-27b")
     nvfp4 = model("qwen3.6-27b", quantization="nvfp4")
     assert plain.weights.bytes / GIB == pytest.approx(50.9, abs=0.1)

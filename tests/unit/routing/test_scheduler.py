@@ -1,4 +1,6 @@
-"""The scheduler, driven directly with a recording Effects (DESIGN §4, §7).
+"""The scheduler, driven directly with a recording Effects.
+
+The rules under test are in docs/architecture.md, "Scheduler rules"; the layout in "Tests".
 
 Each test feeds events to the scheduler and asserts the exact sequence of effects it asked for,
 step by step (``fx.take()`` returns the calls made since the previous ``take``).
