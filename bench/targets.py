@@ -351,6 +351,9 @@ class Fleet:
                 "cold": {"members": cold_group, "swap": True, "exclusive": False},
             },
             "hooks": {"onStartup": {"preload": ["fake"]}},
+            # Every load generator connects from 127.0.0.1: one client, as far as the
+            # per-client connection share knows (default 64, under the c128 cases).
+            "limits": {"maxConnectionsPerClient": 1024},
             "models": models,
         }
         path = self.workdir / f"{name}.yaml"

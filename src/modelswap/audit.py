@@ -1,11 +1,14 @@
 """``modelswap audit``: a security report of a config file or of a running instance.
 
 Each finding has a severity: ``high`` (fix before exposing anything), ``medium`` (deliberate
-openings worth a second look) or ``info``. The command exits 1 when any finding is high.
+openings worth a second look) or ``info``. The command exits 1 when any finding is high, and 2
+when a running instance's report cannot be read (:class:`ReportUnavailable`): an audit that saw
+nothing must not read as a clean one.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import stat
@@ -24,6 +27,10 @@ from modelswap.redact import is_secret_name
 
 HIGH, MEDIUM, INFO = "high", "medium", "info"
 MIN_KEY_LENGTH = 16
+
+
+class ReportUnavailable(Exception):
+    """``audit --url`` could not read the instance's ``/api/security``; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +60,7 @@ def audit_config(config: Config, path: Path | None) -> list[Finding]:
             found.append(Finding(INFO, "exposure", f"listens on {host}; keys are required"))
     else:
         found.append(Finding(INFO, "exposure", f"listens on loopback ({host}) only"))
-    found += _keys(config)
+    found += _keys(config, exposed=not is_loopback_host(host))
     for switch in open_switches(config):
         found.append(Finding(MEDIUM, "open switch", switch))
     if path is not None:
@@ -61,7 +68,8 @@ def audit_config(config: Config, path: Path | None) -> list[Finding]:
     return found
 
 
-def _keys(config: Config) -> list[Finding]:
+def _keys(config: Config, *, exposed: bool) -> list[Finding]:
+    """A short key is easy to guess; off loopback anyone on the network may try (HIGH)."""
     found: list[Finding] = []
     if not config.api_keys:
         found.append(Finding(INFO, "keys", "no apiKeys: every route is open on the listen address"))
@@ -70,11 +78,13 @@ def _keys(config: Config) -> list[Finding]:
         models = ", ".join(key.models) or "all models"
         found.append(Finding(INFO, "keys", f"{key.name}: scopes {scopes}; {models}"))
         if len(key.secret) < MIN_KEY_LENGTH:
+            where = f"; {config.listen_host} is reachable off this machine" if exposed else ""
             found.append(
                 Finding(
-                    MEDIUM,
+                    HIGH if exposed else MEDIUM,
                     "keys",
-                    f"{key.name} is shorter than {MIN_KEY_LENGTH} characters: easy to guess",
+                    f"{key.name} is shorter than {MIN_KEY_LENGTH} characters: easy to guess"
+                    + where,
                 )
             )
     return found
@@ -89,11 +99,12 @@ def _file(path: Path) -> list[Finding]:
         return found
     plain = list(plain_text_secrets(raw))
     for where in plain:
+        instead = "apiKeyEnv" if where.startswith("peers.") else "keyEnv or keyFile"
         found.append(
             Finding(
                 HIGH,
                 "plain-text secret",
-                f"{where} holds a secret in the file; use ${{env.NAME}}, keyEnv or keyFile instead",
+                f"{where} holds a secret in the file; use ${{env.NAME}} or {instead} instead",
             )
         )
     if mode & stat.S_IROTH:
@@ -126,6 +137,11 @@ def plain_text_secrets(raw: Any) -> Iterable[str]:
         proxy = model.get("proxy")
         if isinstance(proxy, str) and "@" in proxy.split("//", 1)[-1].split("/", 1)[0]:
             yield f"{base}.proxy"
+    for peer_id, peer in (raw.get("peers") or {}).items():
+        # The key modelswap sends to another gateway: literal here, or ${env.X} / apiKeyEnv.
+        key = peer.get("apiKey") if isinstance(peer, dict) else None
+        if isinstance(key, str) and key.strip() and not _is_macro(key):
+            yield f"peers.{peer_id}.apiKey"
 
 
 def _env_secrets(env: Any, base: str) -> Iterable[str]:
@@ -153,34 +169,15 @@ def _cmd_secrets(cmd: Any, base: str) -> Iterable[str]:
 
 def audit_url(url: str, key: str | None) -> list[Finding]:
     """Audit a running instance through its own ``/api/security`` (read scope; open when the
-    instance has no keys) and what answers without a key."""
-    found: list[Finding] = []
+    instance has no keys) and what answers without a key. Raises :class:`ReportUnavailable`
+    when the report cannot be read: without it nothing can be rated."""
     base = url.rstrip("/")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    request = urllib.request.Request(base + "/api/security", headers=headers)
-    report: dict[str, Any] | None = None
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            report = json.loads(response.read(1 << 20))
-    except urllib.error.HTTPError as exc:
-        found.append(
-            Finding(
-                INFO,
-                "report",
-                f"/api/security answered {exc.code} "
-                "(give a key with the read scope for the full report)",
-            )
-        )
-    except (OSError, ValueError) as exc:
-        return [Finding(HIGH, "reach", f"cannot reach {base}: {exc}")]
+    report = _report(base, key)
     try:
         open_models = _status(base + "/v1/models", None) == 200
-    except OSError as exc:
-        return [*found, Finding(HIGH, "reach", f"cannot reach {base}: {exc}")]
-    if report is None:
-        if open_models:
-            found.append(Finding(HIGH, "exposure", f"{base}/v1/models answers without a key"))
-        return found
+    except (OSError, http.client.HTTPException) as exc:
+        raise ReportUnavailable(f"cannot read {base}/v1/models: {_reason(exc)}") from exc
+    found: list[Finding] = []
     loopback = bool(report.get("loopback_only"))
     if open_models and not loopback:
         found.append(
@@ -204,6 +201,38 @@ def audit_url(url: str, key: str | None) -> list[Finding]:
         scopes = ", ".join(k.get("scopes", []))
         found.append(Finding(INFO, "keys", f"{k.get('name')}: scopes {scopes}"))
     return found
+
+
+def _report(base: str, key: str | None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    request = urllib.request.Request(base + "/api/security", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            report = json.loads(response.read(1 << 20))
+    except urllib.error.HTTPError as exc:
+        hint = {
+            401: "give a key with the read scope (--key or MODELSWAP_KEY)"
+            if not key
+            else "the key given is not valid there",
+            403: "the key given lacks the read scope",
+        }.get(exc.code, "is it modelswap?")
+        raise ReportUnavailable(
+            f"cannot read {base}/api/security: it answered {exc.code} ({hint})"
+        ) from exc
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, not HTTP/JSON
+        raise ReportUnavailable(f"cannot read {base}/api/security: {_reason(exc)}") from exc
+    if not isinstance(report, dict) or "listen" not in report:
+        raise ReportUnavailable(
+            f"cannot read {base}/api/security: the answer is not a modelswap security report"
+        )
+    return report
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception in words on one line (urllib wraps the socket error in ``reason``)."""
+    reason = getattr(exc, "reason", None) or exc
+    text = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    return " ".join(str(text).split())
 
 
 def _status(url: str, key: str | None) -> int:

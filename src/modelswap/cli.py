@@ -14,7 +14,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from modelswap import __version__
-from modelswap.audit import HIGH, MEDIUM, audit_config, audit_url, key_from_env
+from modelswap.audit import (
+    HIGH,
+    MEDIUM,
+    ReportUnavailable,
+    audit_config,
+    audit_url,
+    key_from_env,
+)
 from modelswap.backends.diagnose import diagnose_text, missing_tool_flags
 from modelswap.config import (
     Config,
@@ -81,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "audit",
         help="security report of a config file or a running instance",
         description="Rate exposure, keys, open switches, remote backends and plain-text "
-        "secrets; exit 1 when anything is rated high.",
+        "secrets; exit 1 when anything is rated high, 2 when there is nothing to rate (an "
+        "invalid config, or --url whose report cannot be read).",
     )
     audit.add_argument("--config", help="YAML config file (default: the demo config)")
     audit.add_argument("--url", help="a running modelswap, e.g. http://127.0.0.1:8080")
@@ -164,9 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    """``modelswap audit``: findings one per line, high first; exit 1 if any is high."""
+    """``modelswap audit``: findings one per line, high first; exit 1 if any is high, 2 if
+    there was nothing to rate (an invalid config, an instance whose report cannot be read)."""
     if args.url:
-        findings = audit_url(args.url, args.key or key_from_env())
+        try:
+            findings = audit_url(args.url, args.key or key_from_env())
+        except ReportUnavailable as exc:
+            print(f"modelswap audit: {exc}; nothing was rated", file=sys.stderr)
+            return EXIT_CONFIG
     else:
         try:
             config = load_config(args.config) if args.config else demo_config()

@@ -1,12 +1,16 @@
 """``modelswap audit`` as users run it: a config file (safe and unsafe ones) and a running
-instance (``--url``, with and without a read key). Exit 0 unless something is rated high."""
+instance (``--url``, with and without a read key). Exit 0 unless something is rated high; exit 2
+when there is nothing to rate (an invalid config; an instance whose report cannot be read)."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -169,6 +173,50 @@ def test_an_exposed_config_without_keys_fails(tmp_path: Path) -> None:
     assert CMD_KEY not in result.stdout
 
 
+PEER_LITERAL = "peer-literal-key-0000007"
+
+
+def test_a_plain_text_peer_key_is_high_and_an_env_sourced_one_is_not(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "peers.yaml",
+        "peers:\n"
+        f"  literal: {{proxy: 'http://192.0.2.20:8080', apiKey: {PEER_LITERAL}, models: [a]}}\n"
+        "  macro: {proxy: 'http://192.0.2.21:8080', apiKey: '${env.MS_PEER_KEY}', models: [b]}\n"
+        "  named: {proxy: 'http://192.0.2.22:8080', apiKeyEnv: MS_PEER_KEY, models: [c]}\n"
+        "models:\n  m:\n    cmd: srv --port ${PORT}\n",
+        0o600,
+    )
+    result = audit("--config", str(path), env={"MS_PEER_KEY": "peer-env-key-0000008"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    high = highs(result.stdout)
+    assert any(h.startswith("plain-text secret: peers.literal.apiKey holds") for h in high), high
+    assert not any("peers.macro" in h or "peers.named" in h for h in high), high
+    assert PEER_LITERAL not in result.stdout + result.stderr
+    assert "peer-env-key-0000008" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("listen", "severity"),
+    [("0.0.0.0:8080", "HIGH"), ("127.0.0.1:8080", "MEDIUM"), ("[::1]:8080", "MEDIUM")],
+)
+def test_a_short_key_is_high_off_loopback_and_medium_on_it(
+    tmp_path: Path, listen: str, severity: str
+) -> None:
+    path = write(
+        tmp_path / "short.yaml",
+        f"listen: '{listen}'\napiKeys: [{{keyEnv: MS_SHORT, name: tiny}}]\n"
+        "models:\n  m:\n    cmd: srv --port ${PORT}\n",
+        0o600,
+    )
+    result = audit("--config", str(path), env={"MS_SHORT": "abc"})
+    short = [(s, rest) for s, rest in findings(result.stdout) if "tiny is shorter than 16" in rest]
+    assert [s for s, _ in short] == [severity], result.stdout
+    assert result.returncode == (1 if severity == "HIGH" else 0), result.stdout
+    if severity == "HIGH":
+        assert "reachable off this machine" in short[0][1]
+    assert "abc" not in result.stdout  # the key itself is never shown
+
+
 def test_an_exposed_config_with_keys_is_not_high(tmp_path: Path) -> None:
     path = write(
         tmp_path / "keyed.yaml",
@@ -215,13 +263,23 @@ KEYS_TOP = (
 )
 
 
+def cannot_audit(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 2, one clear line on stderr, and no verdict on stdout (never "0 high")."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("modelswap audit: cannot read "), lines[0]
+    assert lines[0].endswith("; nothing was rated"), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert "high" not in result.stdout
+
+
 def test_audit_url_of_a_keyed_instance(gateway: StartGateway) -> None:
     gw = gateway(keyed_models(), extra_top=KEYS_TOP)
 
     without = audit("--url", gw.base_url)
-    assert without.returncode == 0, without.stdout + without.stderr
-    assert highs(without.stdout) == []
-    assert "/api/security answered 401" in without.stdout
+    cannot_audit(without, f"{gw.base_url}/api/security: it answered 401", "--key", "MODELSWAP_KEY")
 
     with_key = audit("--url", gw.base_url + "/", "--key", READ_KEY)
     assert with_key.returncode == 0, with_key.stdout + with_key.stderr
@@ -234,10 +292,12 @@ def test_audit_url_of_a_keyed_instance(gateway: StartGateway) -> None:
     assert "INFO   keys: auditor: scopes read" in from_env.stdout
 
     wrong_scope = audit("--url", gw.base_url, "--key", INF_KEY)
-    assert wrong_scope.returncode == 0
-    assert "/api/security answered 403" in wrong_scope.stdout
+    cannot_audit(wrong_scope, "answered 403", "lacks the read scope")
 
-    for result in (without, with_key, from_env, wrong_scope):
+    bad_key = audit("--url", gw.base_url, "--key", "sk-not-a-key-of-this-instance")
+    cannot_audit(bad_key, "answered 401", "not valid")
+
+    for result in (without, with_key, from_env, wrong_scope, bad_key):
         assert READ_KEY not in result.stdout + result.stderr
         assert INF_KEY not in result.stdout + result.stderr
 
@@ -259,7 +319,47 @@ def test_audit_url_agrees_with_audit_config_on_a_loopback_instance_without_keys(
     assert highs(from_url.stdout) == []
 
 
-def test_audit_url_of_nothing_is_high() -> None:
-    result = audit("--url", f"http://127.0.0.1:{free_port()}")
-    assert result.returncode == 1
-    assert highs(result.stdout)[0].startswith("reach: cannot reach")
+def test_audit_url_of_a_refused_port_exits_2() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    cannot_audit(audit("--url", url), f"cannot read {url}/api/security", "refused")
+
+
+class NotModelswap(http.server.BaseHTTPRequestHandler):
+    """Answers every GET 200 with a body that is not a security report."""
+
+    body = b"<html>hello</html>"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+class JsonButNotAReport(NotModelswap):
+    body = b'["a", "list"]'
+
+
+@pytest.mark.parametrize("handler", [NotModelswap, JsonButNotAReport], ids=["html", "json-list"])
+def test_audit_url_of_something_else_exits_2(
+    handler: type[http.server.BaseHTTPRequestHandler],
+) -> None:
+    with serving(handler) as url:
+        result = audit("--url", url)
+    cannot_audit(result, f"{url}/api/security")

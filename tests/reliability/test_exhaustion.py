@@ -10,16 +10,24 @@
   is logged once, and writing resumes when there is room again.
 * An unwritable state directory: the gateway starts anyway, serves, and says what it cannot
   keep (activity log, start times, the backend record), once each.
+* 1,100 connections from one address dripping their request line a byte at a time (more than
+  ``limits.maxConnections``): a client on another address is served; the 1,036 over that
+  address's share get a whole 503 with Retry-After, never a reset; once they close, the address
+  has its share back and the gateway its descriptors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import json
 import resource
+import selectors
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -102,7 +110,9 @@ async def test_a_low_descriptor_limit_is_survived(launch: LaunchFn, report: Repo
     cmd = fake_cmd("--tokens", "20", "--tps", "40")
     models = f"  a:\n    cmd: {cmd}\n  b:\n    cmd: {cmd}\n"
     groups = "groups:\n  all:\n    members: [a, b]\n    swap: false\n"
-    gw = launch(models, extra_top=groups, rlimits={resource.RLIMIT_NOFILE: 256})
+    # One client address: its connection share lifted, so that the descriptors run out first.
+    share = "limits: {maxConnectionsPerClient: 1024}\n"
+    gw = launch(models, extra_top=groups + share, rlimits={resource.RLIMIT_NOFILE: 256})
     proc = psutil.Process(gw.proc.pid)
     assert proc.rlimit(psutil.RLIMIT_NOFILE)[0] == 256
     for model in ("a", "b"):
@@ -195,3 +205,158 @@ def test_an_unwritable_state_directory_is_survived(
     assert activity["enabled"] is False
     assert not log_problems(log), log_problems(log)
     report(requests=5, warnings=[w for w in ("activity log off", "cannot record", "cannot save")])
+
+
+@contextlib.contextmanager
+def descriptors(needed: int) -> Iterator[None]:
+    """This process's RLIMIT_NOFILE soft limit raised to the hard one (a gateway started
+    inside inherits it); skipped when even the hard one is under ``needed``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        pytest.skip(f"needs {needed} file descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def parse(raw: bytes) -> tuple[int | None, dict[str, str]]:
+    """Status and headers of the response in ``raw`` (None when there is none)."""
+    head, sep, _ = raw.partition(b"\r\n\r\n")
+    if not sep:
+        return None, {}
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}
+
+
+class Drips:
+    """Raw non-blocking sockets from one source address (epoll: more than select's 1,024), and
+    what each received. Closing closes every one of them."""
+
+    def __init__(self, port: int, source: str) -> None:
+        self._port, self._source = port, source
+        self.socks: list[socket.socket] = []
+        self.data: dict[socket.socket, bytearray] = {}
+        self.ended: set[socket.socket] = set()  # EOF or reset
+        self.reset: set[socket.socket] = set()
+        self._selector = selectors.DefaultSelector()
+
+    def open(self, count: int) -> None:
+        for _ in range(count):
+            address = ("127.0.0.1", self._port)
+            sock = socket.create_connection(address, 30, source_address=(self._source, 0))
+            sock.setblocking(False)
+            self.socks.append(sock)
+            self.data[sock] = bytearray()
+            self._selector.register(sock, selectors.EVENT_READ)
+
+    def send(self, socks: list[socket.socket], data: bytes) -> None:
+        for sock in socks:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError, BlockingIOError):
+                sock.send(data)  # a failed send: what it had received is still read
+
+    def read(self, seconds: float) -> None:
+        for key, _ in self._selector.select(seconds):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                chunk = sock.recv(65536)
+            except BlockingIOError:
+                continue
+            except ConnectionResetError:
+                self.reset.add(sock)
+                chunk = b""
+            if chunk:
+                self.data[sock] += chunk
+            else:
+                self.ended.add(sock)
+                self._selector.unregister(sock)
+
+    def read_until(self, done: Callable[[], bool], ceiling: float) -> None:
+        deadline = time.monotonic() + ceiling
+        while not done() and time.monotonic() < deadline:
+            self.read(0.05)
+
+    def status(self, sock: socket.socket) -> int | None:
+        return parse(bytes(self.data[sock]))[0]
+
+    def close(self) -> None:
+        self._selector.close()
+        for sock in self.socks:
+            sock.close()
+
+
+def get_health(port: int, source: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_one_address_with_1100_slow_connections_does_not_shut_out_another(
+    launch: LaunchFn, report: Report
+) -> None:
+    count, share = 1100, 64  # the defaults: maxConnections 1024, maxConnectionsPerClient 64
+    with descriptors(2 * count + 500):
+        gw = launch(f"  a:\n    cmd: {fake_cmd()}\n")
+        gateway = psutil.Process(gw.proc.pid)
+        baseline = gateway.num_fds()
+        drips = Drips(gw.port, "127.0.0.1")
+        try:
+            drips.open(count)
+            for byte in b"GET /health HTTP/1.1\r\n":  # a byte at a time to each connection
+                drips.send(drips.socks, bytes([byte]))
+                drips.read(0.02)
+            peak_fds = gateway.num_fds()
+            assert get_health(gw.port, "127.0.0.2") == 200  # another address: served
+
+            def refused() -> list[socket.socket]:
+                return [s for s in drips.ended if drips.status(s) == 503]
+
+            drips.read_until(lambda: len(refused()) >= count - share, 120)
+            over = refused()
+            statuses = Counter(drips.status(s) for s in drips.socks)
+            assert len(over) == count - share, statuses
+            assert not drips.reset & set(over), "a refused connection was reset"
+            for sock in over:
+                assert int(parse(bytes(drips.data[sock]))[1]["retry-after"]) >= 1
+                assert b"limits.maxConnectionsPerClient: 64" in drips.data[sock]
+
+            within = [s for s in drips.socks if s not in drips.ended]
+            drips.send(within, b"Host: x\r\nConnection: close\r\n\r\n")  # they finish
+            drips.read_until(lambda: set(within) <= drips.ended, 60)
+            answered = Counter(drips.status(s) for s in within)
+            # 200; or nothing where a very busy machine let headerTimeout drop one first
+            assert set(answered) <= {200, None}, answered
+            assert answered[200] > 0, answered
+        finally:
+            drips.close()
+
+        # Its share is back once its connections are closed: all 64 at once are served.
+        gw.wait_for(lambda: get_health(gw.port, "127.0.0.1") == 200, timeout=30)
+        again = Drips(gw.port, "127.0.0.1")
+        try:
+            again.open(share)
+            again.send(again.socks, b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            again.read(0.05)
+            again.send(again.socks, b"Connection: close\r\n\r\n")
+            again.read_until(lambda: len(again.ended) == share, 60)
+            assert Counter(again.status(s) for s in again.socks) == {200: share}
+        finally:
+            again.close()
+        gw.wait_for(lambda: gateway.num_fds() <= baseline + 8, timeout=30)
+        episodes = gw.log().count("refusing connections with 503")
+        assert episodes == 1, gw.log()[-3000:]
+        report(
+            connections=count,
+            refused_with_503=len(over),
+            served_within_share=answered[200],
+            other_address="200",
+            gateway_fds_baseline=baseline,
+            gateway_fds_peak=peak_fds,
+            gateway_fds_after=gateway.num_fds(),
+        )

@@ -1,7 +1,8 @@
 """Scenario 1: the gateway dies (SIGKILL) or is stopped (SIGTERM, SIGINT) with three backends
 running — one forks a grandchild that calls ``setsid()``, one ignores SIGTERM, one runs under a
 ``bash -c`` wrapper — and within 5 s no process of any backend tree remains. A graceful stop
-first lets the in-flight streams finish (or end them with a clean error event).
+first lets the in-flight streams finish (or end them with a clean error event); requests that
+arrive meanwhile get 503 ``shutting_down`` (``/health`` too), then the port closes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +19,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tests.e2e.conftest import chat_body, fake_cmd, fake_cmd_text
+from tests.e2e.conftest import (
+    chat_body,
+    fake_cmd,
+    fake_cmd_text,
+    next_event,
+    open_stream,
+    request,
+    stream_tokens,
+)
 from tests.reliability.conftest import (
     Launched,
     LaunchFn,
@@ -29,6 +39,8 @@ from tests.reliability.conftest import (
 )
 
 pytestmark = pytest.mark.reliability
+
+JSON = {"Content-Type": "application/json"}
 
 DEADLINE = 5.0
 TOKENS = 40
@@ -171,3 +183,40 @@ def test_graceful_stop_finishes_streams_and_leaves_no_backend_tree(
         exit_code=code,
     )
     assert outcomes.count("complete") == len(results), results
+
+
+def test_requests_during_the_drain_get_503_while_the_stream_completes(
+    launch: LaunchFn, report: Report
+) -> None:
+    tokens = 40  # at 10 per second: the stream outlasts the signal and the requests below
+    gw = launch(f"  slow:\n    cmd: {fake_cmd('--tokens', str(tokens), '--tps', '10')}\n")
+    assert gw.post("/api/models/load/slow", b"")[0] == 200
+    with open_stream(gw, "slow", timeout=60) as stream:
+        assert stream.status == 200
+        first = next_event(stream)
+        assert first is not None
+        gw.proc.send_signal(signal.SIGTERM)
+        gw.wait_for(lambda: "shutting down: finishing 1 in-flight" in gw.log(), timeout=30)
+
+        during = request(gw, "POST", "/v1/chat/completions", chat_body("slow"), JSON)
+        assert during.status == 503, during.body
+        assert during.json()["error"]["code"] == "shutting_down"
+        assert during.json()["error"]["type"] == "service_unavailable"
+        assert during.headers["X-Modelswap-Error"] == "1"
+        assert int(during.headers["Retry-After"]) >= 1
+        health = request(gw, "GET", "/health")
+        assert health.status == 503
+        assert health.json()["status"] == "shutting_down"  # a load balancer stops sending
+
+        rest, events = stream_tokens(stream)
+    assert events[-1] == "[DONE]", events[-3:]
+    assert len(rest) + (1 if "tok0" in first else 0) == tokens
+    code = gw.proc.wait(timeout=60)
+    assert code == 0, gw.log()
+    try:
+        socket.create_connection(("127.0.0.1", gw.port), timeout=5).close()
+        closed = False
+    except ConnectionRefusedError:
+        closed = True
+    assert closed, "the port still accepts connections after the gateway exited"
+    report(stream_tokens=tokens, during_drain="503 shutting_down", health="503", exit_code=code)

@@ -86,10 +86,11 @@ class Security:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    header_timeout: float = 30.0
+    header_timeout: float = 10.0
     max_header_bytes: int = 16384
     max_headers: int = 100
     max_connections: int = 1024
+    max_connections_per_client: int = 64  # per IPv4 address or IPv6 /64
 
 
 @dataclass(frozen=True, slots=True)

@@ -422,7 +422,7 @@ class RawLimits(BaseModel):
     model_config = ConfigDict(**_MODEL_CONFIG)
 
     header_timeout: float = Field(
-        30.0,
+        10.0,
         gt=0,
         alias="headerTimeout",
         description="Seconds a client may take to send a request's headers (also the idle "
@@ -434,6 +434,13 @@ class RawLimits(BaseModel):
     max_headers: int = Field(100, ge=1, alias="maxHeaders", description="Most headers.")
     max_connections: int = Field(
         1024, ge=1, alias="maxConnections", description="Most client connections at once."
+    )
+    max_connections_per_client: int = Field(
+        64,
+        ge=1,
+        alias="maxConnectionsPerClient",
+        description="Most connections one client (an IPv4 address, an IPv6 /64) may hold at "
+        "once, so that no client can take all of maxConnections.",
     )
 
 

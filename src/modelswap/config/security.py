@@ -131,7 +131,13 @@ def resolve_security(raw: RawConfig, keys: tuple[ApiKey, ...], problems: Problem
 
 def resolve_limits(raw: RawConfig) -> Limits:
     lim = raw.limits
-    return Limits(lim.header_timeout, lim.max_header_bytes, lim.max_headers, lim.max_connections)
+    return Limits(
+        header_timeout=lim.header_timeout,
+        max_header_bytes=lim.max_header_bytes,
+        max_headers=lim.max_headers,
+        max_connections=lim.max_connections,
+        max_connections_per_client=lim.max_connections_per_client,
+    )
 
 
 def check_backend_locality(
@@ -199,5 +205,6 @@ def security_report(config: Config, *, allow_flag: bool = False) -> dict[str, ob
             "max_header_bytes": config.limits.max_header_bytes,
             "max_headers": config.limits.max_headers,
             "max_connections": config.limits.max_connections,
+            "max_connections_per_client": config.limits.max_connections_per_client,
         },
     }

@@ -17,11 +17,13 @@ from modelswap.http import (
     plan_routes,
     security_routes,
 )
-from modelswap.http.auth import FailureLimiter, auth_middleware
+from modelswap.http.auth import auth_middleware
 from modelswap.http.cors import Cors
+from modelswap.http.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.errors import error_response, response_for
 from modelswap.http.keys import RUNTIME
 from modelswap.http.observing import observe_middleware
+from modelswap.http.throttle import FailureLimiter
 from modelswap.runtime import Runtime
 from modelswap.webui import routes as webui_routes
 
@@ -53,11 +55,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def create_app(runtime: Runtime) -> web.Application:
-    """Middleware order: errors (outermost) → CORS (answers preflights) → auth → routes."""
+    """Middleware order: observation (outermost) → the shutdown drain (503 once it began) →
+    errors → CORS (answers preflights) → auth → routes."""
     cors = Cors(lambda: runtime.config.security.cors_origins)
+    drain = Drain()
     app = web.Application(
         middlewares=[
             observe_middleware,
+            drain_middleware(drain),
             error_middleware,
             cors.preflight,
             auth_middleware(lambda: runtime.config.api_keys, FailureLimiter()),
@@ -65,6 +70,7 @@ def create_app(runtime: Runtime) -> web.Application:
     )
     app.on_response_prepare.append(cors.on_prepare)
     app[RUNTIME] = runtime
+    app[DRAIN] = drain
     openai_routes.add_routes(app)
     observe_routes.add_routes(app)  # before admin's /logs/{model}: /logs/stream wins
     admin_routes.add_routes(app)

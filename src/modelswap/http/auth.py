@@ -4,6 +4,9 @@ Route classes: ``open`` (``/health``, ``/``), ``inference`` (model routes, the m
 ``read`` (status, logs, events, security report) and ``admin`` (load/unload, config export,
 upstream passthrough). With no ``apiKeys`` configured every route is open — modelswap then
 listens on loopback only (the exposure policy in ``config.security``).
+
+A wrong key is answered 401 after a wait that grows with recent failures
+(:mod:`modelswap.http.throttle`); a valid key is answered at once, whatever came before it.
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -22,6 +23,7 @@ from modelswap.config.resolved import ApiKey
 from modelswap.http.errors import error_response
 from modelswap.http.keys import CLIENT, Client
 from modelswap.http.openai_routes import INFERENCE_PATHS
+from modelswap.http.throttle import FailureLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -44,9 +46,6 @@ _READ_EXACT = frozenset(
 )
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/")
 _ADMIN_EXACT = frozenset({"/api/config"})
-
-MAX_FAILURES = 10
-FAILURE_WINDOW = 60.0
 
 
 def route_class(path: str) -> str:
@@ -91,35 +90,6 @@ def match_key(keys: tuple[ApiKey, ...], presented: str) -> ApiKey | None:
     return found
 
 
-class FailureLimiter:
-    """After MAX_FAILURES failed attempts within FAILURE_WINDOW seconds, a client address is
-    refused (429) until the window has passed — keys cannot be guessed at line rate."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._failures: dict[str, deque[float]] = {}
-
-    def _recent(self, address: str) -> deque[float]:
-        now = self._clock()
-        times = self._failures.setdefault(address, deque())
-        while times and now - times[0] > FAILURE_WINDOW:
-            times.popleft()
-        return times
-
-    def blocked_for(self, address: str) -> float:
-        times = self._recent(address)
-        if len(times) < MAX_FAILURES:
-            if not times:
-                self._failures.pop(address, None)
-            return 0.0
-        return max(0.0, FAILURE_WINDOW - (self._clock() - times[0]))
-
-    def failed(self, address: str) -> None:
-        self._recent(address).append(self._clock())
-        if len(self._failures) > 10_000:  # bounded memory under a spray of addresses
-            self._failures.pop(next(iter(self._failures)))
-
-
 KeySource = tuple[ApiKey, ...] | Callable[[], tuple[ApiKey, ...]]
 
 
@@ -134,18 +104,13 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
         keys = current()
         if not keys or needed == OPEN:
             return await handler(request)
-        address = request.remote or "unknown"
-        wait = limiter.blocked_for(address)
-        if wait > 0:
-            return error_response(
-                f"Too many failed authentication attempts; try again in {wait:.0f} s.",
-                429,
-                code="too_many_failures",
-            )
         presented = presented_key(request)
         key = match_key(keys, presented) if presented else None
         if key is None:
-            limiter.failed(address)
+            # Only a wrong key is a guess; a missing one tells a client nothing.
+            wait = limiter.failed(request.remote) if presented is not None else 0.0
+            if wait > 0:
+                await limiter.sleep(wait)
             response = error_response(
                 "Missing API key." if presented is None else "Invalid API key.",
                 401,

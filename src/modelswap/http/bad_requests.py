@@ -9,7 +9,6 @@ modelswap bug) keeps aiohttp's ERROR log with the traceback and gets the envelop
 
 from __future__ import annotations
 
-import asyncio
 from http import HTTPStatus
 
 from aiohttp import web
@@ -51,8 +50,3 @@ def _summary(status: int, message: str | None) -> str:
         return f"{HTTPStatus(status).phrase}."
     except ValueError:
         return "Bad request."
-
-
-def request_handler(server: web.Server) -> RequestHandler:
-    """What ``server()`` returns, with our error answers (same arguments as aiohttp's)."""
-    return EnvelopeRequestHandler(server, loop=asyncio.get_running_loop(), **server._kwargs)

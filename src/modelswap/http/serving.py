@@ -1,4 +1,8 @@
-"""Serving the app: the listening site with its bounds, signals, graceful shutdown."""
+"""Serving the app: the listening site with its bounds, signals, graceful shutdown.
+
+Shutdown, on SIGTERM or SIGINT: new requests get 503 ``shutting_down`` while the answers in
+flight finish (at most SHUTDOWN_TIMEOUT seconds; a second signal cuts that short); then the
+listener closes and the backends stop."""
 
 from __future__ import annotations
 
@@ -9,60 +13,21 @@ import sys
 from collections.abc import Callable
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from modelswap import __version__
 from modelswap.config import Config
 from modelswap.config.security import open_switches
 from modelswap.http.app import create_app
-from modelswap.http.bad_requests import request_handler
+from modelswap.http.connections import ConnectionLedger, GuardedSite
+from modelswap.http.draining import DRAIN
 from modelswap.http.observe_routes import GatewayLogHandler
 from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime
 
 log = logging.getLogger("modelswap")
 
-_REFUSAL_BODY = (
-    b'{"error":{"message":"Too many connections to modelswap.","type":"service_unavailable",'
-    b'"code":"too_many_connections","param":null}}'
-)
-_REFUSAL = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Connection: close\r\nX-Modelswap-Error: 1\r\n"
-    + f"Content-Length: {len(_REFUSAL_BODY)}\r\n\r\n".encode()
-    + _REFUSAL_BODY
-)
-
-
-class _Refuse(asyncio.Protocol):
-    """A connection over ``maxConnections``: one 503, then closed."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(_REFUSAL)
-        transport.close()
-
-
-class GuardedSite(web.TCPSite):
-    """A TCP site that refuses connections beyond ``max_connections``."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int, max_connections: int) -> None:
-        super().__init__(runner, host, port)
-        self._max_connections = max_connections
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        server = self._runner.server
-        assert server is not None
-
-        def factory() -> RequestHandler | _Refuse:
-            if len(server.connections) >= self._max_connections:
-                return _Refuse()
-            return request_handler(server)
-
-        self._server = await asyncio.get_running_loop().create_server(
-            factory, self._host, self._port, backlog=self._backlog
-        )
+SHUTDOWN_TIMEOUT = 10.0  # seconds the answers in flight get to finish after SIGTERM/SIGINT
+CLOSE_GRACE = 1.0  # then, once the listener is closed, before what is left is cancelled
 
 
 def _reloader(runtime: Runtime, config: Config, reloading: Reloading | None) -> Callable[[], None]:
@@ -100,11 +65,13 @@ async def serve(
     logging.getLogger().addHandler(handler)
     await runtime.start()
     limits = config.limits
+    app = create_app(runtime)
+    drain = app[DRAIN]
     runner = web.AppRunner(
-        create_app(runtime),
+        app,
         handler_cancellation=True,
         access_log=None,
-        shutdown_timeout=10.0,
+        shutdown_timeout=CLOSE_GRACE,
         # A client must send its request line and headers within headerTimeout (aiohttp closes
         # a connection that has not sent a request by then; it is also the idle keep-alive).
         keepalive_timeout=limits.header_timeout,
@@ -113,7 +80,8 @@ async def serve(
         max_headers=limits.max_headers,
     )
     await runner.setup()
-    site = GuardedSite(runner, config.listen_host, config.listen_port, limits.max_connections)
+    ledger = ConnectionLedger(limits.max_connections, limits.max_connections_per_client)
+    site = GuardedSite(runner, config.listen_host, config.listen_port, ledger)
     where = host_port(config.listen_host, config.listen_port)
     try:
         await site.start()
@@ -122,10 +90,14 @@ async def serve(
         await runtime.close()
         print(f"modelswap: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_stop() -> None:  # the first signal starts the drain, a second one cuts it short
+        (hurry if stop.is_set() else stop).set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_stop)
     loop.add_signal_handler(signal.SIGHUP, _reloader(runtime, config, reloading))
     for switch in open_switches(config, allow_flag=allow_unauthenticated_network):
         log.warning("open switch on: %s", switch)
@@ -143,7 +115,16 @@ async def serve(
     try:
         await stop.wait()
     finally:
-        log.info("shutting down: finishing in-flight requests, then stopping backends")
+        log.info(
+            "shutting down: finishing %d in-flight requests (at most %g s; new ones get 503), "
+            "then stopping backends",
+            drain.answering,
+            SHUTDOWN_TIMEOUT,
+        )
+        left = await drain.drain(SHUTDOWN_TIMEOUT, hurry)
+        if left:
+            log.warning("shutting down: ending %d requests that are still running", left)
+        drain.end_watches()
         await runner.cleanup()
         await runtime.close()
         logging.getLogger().removeHandler(handler)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from modelswap.config import Config, load_config_text
+from modelswap.config import Config, config_json_schema, load_config_text
 from modelswap.config.export import export_config
 from modelswap.config.resolved import ApiKey
 from modelswap.config.security import (
@@ -302,7 +302,8 @@ def test_security_report_shows_names_scopes_and_limits_never_key_values(tmp_path
         listen: 0.0.0.0:9999
         maxRequestBodyBytes: 1000
         maxUploadBodyBytes: 2000
-        limits: {{headerTimeout: 2.5, maxHeaderBytes: 4096, maxHeaders: 20, maxConnections: 7}}
+        limits: {{headerTimeout: 2.5, maxHeaderBytes: 4096, maxHeaders: 20, maxConnections: 7,
+                  maxConnectionsPerClient: 3}}
         apiKeys:
           - report-plain-secret-1
           - {{keyEnv: RK, name: reader, scopes: [read], models: ["m*"]}}
@@ -329,6 +330,7 @@ def test_security_report_shows_names_scopes_and_limits_never_key_values(tmp_path
         "max_header_bytes": 4096,
         "max_headers": 20,
         "max_connections": 7,
+        "max_connections_per_client": 3,
     }
     assert report["open_switches"] == []
     flagged = security_report(config, allow_flag=True)["open_switches"]
@@ -353,7 +355,17 @@ def test_limit_defaults() -> None:
         limits.max_header_bytes,
         limits.max_headers,
         limits.max_connections,
-    ) == (30.0, 16384, 100, 1024)
+        limits.max_connections_per_client,
+    ) == (10.0, 16384, 100, 1024, 64)
+
+
+def test_the_json_schema_documents_the_connection_share() -> None:
+    limits = config_json_schema()["$defs"]["RawLimits"]["properties"]
+    share = limits["maxConnectionsPerClient"]
+    assert share["default"] == 64
+    assert share["minimum"] == 1
+    assert "IPv6 /64" in share["description"]
+    assert limits["headerTimeout"]["default"] == 10.0
 
 
 @pytest.mark.parametrize(
@@ -363,6 +375,8 @@ def test_limit_defaults() -> None:
         ("limits: {maxHeaderBytes: 100}", "limits.maxHeaderBytes"),
         ("limits: {maxHeaders: 0}", "limits.maxHeaders"),
         ("limits: {maxConnections: 0}", "limits.maxConnections"),
+        ("limits: {maxConnectionsPerClient: 0}", "limits.maxConnectionsPerClient"),
+        ("limits: {maxConnectionsPerClient: many}", "limits.maxConnectionsPerClient"),
         ("limits: {maxConections: 5}", "limits.maxConections"),
         ("maxRequestBodyBytes: 0", "maxRequestBodyBytes"),
         ("maxUploadBodyBytes: -1", "maxUploadBodyBytes"),
@@ -438,3 +452,5 @@ def test_export_masks_every_secret_and_keeps_the_shape(tmp_path: Path) -> None:
     assert m["env"]["THREADS"] == "4"
     assert data["models"]["p"]["proxy"].startswith("http://***@127.0.0.1:")
     assert data["security"] == {"allowUnauthenticatedNetwork": False, "corsOrigins": []}
+    assert data["limits"]["headerTimeout"] == 10.0
+    assert data["limits"]["maxConnectionsPerClient"] == 64

@@ -1,7 +1,8 @@
 """Client authentication in isolation: route classes, the three credential forms, constant-time
-matching (asserted on the code path, not on timing), the failure limiter with a fake clock, the
-auth and CORS middlewares on an in-process server, client credentials never forwarded upstream,
-and the /upstream path guard."""
+matching (asserted on the code path, not on timing), the auth and CORS middlewares on an
+in-process server (with the failure limiter on a fake clock and a recording sleep: a valid key is
+never slowed), client credentials never forwarded upstream, and the /upstream path guard. The
+limiter itself: test_throttle.py."""
 
 from __future__ import annotations
 
@@ -21,12 +22,9 @@ from modelswap.http import auth
 from modelswap.http.admin_routes import check_upstream_path
 from modelswap.http.auth import (
     ADMIN,
-    FAILURE_WINDOW,
     INFERENCE,
-    MAX_FAILURES,
     OPEN,
     READ,
-    FailureLimiter,
     auth_middleware,
     match_key,
     presented_key,
@@ -35,6 +33,7 @@ from modelswap.http.auth import (
 from modelswap.http.cors import ALLOW_HEADERS, Cors
 from modelswap.http.keys import client_key
 from modelswap.http.proxy import request_headers
+from modelswap.http.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
 
 
 def basic(user: str, password: str) -> str:
@@ -182,7 +181,7 @@ async def test_the_middleware_compares_through_compare_digest(
     assert len(compared) == len(KEYS)
 
 
-# --- the failure limiter, with a fake clock -------------------------------------------------
+# --- a fake clock and a recording sleep for the failure limiter ----------------------------
 
 
 class FakeClock:
@@ -193,39 +192,14 @@ class FakeClock:
         return self.now
 
 
-def test_ten_failures_block_the_address_until_the_window_passes() -> None:
-    clock = FakeClock()
-    limiter = FailureLimiter(clock)
-    assert MAX_FAILURES == 10
-    for _ in range(MAX_FAILURES - 1):
-        limiter.failed("10.0.0.1")
-        clock.now += 1
-    assert limiter.blocked_for("10.0.0.1") == 0.0
-    limiter.failed("10.0.0.1")  # the 10th, at t=1009
-    assert limiter.blocked_for("10.0.0.1") == pytest.approx(FAILURE_WINDOW - 9)
-    assert limiter.blocked_for("10.0.0.2") == 0.0  # per address
-    clock.now += 30
-    assert limiter.blocked_for("10.0.0.1") == pytest.approx(FAILURE_WINDOW - 39)
-    clock.now = 1000.0 + FAILURE_WINDOW + 0.5  # the first failure has left the window
-    assert limiter.blocked_for("10.0.0.1") == 0.0
-    limiter.failed("10.0.0.1")  # nine still in the window, plus this one
-    assert limiter.blocked_for("10.0.0.1") > 0
+class RecordedSleep:
+    """Stands in for asyncio.sleep: records the waits, returns at once."""
 
+    def __init__(self) -> None:
+        self.waits: list[float] = []
 
-def test_failures_spread_wider_than_the_window_never_block() -> None:
-    clock = FakeClock()
-    limiter = FailureLimiter(clock)
-    for _ in range(100):
-        limiter.failed("10.0.0.3")
-        assert limiter.blocked_for("10.0.0.3") == 0.0
-        clock.now += FAILURE_WINDOW / (MAX_FAILURES - 1) + 0.1
-
-
-def test_the_limiter_keeps_bounded_memory() -> None:
-    limiter = FailureLimiter(FakeClock())
-    for n in range(10_050):
-        limiter.failed(f"addr-{n}")
-    assert len(limiter._failures) <= 10_001
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
 
 
 # --- the auth middleware on an in-process server --------------------------------------------
@@ -364,38 +338,46 @@ async def test_no_keys_means_every_route_is_open() -> None:
                 assert await r.json() == {"key": None}
 
 
-async def test_repeated_failures_are_429_until_the_window_passes() -> None:
-    clock = FakeClock()
-    limiter = FailureLimiter(clock)
+async def test_a_valid_key_is_served_whatever_its_address_failed_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sleep = RecordedSleep()
+    limiter = FailureLimiter(FakeClock(), sleep)
     good = {"x-api-key": MATRIX_KEYS[-1].secret}
+    guesses = [f"guess-{n}-sk-not-a-real-key" for n in range(NETWORK_FREE + 20)]
     async with serve(MATRIX_KEYS, limiter) as client:
-        for n in range(MAX_FAILURES):
-            async with client.get("/running", headers={"x-api-key": f"guess-{n}"}) as r:
-                assert r.status == 401, n
-        for headers in (good, {"x-api-key": "guess-x"}, {}):
-            async with client.get("/running", headers=headers) as r:
-                assert r.status == 429
-                assert r.headers["X-Modelswap-Error"] == "1"
-                body = await r.json()
-                assert body["error"]["code"] == "too_many_failures"
-                assert "60 s" in body["error"]["message"]
-        async with client.get("/health") as r:  # open routes stay open
+        for guess in guesses:
+            async with client.get("/running", headers={"x-api-key": guess}) as r:
+                assert r.status == 401
+                assert (await r.json())["error"]["code"] == "invalid_api_key"
+        assert len(sleep.waits) == 20  # the failures past the free ones waited, growing
+        assert sleep.waits == sorted(sleep.waits)
+        assert sleep.waits[-1] == MAX_DELAY
+        for _ in range(3):  # right after them, from the same address: served, not slowed
+            async with client.get("/running", headers=good) as r:
+                assert r.status == 200
+                assert await r.json() == {"key": MATRIX_KEYS[-1].name}
+        async with client.get("/running") as r:  # no key is no guess: not slowed either
+            assert r.status == 401
+        async with client.get("/health") as r:
             assert r.status == 200
-        clock.now += FAILURE_WINDOW + 1
-        async with client.get("/running", headers=good) as r:
-            assert r.status == 200
+    assert len(sleep.waits) == 20
+    throttled = [m for r in caplog.records if "failed attempts from" in (m := r.getMessage())]
+    assert len(throttled) == 1, throttled  # one line for the episode, not one per request
+    assert f"{NETWORK_FREE + 1} failed attempts from 127.0.0.1" in throttled[0]
+    assert not any(guess in caplog.text for guess in guesses)  # never the keys tried
 
 
 async def test_successes_and_scope_refusals_do_not_count_as_failures() -> None:
-    limiter = FailureLimiter(FakeClock())
+    limiter = FailureLimiter(FakeClock(), RecordedSleep())
     read_only = {"x-api-key": MATRIX_KEYS[1].secret}
     async with serve(MATRIX_KEYS, limiter) as client:
-        for _ in range(MAX_FAILURES + 5):
+        for _ in range(NETWORK_FREE + 5):
             async with client.get("/running", headers=read_only) as r:
                 assert r.status == 200
             async with client.get("/api/config", headers=read_only) as r:
                 assert r.status == 403
-        assert limiter.blocked_for("127.0.0.1") == 0.0
+    assert limiter.remembered_networks == 0
 
 
 # --- CORS middleware -----------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""The connection ledger (shares per client network, the total cap, nothing left behind) and the
+refusal answer's bytes. The site itself on real sockets: tests/integration/test_guarded_site.py."""
+
+from __future__ import annotations
+
+import json
+
+from modelswap.http.connections import RETRY_AFTER, ConnectionLedger, refusal
+
+
+def test_a_client_gets_its_share_and_the_others_the_rest() -> None:
+    ledger = ConnectionLedger(max_total=5, max_per_client=2)
+    assert ledger.admit("10.0.0.1") is None
+    assert ledger.admit("10.0.0.1") is None
+    over = ledger.admit("10.0.0.1")
+    assert over is not None
+    assert "10.0.0.1" in over
+    assert "limits.maxConnectionsPerClient: 2" in over
+    assert ledger.held_by("10.0.0.1") == 2  # a refusal is not counted
+    for client in ("10.0.0.2", "10.0.0.2", "10.0.0.3"):
+        assert ledger.admit(client) is None
+    full = ledger.admit("10.0.0.4")
+    assert full is not None
+    assert "limits.maxConnections: 5" in full
+    assert ledger.admit("10.0.0.1") is not None  # its own share is still the first reason
+    assert (ledger.total, ledger.clients) == (5, 3)
+
+
+def test_releasing_every_connection_leaves_nothing_behind() -> None:
+    ledger = ConnectionLedger(max_total=10_000, max_per_client=64)
+    admitted = []
+    for n in range(3000):
+        client = f"10.0.{n % 300 // 256}.{n % 300 % 256}"
+        if ledger.admit(client) is None:
+            admitted.append(client)
+    assert len(admitted) == 3000
+    assert ledger.clients == 300
+    for client in admitted:
+        ledger.release(client)
+    assert (ledger.total, ledger.clients) == (0, 0)
+    assert ledger.admit("10.0.0.1") is None
+
+
+def test_the_refusal_is_a_whole_503_with_retry_after_in_the_openai_envelope() -> None:
+    raw = refusal("Too many connections to modelswap (limits.maxConnections: 3).")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 503 Service Unavailable"
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert headers["Retry-After"] == str(RETRY_AFTER)
+    assert headers["Connection"] == "close"
+    assert headers["X-Modelswap-Error"] == "1"
+    assert int(headers["Content-Length"]) == len(body)
+    assert json.loads(body) == {
+        "error": {
+            "message": "Too many connections to modelswap (limits.maxConnections: 3).",
+            "type": "service_unavailable",
+            "code": "too_many_connections",
+            "param": None,
+        }
+    }
