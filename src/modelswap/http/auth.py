@@ -1,9 +1,8 @@
 """Client authentication and authorisation: keys with scopes, compared in constant time.
 
-Route classes: ``open`` (``/health``, ``/``), ``inference`` (model routes, the model list),
-``read`` (status, logs, events, security report) and ``admin`` (load/unload, config export,
-upstream passthrough). With no ``apiKeys`` configured every route is open — modelswap then
-listens on loopback only (the exposure policy in ``config.security``).
+The scope each path needs is :func:`modelswap.http.route_classes.route_class`. With no
+``apiKeys`` configured every route is open — modelswap then listens on loopback only (the
+exposure policy in ``config.security``).
 
 A wrong key is answered 401 after a wait that grows with recent failures
 (:mod:`modelswap.http.throttle`); a valid key is answered at once, whatever came before it.
@@ -22,44 +21,10 @@ from aiohttp.typedefs import Middleware
 from modelswap.config.resolved import ApiKey
 from modelswap.http.errors import error_response
 from modelswap.http.keys import CLIENT, Client
-from modelswap.http.openai_routes import INFERENCE_PATHS
+from modelswap.http.route_classes import OPEN, route_class
 from modelswap.http.throttle import FailureLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
-
-_INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
-_INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
-_READ_EXACT = frozenset(
-    {
-        "/running",
-        "/api/events",
-        "/api/security",
-        "/metrics",
-        "/api/activity",
-        "/logs",
-        "/api/memory",
-        "/api/plan",
-        "/api/peers",
-    }
-)
-_ADMIN_PREFIXES = ("/api/models/", "/upstream/")
-_ADMIN_EXACT = frozenset({"/api/config"})
-
-
-def route_class(path: str) -> str:
-    """The scope a path needs. Unknown paths need a valid key of any scope (so a 404 never
-    tells an unauthenticated client which routes exist)."""
-    if path in ("/health", "/", "/ui") or path.startswith("/ui/"):
-        return OPEN  # the web UI's static files: every API call they make carries a key
-    if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
-        return INFERENCE
-    if path in _READ_EXACT or path.startswith("/logs/"):
-        return READ
-    if path in _ADMIN_EXACT or path.startswith(_ADMIN_PREFIXES):
-        return ADMIN
-    return "any"
 
 
 def presented_key(request: web.Request) -> str | None:

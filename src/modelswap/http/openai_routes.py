@@ -10,25 +10,8 @@ from modelswap.http.catalog import model_rows, peer_rows
 from modelswap.http.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.extract import parse_request
 from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.route_classes import INFERENCE_PATHS
 from modelswap.runtime import Runtime
-
-# Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
-INFERENCE_PATHS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/rerank",
-    "/v1/reranking",
-    "/rerank",
-    "/reranking",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/completion",
-    "/infill",
-    "/v1/audio/{tail:.+}",
-    "/v1/images/{tail:.+}",
-)
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:

@@ -20,19 +20,11 @@ from modelswap.config.resolved import ApiKey
 from modelswap.errors import BadRequestError
 from modelswap.http import auth
 from modelswap.http.admin_routes import check_upstream_path
-from modelswap.http.auth import (
-    ADMIN,
-    INFERENCE,
-    OPEN,
-    READ,
-    auth_middleware,
-    match_key,
-    presented_key,
-    route_class,
-)
+from modelswap.http.auth import auth_middleware, match_key, presented_key
 from modelswap.http.cors import ALLOW_HEADERS, Cors
 from modelswap.http.keys import client_key
 from modelswap.http.proxy import request_headers
+from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, route_class
 from modelswap.http.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
 
 

@@ -1,0 +1,62 @@
+"""Which scope each path needs: the one table that auth, observation and the routes read.
+
+Classes: ``open`` (``/health``, ``/``, the web UI's files), ``inference`` (model routes, the
+model list), ``read`` (status, logs, events, security report), ``admin`` (load/unload, config
+export, upstream passthrough) and ``any`` (unknown paths: a valid key of any scope, so a 404
+never tells an unauthenticated client which routes exist). Imports nothing of ``http``, so
+every module there may read it without a cycle.
+"""
+
+from __future__ import annotations
+
+# Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
+INFERENCE_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/rerank",
+    "/v1/reranking",
+    "/rerank",
+    "/reranking",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/completion",
+    "/infill",
+    "/v1/audio/{tail:.+}",
+    "/v1/images/{tail:.+}",
+)
+
+OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
+
+_INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
+_INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
+_READ_EXACT = frozenset(
+    {
+        "/running",
+        "/api/events",
+        "/api/security",
+        "/metrics",
+        "/api/activity",
+        "/logs",
+        "/api/memory",
+        "/api/plan",
+        "/api/peers",
+    }
+)
+_ADMIN_PREFIXES = ("/api/models/", "/upstream/")
+_ADMIN_EXACT = frozenset({"/api/config"})
+
+
+def route_class(path: str) -> str:
+    """The scope a path needs. Unknown paths need a valid key of any scope (so a 404 never
+    tells an unauthenticated client which routes exist)."""
+    if path in ("/health", "/", "/ui") or path.startswith("/ui/"):
+        return OPEN  # the web UI's static files: every API call they make carries a key
+    if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
+        return INFERENCE
+    if path in _READ_EXACT or path.startswith("/logs/"):
+        return READ
+    if path in _ADMIN_EXACT or path.startswith(_ADMIN_PREFIXES):
+        return ADMIN
+    return "any"
