@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tests.e2e.conftest import REPO, Gateway, chat, fake_cmd, open_stream, request
 
 pytestmark = pytest.mark.e2e
@@ -73,7 +72,8 @@ def test_a_10_mb_model_name_is_a_short_400_and_others_are_served_meanwhile(
     assert error_code(reply.body) == "invalid_model"
     assert len(reply.body) < 1024, "the name must not be echoed back"
     assert "m" * 64 in json.loads(reply.body)["error"]["message"]
-    assert health and all(status == 200 for status, _ in health)
+    assert health
+    assert all(status == 200 for status, _ in health)
     times = sorted(t for _, t in health)
     print(
         f"10 MB model name: answered in {hostile_s * 1000:.0f} ms; /health meanwhile "
@@ -89,9 +89,9 @@ def test_a_duplicate_model_key_is_refused_before_anything_starts(gateway: type[G
     )
     assert reply.status == 400
     assert error_code(reply.body) == "duplicate_key"
-    assert gw.running() == {} or all(
-        row["state"] == "stopped" for row in gw.running().values()
-    ), "neither model may have been started for an ambiguous request"
+    assert gw.running() == {} or all(row["state"] == "stopped" for row in gw.running().values()), (
+        "neither model may have been started for an ambiguous request"
+    )
 
 
 def test_deeply_nested_client_json_is_a_clear_400(gateway: type[Gateway]) -> None:

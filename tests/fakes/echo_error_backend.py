@@ -14,7 +14,8 @@ redaction tests.
 
 Unknown flags are accepted (a real server's configuration), so ``--api-key`` and ``--hf-token``
 need no meaning here; ``--load-delay S`` waits S seconds before listening (a slow start, so
-a streaming client gets its event stream opened early). Only the standard library and aiohttp are used.
+a streaming client gets its event stream opened early). Only the standard library and aiohttp
+are used.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def test_an_error_body_without_secrets_is_the_same_bytes() -> None:
 
 
 def test_only_error_events_of_a_stream_are_masked() -> None:
-    content = {"choices": [{"delta": {"content": f"as in --api-key {KNOWN} or \"error\""}}]}
+    content = {"choices": [{"delta": {"content": f'as in --api-key {KNOWN} or "error"'}}]}
     error = {"error": {"message": f"died; argv=['srv', '--api-key', '{KNOWN}']"}}
     chunk = f"data: {json.dumps(content)}\n\ndata: {json.dumps(error)}\n\n".encode()
     out = _redact_error_events(chunk, REDACTOR)
