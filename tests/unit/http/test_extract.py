@@ -93,7 +93,8 @@ def test_a_model_name_over_256_bytes_is_invalid_model_and_echoed_short() -> None
     assert caught.value.code == "invalid_model"
     assert caught.value.param == "model"
     message = str(caught.value)
-    assert "m" * 64 in message and "m" * 65 not in message
+    assert "m" * 64 in message
+    assert "m" * 65 not in message
     assert len(message) < 200
 
 
