@@ -43,6 +43,7 @@ from modelswap.routing.swappers import (
     GroupSwapper,
 )
 from modelswap.states import ProcessState
+from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.process import ManagedProcess
@@ -101,6 +102,7 @@ class Runtime:
         state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
         self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)
         self.backend_record = BackendRecord(state_dir / "backends" if state_dir else None)
+        self.containment: Containment = subreaper_only()  # refined by start()
         self.events.add_listener(self._record_start)
         self._background: list[asyncio.Task[None]] = []
         self.activity = self._activity_log(state_dir)
@@ -225,6 +227,8 @@ class Runtime:
 
     async def start(self) -> None:
         await asyncio.to_thread(self.backend_record.reap_leftovers)  # a killed gateway's backends
+        containment = self.containment = await asyncio.to_thread(detect)
+        log.info("process containment: %s (%s)", containment.mechanism, containment.detail)
         if self._reaper is not None:
             self._reaper.start()
         self._health_session = aiohttp.ClientSession()
@@ -259,6 +263,7 @@ class Runtime:
             prober=MetadataProbe(self.health_session),
             reaper=self._reaper,
             record=self.backend_record,
+            containment=self.containment,
             stop_grace=self._stop_grace,
         )
 

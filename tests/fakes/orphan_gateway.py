@@ -1,6 +1,7 @@
 """A stand-in gateway for the orphan tests: starts backends under a Reaper, then waits to die.
 
     python tests/fakes/orphan_gateway.py --pidfile GRANDCHILD_PIDFILE [--starting]
+        [--helpers DIR] [--no-reaper]
 
 It starts the orphan watchdog (:class:`modelswap.supervisor.reaper.Reaper`) and, through real
 :class:`ManagedProcess` objects, these fake backends:
@@ -9,11 +10,16 @@ It starts the orphan watchdog (:class:`modelswap.supervisor.reaper.Reaper`) and,
 * ``grandchild``: a fake that forks a grandchild which calls ``setsid()`` (PID in PIDFILE);
 * ``stubborn``: a fake that ignores SIGTERM;
 * ``wrapped``: a fake run by ``bash -c '... ; true'``, so bash stays its parent;
-* ``starting`` (with ``--starting``): a fake that is still loading (60 s) when we are killed.
+* ``starting`` (with ``--starting``): a fake that is still loading (60 s) when we are killed;
+* ``daemon``, ``nohup``, ``stubborn-daemon`` (with ``--helpers DIR``): fakes run by
+  ``tests/fakes/helper_spawner.py``, each leaving an orphaned helper (PID in DIR/<name>.pid).
+
+``--no-reaper`` starts no orphan watchdog: then only the backends' keepers end their trees.
 
 When the ready ones are ready it prints one JSON line to stdout::
 
-    {"gateway": PID, "reaper": PID, "backends": {"plain": PID, ...}, "wrapped_children": [PID]}
+    {"gateway": PID, "reaper": PID or null, "backends": {"plain": PID, ...},
+     "keepers": {"plain": PID, ...}, "wrapped_children": [PID]}
 
 and sleeps until killed. The test SIGKILLs it and checks that nothing it started survives.
 """
@@ -32,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 FAKE = REPO / "tests" / "fakes" / "openai_backend.py"
+SPAWNER = REPO / "tests" / "fakes" / "helper_spawner.py"
 
 # Importable both from a checkout and an installed package; the watchdog inherits PYTHONPATH.
 sys.path.insert(0, str(SRC))
@@ -79,7 +86,7 @@ def model(name: str, cmd: list[str], port: int) -> ModelConfig:
     )
 
 
-def commands(pidfile: str, starting: bool) -> dict[str, tuple[list[str], int]]:
+def commands(pidfile: str, starting: bool, helpers: str | None) -> dict[str, tuple[list[str], int]]:
     def fake(*extra: str) -> tuple[list[str], int]:
         port = free_port()
         return [sys.executable, str(FAKE), "--port", str(port), *extra], port
@@ -94,12 +101,23 @@ def commands(pidfile: str, starting: bool) -> dict[str, tuple[list[str], int]]:
     }
     if starting:
         specs["starting"] = fake("--load-delay", "60")
+    if helpers is not None:
+        for name, mode, extra in (
+            ("daemon", "daemon", []),
+            ("nohup", "nohup", []),
+            ("stubborn-daemon", "daemon", ["--stubborn"]),
+        ):
+            cmd, port = fake()
+            spawner = [sys.executable, str(SPAWNER), "--mode", mode, *extra]
+            helper_pidfile = str(Path(helpers) / f"{name}.pid")
+            specs[name] = ([*spawner, "--pidfile", helper_pidfile, "--", *cmd], port)
     return specs
 
 
-async def amain(pidfile: str, starting: bool) -> None:
-    reaper = Reaper()
-    reaper.start()
+async def amain(pidfile: str, starting: bool, helpers: str | None, use_reaper: bool) -> None:
+    reaper = Reaper() if use_reaper else None
+    if reaper is not None:
+        reaper.start()
     events = EventBus()
     async with aiohttp.ClientSession() as session:
         processes = {
@@ -111,7 +129,7 @@ async def amain(pidfile: str, starting: bool) -> None:
                 reaper=reaper,
                 stop_grace=1.0,
             )
-            for name, (cmd, port) in commands(pidfile, starting).items()
+            for name, (cmd, port) in commands(pidfile, starting, helpers).items()
         }
         slow = processes.pop("starting", None)
         loading: asyncio.Task[None] | None = None
@@ -130,7 +148,8 @@ async def amain(pidfile: str, starting: bool) -> None:
         children = [child.pid for child in psutil.Process(wrapper_pid).children(recursive=True)]
         line = {
             "gateway": os.getpid(),
-            "reaper": reaper.pid,
+            "reaper": reaper.pid if reaper is not None else None,
+            "keepers": {name: process.keeper_pid for name, process in processes.items()},
             "backends": pids,
             "wrapped_children": children,
         }
@@ -143,8 +162,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="A stand-in gateway for the orphan tests.")
     parser.add_argument("--pidfile", required=True, help="where the grandchild's PID goes")
     parser.add_argument("--starting", action="store_true", help="also leave one backend loading")
+    parser.add_argument("--helpers", metavar="DIR", help="also run fakes that leave helpers")
+    parser.add_argument("--no-reaper", action="store_true", help="start no orphan watchdog")
     args = parser.parse_args()
-    asyncio.run(amain(args.pidfile, args.starting))
+    asyncio.run(amain(args.pidfile, args.starting, args.helpers, not args.no_reaper))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ never signalled) and killed in teardown if it is still alive. Nothing here kills
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -177,5 +178,8 @@ async def make_process(
 
     yield make
     for process in made:
+        # Bounded: a shutdown that hangs must not hang the suite; the tracker then kills, by
+        # PID, whatever is left.
         with contextlib.suppress(Exception):
-            await process.shutdown()
+            async with asyncio.timeout(30):
+                await process.shutdown()

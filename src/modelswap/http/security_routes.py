@@ -24,6 +24,8 @@ KEEPALIVE = 15.0
 async def security(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     report = security_report(runtime.config, allow_flag=runtime.allow_unauthenticated_network)
+    # How a backend's whole process tree is kept within reach (supervisor/containment.py).
+    report["containment"] = runtime.containment.as_dict()
     return web.json_response(report)
 
 

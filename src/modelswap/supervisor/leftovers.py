@@ -1,4 +1,4 @@
-"""Backend trees recorded in the state directory: the second line of defence against orphans.
+"""Backend trees recorded in the state directory: a further line of defence against orphans.
 
 The orphan watchdog (:mod:`modelswap.supervisor.reaper`) ends a dead gateway's backends. If it
 could not — it was killed too, or the machine went down between the gateway's death and its
@@ -6,9 +6,10 @@ scan — the next gateway on the same state directory finds what is left here an
 
 Each gateway keeps one file, ``<stateDir>/backends/gateway-<pid>.json``, naming itself and each
 backend it runs as ``(pid, create_time)`` pairs (a pid alone may have been recycled), with the
-backend's process tree as last seen. :meth:`BackendRecord.reap_leftovers`, at start, ends the
-recorded processes of every gateway that is no longer alive — only those whose pid *and*
-creation time still match — and deletes their files. A live gateway's file is never touched.
+backend's process tree as last seen (the pid recorded is the backend's keeper, the tree's root).
+:meth:`BackendRecord.reap_leftovers`, at start, ends the recorded processes of every gateway
+that is no longer alive — only those whose pid *and* creation time still match — and deletes
+their files. A live gateway's file is never touched.
 
 Writes are small, atomic (write + rename) and happen when a backend starts, stops, or its tree
 changes. A state directory that cannot be written is logged once and then ignored: recording is

@@ -5,6 +5,12 @@ shutdown. Every transition goes through :meth:`ManagedProcess._set_state`, which
 allowed-transitions table and publishes a ``process.state`` event. Lifecycle operations
 serialise on one lock; the slow part of a start (spawn + health polling) runs in a stored task
 so that :meth:`stop` can abort a start in progress.
+
+The backend runs under a keeper (:mod:`modelswap.supervisor.keeper`, started by
+:mod:`modelswap.supervisor.kept`): a child subreaper, and where cgroup v2 allows it the owner of
+the backend's own cgroup, that ends every process of the backend's tree before it exits. ``pid``
+is the backend's own; the tree snapshots, the orphan watchdog and the backend record watch the
+keeper's tree, which also holds the helpers that reparented to it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import signal
 import socket
 import time
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -27,8 +34,9 @@ from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
 from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
-from modelswap.supervisor import health, sleepmode, tree
+from modelswap.supervisor import cgroups, health, kept, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
+from modelswap.supervisor.containment import Containment, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.reaper import Reaper
@@ -38,6 +46,7 @@ log = logging.getLogger(__name__)
 S = ProcessState
 DIAGNOSIS_TAIL = 250
 TREE_REFRESH_SECONDS = 1.0
+KEEPER_KILL_CEILING = 10.0  # only ends a hang: a keeper exits within its grace (1 s) and a kill
 OWN_LINE_PREFIX = "[modelswap]"
 # ModelConfig fields a running backend was started with: changing one means a restart.
 PROCESS_FIELDS = ("cmd", "cmd_stop", "proxy", "env", "check_endpoint", "use_model_name")
@@ -70,6 +79,7 @@ class ManagedProcess:
         prober: Prober | None = None,
         reaper: Reaper | None = None,
         record: BackendRecord | None = None,
+        containment: Containment | None = None,
         stop_grace: float = 5.0,
         log_capacity: int = 500,
     ) -> None:
@@ -88,11 +98,12 @@ class ManagedProcess:
         self._start_failed_at: float | None = None
         self._reaper = reaper
         self._record = record  # pids in the state directory, for the next start (leftovers)
+        self._containment = containment or subreaper_only()
         self._stop_grace = stop_grace
         self._lock = asyncio.Lock()
         self._state = S.STOPPED
         self._since = time.time()
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: kept.Kept | None = None  # the backend, run by its keeper
         self._start_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._monitor_task: asyncio.Task[None] | None = None
@@ -119,7 +130,13 @@ class ManagedProcess:
 
     @property
     def pid(self) -> int | None:
+        """The backend's own pid (not its keeper's)."""
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def keeper_pid(self) -> int | None:
+        """The keeper's pid: the root of the backend's whole tree (see supervisor/keeper.py)."""
+        return self._proc.keeper_pid if self._proc is not None else None
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -332,24 +349,36 @@ class ManagedProcess:
         self._check_port_free()
         env = {**os.environ, **cfg.env}
         self.logs.append(f"[modelswap] starting {cfg.cmd[0]} ({len(cfg.cmd) - 1} arguments)")
+        cgroup = self._containment.new_cgroup(self.model)
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *cfg.cmd,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
+            proc = await kept.spawn(cfg.cmd, env=env, cgroup=cgroup)
+        except OSError as exc:  # the command cannot be executed: as a direct spawn reports it
+            await self._remove_cgroup(cgroup)
             raise _StartFailed(self._diagnoser.spawn_error(cfg.cmd[0], exc)) from exc
+        except kept.KeeperError as exc:
+            await self._remove_cgroup(cgroup)
+            raise _StartFailed(
+                Diagnosis(
+                    "keeper_failed",
+                    f"modelswap could not start the process that runs the backend: {exc}",
+                    fix="check that modelswap's own Python interpreter can be run.",
+                )
+            ) from exc
+        self._proc = proc
+        if cgroup is not None and not proc.in_cgroup:
+            self.logs.append(f"[modelswap] could not place the backend in cgroup {cgroup}")
+        # The keeper is the root of the whole tree: orphaned helpers reparent to it.
         if self._reaper is not None:
-            self._reaper.register(self._proc.pid)
+            self._reaper.register(proc.keeper_pid)
         if self._record is not None:
-            self._record.add(self.model, self._proc.pid)
+            self._record.add(self.model, proc.keeper_pid)
         self._pump_task = asyncio.get_running_loop().create_task(
-            self._pump_output(self._proc), name=f"output:{self.model}"
+            self._pump_output(proc), name=f"output:{self.model}"
         )
+
+    async def _remove_cgroup(self, cgroup: Path | None) -> None:
+        if cgroup is not None:
+            await asyncio.to_thread(cgroups.end, cgroup)
 
     def _check_port_free(self) -> None:
         port = self.config.port
@@ -365,7 +394,7 @@ class ManagedProcess:
                 if exc.errno == errno.EADDRINUSE:  # anything else is for the backend to report
                     raise _StartFailed(self._diagnoser.port_taken(host, port)) from exc
 
-    async def _pump_output(self, proc: asyncio.subprocess.Process) -> None:
+    async def _pump_output(self, proc: kept.Kept) -> None:
         assert proc.stdout is not None
         while chunk := await proc.stdout.read(65536):
             self.logs.feed(chunk)
@@ -387,7 +416,7 @@ class ManagedProcess:
             intervals = health.intervals()
             interval = next(intervals)
             while not await health.is_healthy(self._session, url):
-                self._tree |= tree.snapshot(proc.pid)  # helpers may leave the group later
+                self._tree |= tree.snapshot(proc.keeper_pid)  # helpers may leave the group
                 polled_at = time.monotonic()
                 remaining = self._check_clocks(started, polled_at)
                 # Wake on output too: servers print "listening"/"model loaded" as they become
@@ -441,9 +470,9 @@ class ManagedProcess:
         # Refresh the tree snapshot while waiting: once the backend is gone, helpers that
         # called setsid() can only be found through it.
         while True:
-            self._tree = tree.alive(self._tree) | tree.snapshot(proc.pid)
+            self._tree = tree.alive(self._tree) | tree.snapshot(proc.keeper_pid)
             if self._record is not None:
-                self._record.update(proc.pid, self._tree)
+                self._record.update(proc.keeper_pid, self._tree)
             try:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), TREE_REFRESH_SECONDS)
                 break
@@ -460,12 +489,12 @@ class ManagedProcess:
         log.warning("model %s: backend died: %s", self.model, self.last_failure.summary)
         await self._terminate()  # the tree's leftovers, the reaper's registration
 
-    def _mark_died(self, proc: asyncio.subprocess.Process) -> bool:
+    def _mark_died(self, proc: kept.Kept) -> bool:
         """``proc`` has exited: if it was our ready backend, fail at once. Idempotent."""
         if self._state not in (S.READY, S.SLEEPING) or proc is not self._proc:
             return False
         self._fail(
-            self._diagnoser.exit(self.logs.tail(DIAGNOSIS_TAIL), proc.returncode, during="serving")
+            self._diagnoser.exit(self.logs.tail(DIAGNOSIS_TAIL), proc.exit_code, during="serving")
         )
         return True
 
@@ -478,9 +507,9 @@ class ManagedProcess:
         proc = self._proc
         if proc is None:
             return True
-        if proc.returncode is None:
-            try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+        if proc.exit_code is None:
+            try:  # the backend itself: its keeper may still be ending what it left
+                await asyncio.wait_for(proc.backend_exit(), grace)
             except TimeoutError:
                 return False
         self._mark_died(proc)
@@ -493,34 +522,51 @@ class ManagedProcess:
         proc = self._proc
         if proc is None:
             return
-        self._tree |= tree.snapshot(proc.pid)
+        self._tree |= tree.snapshot(proc.keeper_pid)
         if proc.returncode is None:
             await self._ask_to_stop(proc)
-            try:
-                await asyncio.wait_for(proc.wait(), self._stop_grace)
+            try:  # the grace is the backend's; its keeper then ends what it left
+                await asyncio.wait_for(proc.backend_exit(), self._stop_grace)
             except TimeoutError:
                 self.logs.append(
                     f"[modelswap] no exit {self._stop_grace:g} s after the stop request: SIGKILL"
                 )
-                self._tree |= tree.snapshot(proc.pid)
-                tree.signal_group(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        self._kill_leftovers()
+                self._tree |= tree.snapshot(proc.keeper_pid)
+                proc.kill_now()
+            await self._wait_keeper(proc)
+        await self._kill_leftovers(proc)
         await self._drain_output()
         for task in (self._monitor_task, self._probe_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         if self._reaper is not None:
-            self._reaper.unregister(proc.pid)
+            self._reaper.unregister(proc.keeper_pid)
         if self._record is not None:
-            self._record.remove(proc.pid)
+            self._record.remove(proc.keeper_pid)
         self._proc = None
         self.logs.append(f"[modelswap] backend exited ({proc.returncode})")
 
-    async def _ask_to_stop(self, proc: asyncio.subprocess.Process) -> None:
+    async def _wait_keeper(self, proc: kept.Kept) -> None:
+        """Until the keeper has ended the backend's leftovers (its grace, then SIGKILL) and
+        exited. Only a hang ends otherwise: the keeper is told to SIGKILL at once, and one that
+        still does not exit is killed itself (the tree snapshots then catch what is left)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KEEPER_KILL_CEILING)
+            return
+        proc.kill_now()
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KEEPER_KILL_CEILING)
+        except TimeoutError:
+            self.logs.append(
+                f"[modelswap] the keeper did not exit (pid {proc.keeper_pid}): SIGKILL"
+            )
+            proc.kill_keeper()
+            await proc.wait()
+
+    async def _ask_to_stop(self, proc: kept.Kept) -> None:
         stop_cmd = self.config.cmd_stop
         if not stop_cmd:
-            tree.signal_group(proc.pid, signal.SIGTERM)
+            proc.signal_backend(signal.SIGTERM)
             return
         argv = [arg.replace("${PID}", str(proc.pid)) for arg in stop_cmd]
         try:
@@ -534,17 +580,17 @@ class ManagedProcess:
             await asyncio.wait_for(stopper.wait(), self._stop_grace)
         except (TimeoutError, OSError) as exc:
             self.logs.append(f"[modelswap] cmdStop failed ({exc!r}); sending SIGTERM")
-            tree.signal_group(proc.pid, signal.SIGTERM)
+            proc.signal_backend(signal.SIGTERM)
 
-    def _kill_leftovers(self) -> None:
-        """SIGKILL every process of the tree still alive (helpers that left the group)."""
-        proc = self._proc
-        if proc is not None:
-            tree.signal_group(proc.pid, signal.SIGKILL)
+    async def _kill_leftovers(self, proc: kept.Kept) -> None:
+        """The keeper has exited, normally with nothing left. Should it have been killed, SIGKILL
+        what the snapshots saw (pid + creation time) and the backend's cgroup."""
+        proc.signal_backend(signal.SIGKILL)  # only if the backend itself still runs
         leftovers = tree.alive(self._tree)
         if leftovers:
             tree.signal_all(leftovers, signal.SIGKILL)
         self._tree = set()
+        await self._remove_cgroup(proc.cgroup)
 
     # ---- transitions -----------------------------------------------------------------------
 

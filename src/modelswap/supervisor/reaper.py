@@ -1,5 +1,9 @@
 """The orphan reaper: no backend may outlive modelswap, even when modelswap is SIGKILLed.
 
+The first line of defence is each backend's keeper (:mod:`modelswap.supervisor.keeper`), which
+notices the gateway's death itself and ends its tree; this watchdog is the second, for a keeper
+that was killed along with the gateway. It watches the keepers' trees (the roots registered).
+
 A parent-death signal reaches only direct children and a process group kill misses helpers that
 called ``setsid()``. So modelswap starts this small watchdog once, in its own session, with a
 pipe on its stdin. modelswap writes ``+PID`` / ``-PID`` lines as backends start and stop; the

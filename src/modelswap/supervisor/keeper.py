@@ -1,0 +1,444 @@
+"""The keeper: the parent of one backend, alive until nothing the backend started is left.
+
+The gateway runs ``python -I -S keeper.py --gateway PID`` (in its own session) in place of the
+backend command, with one end of a socketpair on its stdin. Standard library only, so its start
+costs a bare interpreter's; it never imports modelswap. The keeper
+
+* makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``): a helper that daemonises (double
+  fork + ``setsid()``), a ``nohup`` child, a child that moves to another process group — each
+  reparents to the keeper when its parent exits, never to init, so it stays in reach;
+* reads the command from the socket and starts it as its child, in a process group of its own,
+  stdout/stderr inherited (the gateway's log pipe) and, if asked, in its own cgroup v2 (the child
+  joins it before ``exec``); replies ``pid N ...`` or, when the command cannot be executed,
+  ``errno N`` (the gateway turns that into the same OSError a direct spawn would raise);
+* forwards SIGTERM/SIGINT/SIGHUP to the backend's group and reaps every orphan it adopts;
+  says ``exited STATUS`` on the socket the moment the backend itself has exited;
+* when the backend exits, the gateway says ``kill``, or the gateway is gone (end-of-file on the
+  socket, ``PR_SET_PDEATHSIG``, or ``getppid()`` changing — the parent-death signal alone fires
+  when the gateway's *thread* exits, and not at all if the gateway died before ``prctl``):
+  SIGTERMs every remaining descendant (and member of its cgroup), waits ``grace`` seconds,
+  SIGKILLs (``cgroup.kill``), and waits until none remains;
+* then exits as the backend did: same exit code, or the same signal raised on itself, so the
+  gateway's ``returncode`` still says how the backend ended.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+# Not typing, contextlib or dataclasses: each import would add milliseconds to every start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+GATEWAY_GONE = signal.SIGUSR1  # the parent-death signal: only a prompt to look
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+WATCHED = (*FORWARDED, GATEWAY_GONE, signal.SIGCHLD)
+POLL_SECONDS = 0.5  # getppid() backup check while the backend runs
+STEP_SECONDS = 0.05  # while ending a tree: grandchildren die unseen, so look again this often
+DEFAULT_GRACE = 1.0
+KILL = b"kill\n"  # gateway to keeper: no more grace
+EXITED = b"exited"  # keeper to gateway: the backend itself has exited
+EXEC_FAILED = 127
+NOTE_PREFIX = b"[modelswap] keeper: "  # the gateway treats "[modelswap]" lines as its own
+
+
+# ---- the protocol (the gateway imports these) -------------------------------------------------
+
+
+class Spec:
+    """What to run: the command, its environment (None: the keeper's own), the grace for
+    leftovers, the cgroup to put it in (or None). The keeper itself runs with the gateway's
+    environment, so a model's ``env`` (LD_PRELOAD, say) reaches the backend only."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        grace: float = DEFAULT_GRACE,
+        cgroup: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.argv, self.grace, self.cgroup, self.env = argv, grace, cgroup, env
+
+
+def quietly(action: Callable[[], object]) -> None:
+    """Run ``action``, ignoring OSError: the process or file it touches may be gone already."""
+    try:  # noqa: SIM105 - contextlib.suppress: importing contextlib costs ms at every start
+        action()
+    except OSError:
+        pass
+
+
+def encode_spec(spec: Spec) -> bytes:
+    """``<length>\\n`` then NUL-separated fields: grace, cgroup ('' for none), the number of
+    environment entries (-1 for none), the ``KEY=VALUE`` entries, argv..."""
+    env = [f"{k}={v}" for k, v in spec.env.items()] if spec.env is not None else []
+    count = str(len(env)) if spec.env is not None else "-1"
+    fields = [repr(spec.grace), spec.cgroup or "", count, *env, *spec.argv]
+    payload = b"\0".join(os.fsencode(f) for f in fields)
+    return b"%d\n" % len(payload) + payload
+
+
+def decode_spec(payload: bytes) -> Spec:
+    grace, cgroup, count, *rest = [os.fsdecode(f) for f in payload.split(b"\0")]
+    entries, argv = rest[: max(0, int(count))], rest[max(0, int(count)) :]
+    if not argv:
+        raise ValueError("no command")
+    env = dict(entry.split("=", 1) for entry in entries) if int(count) >= 0 else None
+    return Spec(argv, float(grace), cgroup or None, env)
+
+
+def started_reply(pid: int, *, subreaper: bool, cgroup: bool) -> bytes:
+    return b"pid %d subreaper=%d cgroup=%d\n" % (pid, subreaper, cgroup)
+
+
+def failed_reply(errno: int) -> bytes:
+    return b"errno %d\n" % errno
+
+
+# ---- the kernel's help -------------------------------------------------------------------------
+
+
+def prctl(option: int, arg: int) -> bool:
+    """Linux's prctl(2) with unsigned long arguments (it is variadic); False where it fails."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        args = (ctypes.c_ulong(option), ctypes.c_ulong(arg), *[ctypes.c_ulong(0)] * 3)
+        return int(libc.prctl(*args)) == 0
+    except (OSError, AttributeError):
+        return False  # not Linux
+
+
+def children_of(pid: int) -> list[int] | None:
+    """From /proc/PID/task/*/children; None where the kernel lacks those files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None if os.path.isdir("/proc/self") else []
+    found: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if os.path.exists(f"/proc/{pid}/task/{task}"):
+                return None
+        except (OSError, ValueError):
+            return None
+    return found
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, from /proc/*/stat (slower; where children files are missing)."""
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def descendants(root: int) -> set[int]:
+    found: set[int] = set()
+    stack = [root]
+    table: dict[int, list[int]] | None = None
+    while stack:
+        pid = stack.pop()
+        kids = children_of(pid) if table is None else table.get(pid, [])
+        if kids is None:
+            table = _parents()
+            kids = table.get(pid, [])
+        for kid in kids:
+            if kid not in found:
+                found.add(kid)
+                stack.append(kid)
+    return found
+
+
+def cgroup_pids(path: str) -> set[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "rb") as f:
+            return {int(x) for x in f.read().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def cgroup_populated(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "cgroup.events"), "rb") as f:
+            return b"populated 1" in f.read()
+    except OSError:
+        return False  # removed: nothing can be in it
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def cgroup_kill(path: str) -> None:
+    """SIGKILL every process in the cgroup at once (Linux 5.14+): no fork can outrun it."""
+    quietly(lambda: _write(os.path.join(path, "cgroup.kill"), b"1"))
+
+
+def cgroup_join(path: str) -> bool:
+    """Move the calling process into the cgroup at ``path``."""
+    try:
+        _write(os.path.join(path, "cgroup.procs"), b"0")
+    except OSError:
+        return False
+    return True
+
+
+# ---- the keeper ----------------------------------------------------------------------------------
+
+
+def _note(text: str) -> None:
+    # The gateway, the log pipe's reader, may be gone.
+    quietly(lambda: os.write(2, NOTE_PREFIX + text.encode() + b"\n"))
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def read_spec(fd: int) -> Spec:
+    header = b""
+    while not header.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte or len(header) > 20:
+            raise EOFError
+        header += byte
+    return decode_spec(_read_exactly(fd, int(header)))
+
+
+def _exec_child(spec: Spec, report: int) -> NoReturn:
+    """In the forked child: own process group, own cgroup, default signals, stdin /dev/null."""
+    try:
+        os.setpgid(0, 0)
+        if spec.cgroup is not None and not cgroup_join(spec.cgroup):
+            os.write(report, b"C")
+        signal.set_wakeup_fd(-1)
+        for sig in (*WATCHED, signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess restores them
+            signal.signal(sig, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # also closes our end of the gateway's socket
+        os.close(devnull)
+        if spec.env is None:
+            os.execvp(spec.argv[0], spec.argv)
+        os.execvpe(spec.argv[0], spec.argv, spec.env)  # PATH from env, as subprocess does
+    except OSError as exc:
+        code = exc.errno or 0
+        quietly(lambda: os.write(report, b"E%d" % code))
+    finally:
+        os._exit(EXEC_FAILED)
+
+
+def spawn(spec: Spec) -> tuple[int, bool] | int:
+    """Fork and exec; (pid, joined the cgroup) or the errno of a failed exec (child reaped)."""
+    read_end, write_end = os.pipe()  # close-on-exec: EOF means the exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _exec_child(spec, write_end)
+    os.close(write_end)
+    report = b""
+    while chunk := os.read(read_end, 64):
+        report += chunk
+    os.close(read_end)
+    if b"E" in report:
+        os.waitpid(pid, 0)
+        return int(report.split(b"E", 1)[1] or 0)
+    return pid, spec.cgroup is not None and b"C" not in report
+
+
+CORE_SIGNALS = (signal.SIGQUIT, signal.SIGILL, signal.SIGABRT, signal.SIGFPE, signal.SIGSEGV)
+
+
+def exit_like(status: int | None) -> NoReturn:
+    """Exit as a process with wait status ``status`` did (1 when there is none)."""
+    code = os.waitstatus_to_exitcode(status) if status is not None else 1
+    if code < 0:
+        sig = -code  # an int: real-time signals have no Signals member
+        if sig in CORE_SIGNALS:
+            import resource  # only here: the keeper must not leave a core file of its own
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.set_wakeup_fd(-1)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught anyway
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        code = 128 + sig  # reached only if the signal did not end us
+    os._exit(code)
+
+
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
+
+
+def _kill(pid: int, sig: signal.Signals) -> None:
+    quietly(lambda: os.kill(pid, sig))
+
+
+class Keeper:
+    def __init__(self, control: int, gateway: int, spec: Spec) -> None:
+        self.control: int | None = control  # None once the gateway's end is closed
+        self.gateway = gateway
+        self.spec = spec
+        self.backend: int | None = None
+        self.status: int | None = None  # the backend's wait status, once reaped
+        self.gateway_gone = False
+        self.hurry = False  # the gateway said "kill": no more grace
+        self.no_children = False
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(wake_w, False)
+        for sig in WATCHED:
+            signal.signal(sig, lambda *_: None)  # the wakeup fd says which arrived
+        signal.set_wakeup_fd(wake_w)
+
+    def start(self) -> None:
+        subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_PDEATHSIG, GATEWAY_GONE)
+        if os.getppid() != self.gateway:
+            os._exit(1)  # the gateway died before the parent-death signal was armed
+        spawned = spawn(self.spec)
+        if isinstance(spawned, int):
+            cgroup = self.spec.cgroup
+            if cgroup is not None:
+                quietly(lambda: os.rmdir(cgroup))
+            self._send(failed_reply(spawned))
+            os._exit(EXEC_FAILED)
+        self.backend, in_cgroup = spawned
+        if self.spec.cgroup is not None and not in_cgroup:
+            _note(f"could not join cgroup {self.spec.cgroup}; the subreaper alone contains it")
+        self._send(started_reply(self.backend, subreaper=subreaper, cgroup=in_cgroup))
+
+    def _send(self, data: bytes) -> None:
+        control = self.control
+        if control is not None:
+            quietly(lambda: os.write(control, data))
+
+    def serve(self) -> NoReturn:
+        while self.status is None and not self.gateway_gone and not self.hurry:
+            self._wait(POLL_SECONDS)
+        self._end_tree()
+        exit_like(self.status)
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until a signal, a message or ``timeout``; then act on what happened."""
+        fds = [self._wake_r] if self.control is None else [self._wake_r, self.control]
+        readable, _, _ = select.select(fds, [], [], max(0.0, timeout))
+        if self._wake_r in readable:
+            try:
+                signals = os.read(self._wake_r, 256)
+            except BlockingIOError:
+                signals = b""
+            for signum in signals:
+                if signum in FORWARDED and self.status is None:
+                    self._signal_backend_group(signal.Signals(signum))
+        if self.control is not None and self.control in readable:
+            message = os.read(self.control, 256)
+            if not message:
+                self.gateway_gone = True
+                self.control = None
+            elif KILL in message:
+                self.hurry = True
+        if os.getppid() != self.gateway:
+            self.gateway_gone = True
+        self._reap()
+
+    def _reap(self) -> None:
+        """Collect every exited child: the backend and each orphan that reparented to us."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.no_children = True
+                return
+            if pid == 0:
+                return
+            if pid == self.backend:
+                self.status = status
+                self._send(b"%s %d\n" % (EXITED, status))
+
+    def _signal_backend_group(self, sig: signal.Signals) -> None:
+        backend = self.backend
+        if backend is not None:
+            quietly(lambda: os.killpg(backend, sig))
+
+    def _signal_tree(self, sig: signal.Signals) -> int:
+        """Signal every descendant and cgroup member; how many there were."""
+        if self.status is None:  # not reaped, so the pid (and group) is still the backend's
+            self._signal_backend_group(sig)
+        me = os.getpid()
+        pids = descendants(me)
+        cgroup = self.spec.cgroup
+        if cgroup is not None:
+            pids |= cgroup_pids(cgroup)
+            if sig == signal.SIGKILL:
+                cgroup_kill(cgroup)
+        pids.discard(me)
+        for pid in pids:
+            _kill(pid, sig)
+        return len(pids)
+
+    def _tree_gone(self) -> bool:
+        self._reap()
+        cgroup = self.spec.cgroup
+        return self.no_children and (cgroup is None or not cgroup_populated(cgroup))
+
+    def _end_tree(self) -> None:
+        """SIGTERM what is left, SIGKILL it after the grace, return once none remains."""
+        if not self._tree_gone():
+            termed = self._signal_tree(signal.SIGTERM)
+            deadline = time.monotonic() + self.spec.grace
+            while not self.hurry and not self._tree_gone() and time.monotonic() < deadline:
+                self._wait(min(STEP_SECONDS, deadline - time.monotonic()))
+            killed = 0
+            while not self._tree_gone():
+                killed = max(killed, self._signal_tree(signal.SIGKILL))
+                self._wait(STEP_SECONDS)
+            if self.status is not None and not self.gateway_gone and not self.hurry:
+                _note(f"ended {_processes(termed)} the backend left behind ({killed} by SIGKILL)")
+        cgroup = self.spec.cgroup
+        if cgroup is not None:
+            quietly(lambda: os.rmdir(cgroup))
+
+
+def main(argv: list[str]) -> NoReturn:
+    if len(argv) != 2 or argv[0] != "--gateway" or not argv[1].isdigit():
+        sys.stderr.write("usage: keeper.py --gateway PID  (the command comes on stdin)\n")
+        os._exit(2)
+    try:
+        spec = read_spec(0)
+    except (EOFError, ValueError, OSError):
+        os._exit(2)  # the gateway went away, or spoke nonsense
+    keeper = Keeper(0, int(argv[1]), spec)
+    keeper.start()
+    keeper.serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

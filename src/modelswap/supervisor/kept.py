@@ -1,0 +1,241 @@
+"""The gateway's side of the keeper: start a backend under one, and speak to it.
+
+:func:`spawn` starts ``sys.executable -I -S keeper.py`` (isolated, no site: no modelswap import,
+a bare interpreter's start) in its own session with one end of a socketpair on its stdin, sends
+the command, and waits for the keeper's reply. The socket then stays open for the keeper's
+lifetime: its end-of-file is how the keeper learns that the gateway is gone, however it died.
+
+:class:`Kept` stands for the backend: ``pid`` is the backend's own (what ``${PID}`` in cmdStop
+means, what /running and the memory sampler see); ``keeper_pid`` is the root of the whole tree
+(what the orphan watchdog and the backend record watch). ``returncode`` is the keeper's, which
+exits as the backend did — but only once nothing the backend started is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from modelswap.supervisor import keeper, tree
+
+REPLY_TIMEOUT = 30.0  # only ends a hang: a keeper replies within tens of milliseconds
+KEEPER_ARGV = (sys.executable, "-I", "-S", keeper.__file__)
+
+
+class KeeperError(Exception):
+    """The keeper itself could not be started or did not answer (not the backend's fault)."""
+
+
+class Kept:
+    """One backend under its keeper (made by :func:`spawn`)."""
+
+    def __init__(
+        self,
+        keeper_proc: asyncio.subprocess.Process,
+        pid: int,
+        control: socket.socket,
+        *,
+        cgroup: Path | None,
+        in_cgroup: bool,
+        subreaper: bool,
+        pending: bytes = b"",
+    ) -> None:
+        self.keeper = keeper_proc
+        self.pid = pid
+        self.cgroup = cgroup  # the cgroup made for it (None: the subreaper alone)
+        self.in_cgroup = in_cgroup  # the backend did join it
+        self.subreaper = subreaper  # the keeper is a child subreaper
+        self._control = control
+        self._backend_key: tree.ProcKey | None = None
+        with contextlib.suppress(psutil.Error):  # gone already: nothing to signal, ever
+            self._backend_key = (pid, psutil.Process(pid).create_time())
+        self._backend_exited = asyncio.Event()
+        self.backend_returncode: int | None = None  # as the keeper reported it
+        self._buffer = b""
+        self._take(pending)
+        self._listener = asyncio.get_running_loop().create_task(
+            self._listen(), name=f"keeper:{keeper_proc.pid}"
+        )
+
+    @property
+    def keeper_pid(self) -> int:
+        return self.keeper.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The keeper's: set once the whole tree is gone (the backend's code, passed through)."""
+        return self.keeper.returncode
+
+    @property
+    def exit_code(self) -> int | None:
+        """How the backend ended, as soon as it is known (the keeper may still be ending its
+        leftovers)."""
+        code = self.keeper.returncode
+        return code if code is not None else self.backend_returncode
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None:
+        return self.keeper.stdout
+
+    def _take(self, data: bytes) -> None:
+        """Lines from the keeper after its reply: ``exited STATUS`` when the backend has."""
+        *lines, self._buffer = (self._buffer + data).split(b"\n")
+        for line in lines:
+            words = line.split()
+            if words[:1] == [keeper.EXITED] and len(words) == 2 and words[1].isdigit():
+                self.backend_returncode = os.waitstatus_to_exitcode(int(words[1]))
+                self._backend_exited.set()
+
+    async def _listen(self) -> None:
+        """Read the keeper's lines until end-of-file, which comes when the keeper exits."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    data = await loop.sock_recv(self._control, 256)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._backend_exited.set()
+                    return
+                self._take(data)
+        finally:
+            self._control.close()
+
+    async def backend_exit(self) -> None:
+        """Until the backend itself has exited (its leftovers may still be ending)."""
+        await self._backend_exited.wait()
+
+    async def wait(self) -> int:
+        """Until the backend and everything it started are gone; the backend's exit status."""
+        code = await self.keeper.wait()
+        listener = self._listener
+        if not listener.done():  # end-of-file follows the keeper's exit at once
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(listener), 1.0)
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+        return code
+
+    def backend_alive(self) -> bool:
+        """The backend itself (pid and creation time) still runs."""
+        return self._backend_key is not None and bool(tree.alive({self._backend_key}))
+
+    def signal_backend(self, sig: signal.Signals) -> None:
+        """Signal the backend's process group (its own: the keeper puts it in one)."""
+        if self.backend_alive():
+            tree.signal_group(self.pid, sig)
+
+    def kill_now(self) -> None:
+        """SIGKILL the backend's group, and have the keeper SIGKILL the rest without grace."""
+        self.signal_backend(signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self._control.send(keeper.KILL)
+
+    def kill_keeper(self) -> None:
+        """Last resort, for a keeper that does not exit: what is left is the snapshots' job."""
+        if self.keeper.returncode is None:
+            kill_and_forget(self.keeper)
+
+
+def kill_and_forget(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+async def _abandon(proc: asyncio.subprocess.Process, control: socket.socket) -> None:
+    """Have the keeper end whatever it started, at once, and wait for it to exit."""
+    with contextlib.suppress(OSError):
+        control.send(keeper.KILL)
+    control.close()  # end-of-file: a keeper still reading the command exits without running it
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), REPLY_TIMEOUT)
+    except TimeoutError:
+        kill_and_forget(proc)
+        await proc.wait()
+
+
+async def _reply(control: socket.socket, proc: asyncio.subprocess.Process) -> bytes:
+    loop = asyncio.get_running_loop()
+    data = b""
+    while b"\n" not in data:
+        chunk = await loop.sock_recv(control, 256)
+        if not chunk:
+            code = await proc.wait()
+            raise KeeperError(f"the keeper exited ({code}) before it started the command")
+        data += chunk
+    return data
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cgroup: Path | None = None,
+    grace: float = keeper.DEFAULT_GRACE,
+) -> Kept:
+    """Start ``argv`` under a keeper, stdout and stderr to one pipe.
+
+    Raises OSError (errno, strerror, ``argv[0]``) when the command cannot be executed — the
+    error a direct spawn would raise — and :class:`KeeperError` when the keeper fails."""
+    control, theirs = socket.socketpair()
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *KEEPER_ARGV,
+                "--gateway",
+                str(os.getpid()),
+                stdin=theirs.fileno(),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # the gateway's own environment: env is the backend's
+            )
+        finally:
+            theirs.close()
+    except BaseException as exc:
+        control.close()
+        if isinstance(exc, OSError):
+            raise KeeperError(f"cannot start the keeper ({sys.executable}): {exc}") from exc
+        raise
+    control.setblocking(False)
+    try:
+        where = str(cgroup) if cgroup is not None else None
+        spec = keeper.Spec(list(argv), grace, where, dict(env))
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(control, keeper.encode_spec(spec))
+        reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
+    except BaseException as exc:  # cancelled (a stop during the start) included
+        await _abandon(proc, control)
+        if isinstance(exc, OSError | TimeoutError):
+            raise KeeperError(f"the keeper did not answer: {exc!r}") from exc
+        raise
+    reply, _, pending = reply.partition(b"\n")  # an "exited" line may have come with it
+    words = reply.split()
+    if words[:1] == [b"errno"]:
+        control.close()
+        await proc.wait()
+        code = int(words[1]) if len(words) > 1 and words[1].isdigit() else errno.ENOEXEC
+        raise OSError(code, os.strerror(code), argv[0])
+    if words[:1] != [b"pid"] or len(words) < 2 or not words[1].isdigit():
+        await _abandon(proc, control)
+        raise KeeperError(f"the keeper answered {reply!r}")
+    flags = dict(w.split(b"=", 1) for w in words[2:] if b"=" in w)
+    return Kept(
+        proc,
+        int(words[1]),
+        control,
+        cgroup=cgroup,
+        in_cgroup=flags.get(b"cgroup") == b"1",
+        subreaper=flags.get(b"subreaper") == b"1",
+        pending=pending,
+    )
