@@ -55,7 +55,7 @@ MUTATIONS = (
     ),
     Mutation(
         "read-body-unbounded",  # a chunked client body read without the cap
-        "src/modelswap/http/openai_routes.py",
+        "src/modelswap/http/routes/openai.py",
         "return await read_capped(request.content.iter_any(), limit)",
         "return await request.read()",
         ("tests/integration/test_read_body.py",),
@@ -69,7 +69,7 @@ MUTATIONS = (
     ),
     Mutation(
         "alias-loses-context",  # alias rows without the reported context
-        "src/modelswap/http/catalog.py",
+        "src/modelswap/http/routes/catalog.py",
         'if key != "aliases"}',
         'if key not in ("aliases", "max_model_len", "context_length", "meta")}',
         ("tests/unit/http/test_catalog_aliases.py",),
@@ -90,21 +90,21 @@ MUTATIONS = (
     ),
     Mutation(
         "duplicate-keys-allowed",  # {"model":"a","model":"b"} read as b by us, a by others
-        "src/modelswap/http/extract.py",
+        "src/modelswap/http/relay/extract.py",
         "data = jsonsafe.loads(body, top_level_duplicates=True)",
         "data = jsonsafe.loads(body)",
         ("tests/unit/http/test_extract.py",),
     ),
     Mutation(
         "model-name-unbounded",  # a 10 MB model name reaches the lookup and the echo
-        "src/modelswap/http/extract.py",
+        "src/modelswap/http/relay/extract.py",
         'if len(model.encode("utf-8", "surrogatepass")) > MAX_MODEL_NAME_BYTES:',
         "if False:",
         ("tests/unit/http/test_extract.py",),
     ),
     Mutation(
         "error-events-not-redacted",  # a backend's error event relayed with its secrets
-        "src/modelswap/http/proxy.py",
+        "src/modelswap/http/relay/proxy.py",
         "lines[index] = redact_error_body(line, redactor)",
         "lines[index] = line",
         ("tests/unit/http/test_error_redaction.py",),

@@ -35,7 +35,7 @@ from modelswap.config.export import export_config
 from modelswap.config.preflight import check_runnable, missing_executables
 from modelswap.config.security import exposure_problem
 from modelswap.errors import ConfigError
-from modelswap.http.serving import host_port, serve
+from modelswap.http.server.serving import host_port, serve
 from modelswap.observe.activity import ActivityLog
 from modelswap.planner import command as plan_command
 from modelswap.planner.configured import check_line

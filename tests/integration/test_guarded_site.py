@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from tests.integration.conftest import free_port
 
-from modelswap.http import connections
-from modelswap.http.connections import ConnectionLedger, GuardedSite
+from modelswap.http.server import connections
+from modelswap.http.server.connections import ConnectionLedger, GuardedSite
 
 pytestmark = pytest.mark.integration
 

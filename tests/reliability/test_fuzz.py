@@ -26,7 +26,7 @@ from tests.e2e.conftest import fake_cmd
 from tests.reliability.conftest import LaunchFn, Report, log_problems
 
 from modelswap.config import load_config_text
-from modelswap.http.app import create_app
+from modelswap.http.server.app import create_app
 from modelswap.runtime import Runtime
 
 pytestmark = pytest.mark.reliability

@@ -1,5 +1,5 @@
 """``/ui/``: the web UI's static files (shipped inside the package), and the view its Memory
-page draws (:func:`memory_view`, served as ``GET /api/memory`` by ``http/observe_routes``).
+page draws (:func:`memory_view`, served as ``GET /api/memory`` by ``http/routes/observe``).
 
 The pages are plain HTML/CSS/JS with no build step and no external requests. Every API call
 they make carries the key the user typed; the files themselves are open (they hold no data).

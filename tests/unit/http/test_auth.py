@@ -18,14 +18,14 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from modelswap.config.resolved import ApiKey
 from modelswap.errors import BadRequestError
-from modelswap.http import auth
-from modelswap.http.admin_routes import check_upstream_path
-from modelswap.http.auth import auth_middleware, match_key, presented_key
-from modelswap.http.cors import ALLOW_HEADERS, Cors
 from modelswap.http.keys import client_key
-from modelswap.http.proxy import request_headers
+from modelswap.http.middleware import auth
+from modelswap.http.middleware.auth import auth_middleware, match_key, presented_key
+from modelswap.http.middleware.cors import ALLOW_HEADERS, Cors
+from modelswap.http.middleware.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
+from modelswap.http.relay.proxy import request_headers
 from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, route_class
-from modelswap.http.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
+from modelswap.http.routes.admin import check_upstream_path
 
 
 def basic(user: str, password: str) -> str:
@@ -116,7 +116,7 @@ KEYS = (
 
 @pytest.fixture
 def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
-    """Every call to hmac.compare_digest made through modelswap.http.auth."""
+    """Every call to hmac.compare_digest made through modelswap.http.middleware.auth."""
     calls: list[tuple[bytes, bytes]] = []
     original = hmac.compare_digest
 

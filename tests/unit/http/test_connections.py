@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.connections import RETRY_AFTER, ConnectionLedger, refusal
+from modelswap.http.server.connections import RETRY_AFTER, ConnectionLedger, refusal
 
 
 def test_a_client_gets_its_share_and_the_others_the_rest() -> None:

@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from modelswap.http.draining import Drain, drain_middleware
+from modelswap.http.middleware.draining import Drain, drain_middleware
 
 
 class Held:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from modelswap.errors import BadRequestError
-from modelswap.http.extract import extract_model, parse_request, replace_model
+from modelswap.http.relay.extract import extract_model, parse_request, replace_model
 
 BOUNDARY = "----modelswapBoundary7"
 MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from modelswap.events import EventBus
-from modelswap.http.waiting import WaitingStream
+from modelswap.http.relay.waiting import WaitingStream
 from modelswap.routing.local import LocalRouter
 from modelswap.states import ProcessState
 

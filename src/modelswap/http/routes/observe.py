@@ -11,7 +11,7 @@ from aiohttp import web
 
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME
-from modelswap.http.sse import event_stream
+from modelswap.http.relay.sse import event_stream
 from modelswap.observe.metrics import relabel_backend_metrics
 from modelswap.states import ProcessState
 from modelswap.supervisor.logs import LogBuffer

@@ -2,7 +2,8 @@
 
 aiohttp serves every connection it accepts until ``headerTimeout``. So that one client cannot
 take the whole ``limits.maxConnections`` with slow headers, each client network (an IPv4
-address, an IPv6 /64: :mod:`modelswap.http.clients`) may hold ``maxConnectionsPerClient`` of
+address, an IPv6 /64: :mod:`modelswap.http.middleware.clients`) may hold
+``maxConnectionsPerClient`` of
 them. A connection over either cap is answered 503 with ``Retry-After`` — after its request line
 has been read, since closing a socket with unread bytes sends a reset that discards the answer —
 then half-closed, drained briefly and closed. The refusing costs bounded descriptors and time:
@@ -21,9 +22,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from modelswap.http.bad_requests import EnvelopeRequestHandler
-from modelswap.http.clients import client_network
 from modelswap.http.errors import GATEWAY_ERROR_HEADER, envelope
+from modelswap.http.middleware.clients import client_network
+from modelswap.http.server.bad_requests import EnvelopeRequestHandler
 
 log = logging.getLogger("modelswap")
 

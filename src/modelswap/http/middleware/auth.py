@@ -5,7 +5,8 @@ The scope each path needs is :func:`modelswap.http.route_classes.route_class`. W
 exposure policy in ``config.security``).
 
 A wrong key is answered 401 after a wait that grows with recent failures
-(:mod:`modelswap.http.throttle`); a valid key is answered at once, whatever came before it.
+(:mod:`modelswap.http.middleware.throttle`); a valid key is answered at once, whatever came
+before it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from aiohttp.typedefs import Middleware
 from modelswap.config.resolved import ApiKey
 from modelswap.http.errors import error_response
 from modelswap.http.keys import CLIENT, Client
+from modelswap.http.middleware.throttle import FailureLimiter
 from modelswap.http.route_classes import OPEN, route_class
-from modelswap.http.throttle import FailureLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

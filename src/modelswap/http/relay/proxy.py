@@ -35,8 +35,8 @@ from modelswap.errors import (
 )
 from modelswap.http.errors import envelope
 from modelswap.http.keys import RUNTIME
-from modelswap.http.observing import OBS, RequestObs
-from modelswap.http.waiting import WaitingStream, fail_or_raise
+from modelswap.http.middleware.observing import OBS, RequestObs
+from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.redact import Redactor
 from modelswap.routing.local import Lease, LocalRouter
 
@@ -171,7 +171,7 @@ async def send_to_model(
     """Wait for ``model`` to be ready, then :func:`forward` to it.
 
     A streaming request that waits long gets its event stream opened early, with progress
-    comments (:mod:`modelswap.http.waiting`); errors then arrive as a final ``data:`` event.
+    comments (:mod:`modelswap.http.relay.waiting`); errors then arrive as a final ``data:`` event.
     """
     waiting = WaitingStream(request) if stream else None
     try:

@@ -17,10 +17,10 @@ from aiohttp import web
 from modelswap import __version__
 from modelswap.config import Config
 from modelswap.config.security import open_switches
-from modelswap.http.app import create_app
-from modelswap.http.connections import ConnectionLedger, GuardedSite
-from modelswap.http.draining import DRAIN
-from modelswap.http.observe_routes import GatewayLogHandler
+from modelswap.http.middleware.draining import DRAIN
+from modelswap.http.routes.observe import GatewayLogHandler
+from modelswap.http.server.app import create_app
+from modelswap.http.server.connections import ConnectionLedger, GuardedSite
 from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime
 

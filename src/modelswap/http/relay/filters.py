@@ -2,7 +2,7 @@
 
 Layers apply in order (the model's, then the alias's); within a layer: ``stripParams`` first,
 then ``defaultParams`` (only keys the body lacks), then ``setParams`` (forced). The caller
-re-serialises the body only when something changed (``http/dispatch.prepare_body``).
+re-serialises the body only when something changed (``http/relay/dispatch.prepare_body``).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ from aiohttp import web
 
 from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.errors import BadRequestError, BodyTooLargeError
-from modelswap.http.catalog import model_rows, peer_rows
-from modelswap.http.dispatch import MAX_HOPS, dispatch, hops
-from modelswap.http.extract import parse_request
 from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
+from modelswap.http.relay.extract import parse_request
 from modelswap.http.route_classes import INFERENCE_PATHS
+from modelswap.http.routes.catalog import model_rows, peer_rows
 from modelswap.runtime import Runtime
 
 

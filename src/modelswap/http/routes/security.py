@@ -14,9 +14,9 @@ from aiohttp import web
 from modelswap.config.export import export_config
 from modelswap.config.security import security_report
 from modelswap.events import DROPPED, Event
-from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
-from modelswap.http.sse import event_stream
+from modelswap.http.relay.sse import event_stream
+from modelswap.http.routes.catalog import running_rows
 
 KEEPALIVE = 15.0
 

@@ -9,21 +9,19 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http import (
-    admin_routes,
-    observe_routes,
-    openai_routes,
-    peer_routes,
-    plan_routes,
-    security_routes,
-)
-from modelswap.http.auth import auth_middleware
-from modelswap.http.cors import Cors
-from modelswap.http.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.errors import error_response, response_for
 from modelswap.http.keys import RUNTIME
-from modelswap.http.observing import observe_middleware
-from modelswap.http.throttle import FailureLimiter
+from modelswap.http.middleware.auth import auth_middleware
+from modelswap.http.middleware.cors import Cors
+from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
+from modelswap.http.middleware.observing import observe_middleware
+from modelswap.http.middleware.throttle import FailureLimiter
+from modelswap.http.routes import admin as admin_routes
+from modelswap.http.routes import observe as observe_routes
+from modelswap.http.routes import openai as openai_routes
+from modelswap.http.routes import peers as peer_routes
+from modelswap.http.routes import plan as plan_routes
+from modelswap.http.routes import security as security_routes
 from modelswap.runtime import Runtime
 from modelswap.webui import routes as webui_routes
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from modelswap.errors import ModelswapError
 from modelswap.http.errors import response_for
 from modelswap.http.keys import RUNTIME
-from modelswap.http.sse import event_stream
+from modelswap.http.relay.sse import event_stream
 from modelswap.routing.local import Lease, LocalRouter
 from modelswap.states import ProcessState
 

@@ -8,12 +8,12 @@ from aiohttp import web
 
 from modelswap import __version__
 from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
-from modelswap.http import proxy
-from modelswap.http.catalog import running_rows
 from modelswap.http.keys import RUNTIME
-from modelswap.http.observing import OBS
-from modelswap.http.openai_routes import read_body
-from modelswap.http.plan_routes import add_plan_fields
+from modelswap.http.middleware.observing import OBS
+from modelswap.http.relay import proxy
+from modelswap.http.routes.catalog import running_rows
+from modelswap.http.routes.openai import read_body
+from modelswap.http.routes.plan import add_plan_fields
 from modelswap.routing.resolve import close_names
 
 

@@ -22,11 +22,11 @@ from modelswap.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from modelswap.http import proxy
-from modelswap.http.extract import RequestBody, dump_json, replace_model
-from modelswap.http.filters import apply_layers
-from modelswap.http.observing import OBS
-from modelswap.http.waiting import WaitingStream, fail_or_raise
+from modelswap.http.middleware.observing import OBS
+from modelswap.http.relay import proxy
+from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
+from modelswap.http.relay.filters import apply_layers
+from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.observe.usage import UsageTracker, request_usage_injection
 from modelswap.routing.peers import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target

@@ -1,0 +1,3 @@
+"""The aiohttp application and the listening socket: middleware order, connection caps, malformed
+HTTP, signals and shutdown.
+"""
