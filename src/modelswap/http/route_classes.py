@@ -29,7 +29,12 @@ INFERENCE_PATHS = (
 
 OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
 
-_INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
+# The model list, and one model of it (GET /v1/models/{id}), need the same scope.
+MODEL_PREFIXES = ("/v1/models/", "/models/")
+_INFERENCE_PREFIXES = (
+    *(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p),
+    *MODEL_PREFIXES,
+)
 _INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
 _READ_EXACT = frozenset(
     {

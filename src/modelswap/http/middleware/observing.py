@@ -18,7 +18,7 @@ from aiohttp import web
 
 from modelswap.http.errors import GATEWAY_ERROR_HEADER
 from modelswap.http.keys import RUNTIME, client_key
-from modelswap.http.route_classes import INFERENCE, route_class
+from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.usage import UsageTracker
 
@@ -81,7 +81,7 @@ def _error_code(response: web.StreamResponse) -> str | None:
 
 
 def observed(path: str) -> bool:
-    if path in ("/v1/models", "/models"):
+    if path in ("/v1/models", "/models") or path.startswith(MODEL_PREFIXES):
         return False
     return route_class(path) == INFERENCE or path.startswith("/upstream/")
 

@@ -178,3 +178,12 @@ def peer_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any
         }
         for route in runtime.visible_routes(key)
     ]
+
+
+def model_row(runtime: Runtime, model_id: str, key: ApiKey | None = None) -> dict[str, Any] | None:
+    """The row ``GET /v1/models`` lists under ``model_id`` (a model, an alias or a peer model
+    ``key`` may use), or None: one model is exactly what the list says about it."""
+    for row in model_rows(runtime, key) + peer_rows(runtime, key):
+        if row["id"] == model_id:
+            return row
+    return None

@@ -6,11 +6,12 @@ from aiohttp import web
 
 from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.errors import BadRequestError, BodyTooLargeError
+from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.relay.extract import parse_request
 from modelswap.http.route_classes import INFERENCE_PATHS
-from modelswap.http.routes.catalog import model_rows, peer_rows
+from modelswap.http.routes.catalog import model_row, model_rows, peer_rows
 from modelswap.runtime import Runtime
 
 
@@ -52,8 +53,25 @@ async def list_models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": rows})
 
 
+async def retrieve_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{id}``: the model object, as OpenAI's ``models.retrieve`` reads it."""
+    model_id = request.match_info["model_id"]
+    row = model_row(request.app[RUNTIME], model_id, client_key(request))
+    if row is None:
+        return error_response(
+            f"The model `{model_id}` does not exist or you do not have access to it.",
+            404,
+            code="model_not_found",
+            param="model",
+        )
+    return web.json_response(row)
+
+
 def add_routes(app: web.Application) -> None:
     for path in INFERENCE_PATHS:
         app.router.add_post(path, inference)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/models", list_models)
+    # Ids may hold `/` (peer models, Hugging Face names): the rest of the path is the id.
+    app.router.add_get("/v1/models/{model_id:.+}", retrieve_model)
+    app.router.add_get("/models/{model_id:.+}", retrieve_model)
