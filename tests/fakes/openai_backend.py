@@ -12,10 +12,11 @@ and every other method and path echoes the request back so tests can check byte-
 
 For the reliability suite: ``--echo-id`` answers with the client's ``X-Request-Id`` (as the
 completion's ``id``, ``chatcmpl-<id>``, and as a response header), ``--stall-after N`` stops a
-stream after N tokens without ending it, ``--count-connections`` serves ``GET /connections``
-(the TCP connections open to this server, not counting the one asking), and
-``--blackhole-after-ready`` stops accepting connections once ready (its listen queue stays full,
-so a new connection hangs in ``connect()``).
+stream after N tokens without ending it (until the file ``--stall-until FILE`` names exists, if
+given: a test holds a stream in flight for as long as it needs, then lets it finish),
+``--count-connections`` serves ``GET /connections`` (the TCP connections open to this server, not
+counting the one asking), and ``--blackhole-after-ready`` stops accepting connections once ready
+(its listen queue stays full, so a new connection hangs in ``connect()``).
 
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
@@ -83,6 +84,7 @@ class Config:
     exit_after_ready: float | None
     print_log: str | None = None
     quiet_loading: bool = False
+    silent_bind: bool = False
     silent_after: float | None = None
     progress_interval: float = 0.1
     metadata_delay: float = 0.0
@@ -91,6 +93,7 @@ class Config:
     sleep_mode: bool = False
     echo_id: bool = False
     stall_after: int | None = None
+    stall_until: str | None = None
     count_connections: bool = False
     blackhole_after_ready: bool = False
 
@@ -507,9 +510,15 @@ class FakeBackend:
             await send({**base, "choices": [choice(f"tok{i} ", None)]})
             if i + 1 == crash_at:
                 hard_exit(3, "FATAL: simulated crash")
-            if self.cfg.stall_after is not None and i + 1 >= self.cfg.stall_after:
+            if self.cfg.stall_after is not None and i + 1 == self.cfg.stall_after:
                 log(f"fake: stalling the stream after {i + 1} tokens")
-                await asyncio.Event().wait()
+                until = self.cfg.stall_until
+                if until is None:
+                    await asyncio.Event().wait()
+                else:
+                    while not os.path.exists(until):  # noqa: ASYNC110, ASYNC240
+                        await asyncio.sleep(0.02)
+                    log(f"fake: {until} exists, the stream goes on")
         await send({**base, "choices": [choice(None, "length")]})
         if include_usage:
             usage = {
@@ -630,13 +639,19 @@ async def life(cfg: Config, backend: FakeBackend, start_site: Callable[[], Await
         return 1
     if cfg.flavor == "vllm":
         await start_site()
-        log(f"INFO {vllm_ts()} [api_server.py:6] Starting vLLM API server on {cfg.host}:{cfg.port}")
+        if not cfg.silent_bind:
+            where = f"{cfg.host}:{cfg.port}"
+            log(f"INFO {vllm_ts()} [api_server.py:6] Starting vLLM API server on {where}")
         backend.ready = True
-        log(f"INFO {vllm_ts()} [launcher.py:7] Application startup complete.")
+        if not cfg.silent_bind:
+            log(f"INFO {vllm_ts()} [launcher.py:7] Application startup complete.")
     else:
         backend.ready = True
-        log(f"main: server is listening on http://{cfg.host}:{cfg.port} - starting the main loop")
-    out(f"fake backend ready on http://{cfg.host}:{cfg.port}")
+        if not cfg.silent_bind:
+            url = f"http://{cfg.host}:{cfg.port}"
+            log(f"main: server is listening on {url} - starting the main loop")
+    if not cfg.silent_bind:
+        out(f"fake backend ready on http://{cfg.host}:{cfg.port}")
     if cfg.blackhole_after_ready:
         await blackhole(cfg, backend)
     if cfg.exit_after_ready is not None:
@@ -733,6 +748,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--exit-after-ready", type=float, default=None)
     p.add_argument("--print-log", metavar="FILE", default=None, help="print FILE while loading")
     p.add_argument("--quiet-loading", action="store_true", help="print nothing while loading")
+    p.add_argument(
+        "--silent-bind", action="store_true", help="print nothing when the port binds or is ready"
+    )
     p.add_argument("--silent-after", type=float, default=None, help="go quiet after S s")
     p.add_argument("--progress-interval", type=float, default=LOG_INTERVAL)
     p.add_argument("--metadata-delay", type=float, default=0.0, help="delay model metadata")
@@ -751,6 +769,9 @@ def parse_args(argv: list[str] | None) -> Config:
     )
     p.add_argument(
         "--stall-after", type=int, default=None, help="stop a stream after N tokens (no end)"
+    )
+    p.add_argument(
+        "--stall-until", metavar="FILE", default=None, help="with --stall-after: until FILE exists"
     )
     p.add_argument(
         "--count-connections", action="store_true", help="serve GET /connections (open count)"
@@ -781,6 +802,7 @@ def parse_args(argv: list[str] | None) -> Config:
         exit_after_ready=a.exit_after_ready,
         print_log=a.print_log,
         quiet_loading=a.quiet_loading,
+        silent_bind=a.silent_bind,
         silent_after=a.silent_after,
         progress_interval=max(0.01, a.progress_interval),
         metadata_delay=max(0.0, a.metadata_delay),
@@ -789,6 +811,7 @@ def parse_args(argv: list[str] | None) -> Config:
         sleep_mode=a.enable_sleep_mode,
         echo_id=a.echo_id,
         stall_after=a.stall_after,
+        stall_until=a.stall_until,
         count_connections=a.count_connections,
         blackhole_after_ready=a.blackhole_after_ready,
     )

@@ -111,6 +111,10 @@ class ManagedProcess:
         self.last_failure: Diagnosis | None = None
         self.started_at: float | None = None
         self.ready_at: float | None = None
+        # Monotonic: when this start began, and when the backend's port first accepted a
+        # connection (spawn → listening and listening → healthy are a start's receipt).
+        self._started_monotonic: float | None = None
+        self.listening_at: float | None = None
         # Ephemeral, per start: cleared before anything else when a new start begins.
         self.metadata: ModelMetadata | None = None
         self.capacity: CapacityReceipt | None = None
@@ -282,7 +286,9 @@ class ManagedProcess:
         self._start_failed_at = None
         self.logs.clear()
         self.started_at = time.time()
+        self._started_monotonic = time.monotonic()
         self.ready_at = None
+        self.listening_at = None
         self._set_state(S.STARTING)
         self._start_task = asyncio.get_running_loop().create_task(
             self._run_start(), name=f"start:{self.model}"
@@ -306,11 +312,17 @@ class ManagedProcess:
             return
         self.ready_at = time.time()
         assert self.started_at is not None
+        assert self._started_monotonic is not None
         elapsed = self.ready_at - self.started_at
-        self.logs.append(f"[modelswap] ready after {elapsed:.2f} s")
+        listening = (
+            None if self.listening_at is None else self.listening_at - self._started_monotonic
+        )
+        where = "" if listening is None else f" (its port listened after {listening:.3f} s)"
+        self.logs.append(f"[modelswap] ready after {elapsed:.3f} s{where}")
         if self._log_reader is not None:
             self.capacity = self._log_reader.capacity(self.logs.tail())
-        self._set_state(S.READY, start_seconds=round(elapsed, 4))
+        timing = {} if listening is None else {"listening_seconds": round(listening, 4)}
+        self._set_state(S.READY, start_seconds=round(elapsed, 4), **timing)
         loop = asyncio.get_running_loop()
         self._monitor_task = loop.create_task(self._watch_exit(), name=f"monitor:{self.model}")
         if self._prober is not None:
@@ -410,15 +422,31 @@ class ManagedProcess:
         started = time.monotonic()
         exited = asyncio.ensure_future(proc.wait())
         try:
-            if cfg.check_endpoint is None:
-                return
-            url = cfg.proxy + cfg.check_endpoint
-            intervals = health.intervals()
-            interval = next(intervals)
-            while not await health.is_healthy(self._session, url):
-                self._tree |= tree.snapshot(proc.keeper_pid)  # helpers may leave the group
+            target = health.probe_target(urlsplit(cfg.proxy).hostname, cfg.port)
+            url = cfg.proxy + cfg.check_endpoint if cfg.check_endpoint is not None else None
+            if url is None and target is None:
+                return  # nothing to wait for: `checkEndpoint: none` and no port to watch
+            backoff = health.intervals()
+            interval = next(backoff)
+            snapshot_at = 0.0
+            while True:
+                if self.listening_at is None and (target is None or health.is_listening(target)):
+                    self.listening_at = time.monotonic()
+                if self.listening_at is not None and (
+                    url is None or await health.is_healthy(self._session, url)
+                ):
+                    return
                 polled_at = time.monotonic()
+                if polled_at - snapshot_at >= health.MAX_INTERVAL:  # helpers may leave the group
+                    self._tree |= tree.snapshot(proc.keeper_pid)
+                    snapshot_at = polled_at
                 remaining = self._check_clocks(started, polled_at)
+                if target is None:
+                    interval = next(backoff)  # a remote backend: back off, as before
+                elif self.listening_at is None:
+                    interval = health.LISTEN_INTERVAL
+                else:
+                    interval = health.HEALTH_INTERVAL
                 # Wake on output too: servers print "listening"/"model loaded" as they become
                 # ready, so a new line is the best moment to look again.
                 self._output_seen.clear()
@@ -430,11 +458,9 @@ class ManagedProcess:
                 )
                 output.cancel()
                 if output in done:  # but never poll more often than the shortest interval
-                    gap = health.FIRST_INTERVAL - (time.monotonic() - polled_at)
+                    gap = health.LISTEN_INTERVAL - (time.monotonic() - polled_at)
                     if gap > 0:
                         await asyncio.wait({exited}, timeout=gap)
-                else:
-                    interval = next(intervals)
                 if exited.done():
                     await self._drain_output()
                     raise _StartFailed(

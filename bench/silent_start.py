@@ -1,0 +1,158 @@
+"""Cold start of a backend that prints nothing when it binds: the gateway's share, and what
+watching for readiness costs the gateway while the backend loads.
+
+    .venv/bin/python bench/silent_start.py [--rounds 7] [--load-delay 0.3]
+
+The backend is the fake (tests/fakes/openai_backend.py --flavor vllm --quiet-loading
+--silent-bind): it prints one line, loads for --load-delay seconds in silence, binds and is
+ready at once — many servers behave so (they log before binding, or not at all), so waking
+on output cannot help. Alternating in one run:
+
+* direct: spawn it, poll (connect + GET /health every 1 ms) until 200 — its own
+  spawn-to-healthy time; then one chat request's time to first byte, warm;
+* gateway: modelswap serving the same command, the model stopped; one chat request's time to
+  first byte, cold.
+
+The gateway's share of a cold start = gateway cold first byte - (direct healthy + direct warm
+first byte); medians over the rounds. Then the polling cost: the gateway's own CPU seconds
+(not its children's) while one start with a 3 s silent load runs, as a share of one core.
+Loopback only; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+if __package__ in (None, ""):  # run as a script: make the bench package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.procs import free_port, http_status, stop, wait_until
+
+FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "openai_backend.py"
+BODY = json.dumps({"model": "silent", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def fake_cmd(port: int | str, load_delay: float) -> list[str]:
+    return [
+        sys.executable, str(FAKE), "--port", str(port), "--flavor", "vllm",
+        "--quiet-loading", "--silent-bind", "--load-delay", str(load_delay),
+    ]  # fmt: skip
+
+
+def first_byte_seconds(port: int) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    started = time.perf_counter()
+    try:
+        conn.request("POST", "/v1/chat/completions", BODY, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read(1)
+        elapsed = time.perf_counter() - started
+        assert resp.status == 200, resp.status
+        resp.read()
+        return elapsed
+    finally:
+        conn.close()
+
+
+def direct_round(load_delay: float) -> tuple[float, float]:
+    port = free_port()
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        fake_cmd(port, load_delay), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = started + 60
+        while http_status(port, "/health", timeout=1.0) != 200:
+            assert proc.poll() is None, "the fake exited"
+            assert time.perf_counter() < deadline, "the fake did not start"
+            time.sleep(0.001)
+        healthy = time.perf_counter() - started
+        return healthy, first_byte_seconds(port)
+    finally:
+        stop(proc)
+
+
+def unload(port: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", "/api/models/unload")
+        conn.getresponse().read()
+    finally:
+        conn.close()
+
+
+def start_gateway(tmp: str, load_delay: float) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    config = Path(tmp) / f"silent-{load_delay}.yaml"
+    cmd = " ".join(json.dumps(a) for a in fake_cmd("${PORT}", load_delay))
+    config.write_text(
+        f"startPort: {free_port()}\nstateDir: {tmp}/state\n"
+        f"models:\n  silent:\n    cmd: {json.dumps(cmd)}\n"
+    )
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "modelswap", "serve", "--config", str(config),
+         "--listen", f"127.0.0.1:{port}", "--log-level", "warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_until(lambda: http_status(port, "/health") == 200, "the gateway to start", timeout=30)
+    return gateway, port
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--load-delay", type=float, default=0.3)
+    args = parser.parse_args()
+    direct_healthy: list[float] = []
+    direct_warm: list[float] = []
+    cold: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        gateway, port = start_gateway(tmp, args.load_delay)
+        try:
+            for _ in range(args.rounds):
+                healthy, warm = direct_round(args.load_delay)
+                direct_healthy.append(healthy)
+                direct_warm.append(warm)
+                unload(port)
+                cold.append(first_byte_seconds(port))
+        finally:
+            stop(gateway)
+        shares = [c - h - w for c, h, w in zip(cold, direct_healthy, direct_warm, strict=True)]
+        gateway, port = start_gateway(tmp, 3.0)
+        try:
+            me = psutil.Process(gateway.pid)
+            before = sum(me.cpu_times()[:2])
+            began = time.perf_counter()
+            first_byte_seconds(port)
+            cpu = sum(me.cpu_times()[:2]) - before
+            wall = time.perf_counter() - began
+        finally:
+            stop(gateway)
+
+    def ms(values: list[float]) -> str:
+        return (
+            f"median {statistics.median(values) * 1000:.1f} ms "
+            f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f})"
+        )
+
+    print(f"rounds: {args.rounds}, silent load {args.load_delay} s")
+    print(f"direct spawn -> healthy:   {ms(direct_healthy)}")
+    print(f"direct warm first byte:    {ms(direct_warm)}")
+    print(f"gateway cold first byte:   {ms(cold)}")
+    print(f"gateway's share:           {ms(shares)}")
+    print(f"gateway CPU during a 3 s silent start: {cpu:.3f} s in {wall:.2f} s "
+          f"= {cpu / wall * 100:.1f} % of one core")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
