@@ -129,10 +129,15 @@ class LocalRouter:
             self._stop_waiters.setdefault(model, []).append(fut)
             waiters.append(fut)
         accepted = self.scheduler.on_unload(wanted)
+        cleared: list[str] = []
         for model in wanted - accepted:
             self._resolve_stop_waiters(model)
+            process = self.processes.get(model)
+            if process is not None and process.state is ProcessState.FAILED:
+                await process.stop()  # an explicit unload clears a failure (and its backoff)
+                cleared.append(model)
         await asyncio.gather(*waiters)
-        return sorted(accepted)
+        return sorted([*accepted, *cleared])
 
     async def load(self, model: str) -> None:
         """Make ``model`` ready, as a request would (respecting groups and budgets), without
@@ -252,9 +257,12 @@ class LocalRouter:
 
     async def _swap(self, target: str, evict: frozenset[str]) -> None:
         error: Exception | None = None
+        began = time.monotonic()
+        stopped = began
         try:
             if evict:
                 await self._stop_processes(evict, sleep=True)
+            stopped = time.monotonic()
             if target in self._aborted:
                 raise StartError(target, ABORTED)
             await self.processes[target].ensure_ready()
@@ -267,9 +275,45 @@ class LocalRouter:
             error = exc
         self._swap_tasks.pop(target, None)
         self._aborted.discard(target)
+        self._swap_receipt(target, evict, began, stopped, error)
         self.scheduler.on_swap_done(target, error)
         if error is None:
             self._maybe_arm_idle_timer(target)
+
+    def _swap_receipt(
+        self,
+        target: str,
+        evict: frozenset[str],
+        began: float,
+        stopped: float,
+        error: Exception | None,
+    ) -> None:
+        """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
+        what it evicted (until each whole process tree was gone), then the target's own
+        start — spawn to listening, listening to healthy (0 when it was running already)."""
+        process = self.processes[target]
+        now = time.monotonic()
+        receipt: dict[str, object] = {
+            "target": target,
+            "evict": sorted(evict),
+            "stop_seconds": round(stopped - began, 4),
+            "start_seconds": round(now - stopped, 4),
+            "total_seconds": round(now - began, 4),
+        }
+        spawned, listening = process.start_clock()
+        if spawned is not None and listening is not None and spawned >= stopped:  # this swap
+            receipt["spawn_to_listening_seconds"] = round(listening - spawned, 4)
+            receipt["listening_to_ready_seconds"] = round(now - listening, 4)
+        if error is not None:
+            receipt["error"] = str(error)
+        self._events.publish("swap.done", **receipt)
+        parts = ", ".join(
+            f"{key.removesuffix('_seconds').replace('_', ' ')} {value:.3f} s"
+            for key, value in receipt.items()
+            if key.endswith("_seconds") and key != "total_seconds" and isinstance(value, float)
+        )
+        outcome = "failed" if error is not None else "done"
+        log.info("swap to %s %s in %.3f s (%s)", target, outcome, now - began, parts)
 
     async def _stop(self, models: frozenset[str]) -> None:
         try:

@@ -133,11 +133,23 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
             if capacity:
                 row["capacity"] = capacity
         if process.last_failure is not None:
-            row["last_failure"] = process.last_failure.as_dict()
+            row["last_failure"] = _failure(process)
         redacted = runtime.redactor.data(row)  # progress lines and phases quote the backend
         assert isinstance(redacted, dict)
         rows.append(redacted)
     return rows
+
+
+def _failure(process: ManagedProcess) -> dict[str, Any]:
+    """The diagnosis, when it happened and, while the model is failed, how long the same
+    answer is given before the next request retries the start (``failureBackoff``)."""
+    assert process.last_failure is not None
+    out: dict[str, Any] = process.last_failure.as_dict()
+    if process.state is ProcessState.FAILED:
+        out["at"] = round(process.since, 3)
+        left = process.config.failure_backoff - (time.time() - process.since)
+        out["retry_in"] = round(max(0.0, left), 1)
+    return out
 
 
 def _start_progress(process: ManagedProcess) -> dict[str, Any]:

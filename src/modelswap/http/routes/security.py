@@ -14,9 +14,9 @@ from aiohttp import web
 from modelswap.config.export import export_config
 from modelswap.config.security import security_report
 from modelswap.events import DROPPED, Event
-from modelswap.http.keys import RUNTIME
+from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.relay.sse import event_stream
-from modelswap.http.routes.catalog import running_rows
+from modelswap.http.routes.catalog import model_rows, running_rows
 
 KEEPALIVE = 15.0
 
@@ -32,6 +32,19 @@ async def security(request: web.Request) -> web.Response:
 async def config_export(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     return web.json_response(export_config(runtime.config, runtime.redactor))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The key in use: its name and scopes (never the key), so a UI can say who it is and
+    show what it may not do. Any valid key may ask; with no keys configured, everything."""
+    runtime = request.app[RUNTIME]
+    key = client_key(request)
+    if key is None:
+        scopes = ["admin", "inference", "read"] if not runtime.config.api_keys else []
+        return web.json_response({"name": None, "scopes": scopes, "keys_configured": False})
+    return web.json_response(
+        {"name": key.name, "scopes": sorted(key.scopes), "keys_configured": True}
+    )
 
 
 def _plain(value: object) -> Any:
@@ -53,13 +66,20 @@ def _frame(kind: str, data: object) -> bytes:
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: ``snapshot`` (what /running shows) first, then every state change,
-    start progress and metadata event as it happens. Secrets masked."""
+    start progress and metadata event as it happens. The snapshot also lists every model the
+    key may see (``models``: the /v1/models rows), so a read-only key sees stopped models too.
+    Secrets masked."""
     runtime = request.app[RUNTIME]
     response = event_stream()
     queue: asyncio.Queue[Event] = runtime.events.subscriber_queue()
     try:
         await response.prepare(request)
-        snapshot = runtime.redactor.data({"running": running_rows(runtime)})
+        snapshot = runtime.redactor.data(
+            {
+                "running": running_rows(runtime),
+                "models": model_rows(runtime, client_key(request)),
+            }
+        )
         await response.write(_frame("snapshot", snapshot))
         while True:
             try:
@@ -82,3 +102,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/security", security)
     app.router.add_get("/api/config", config_export)
     app.router.add_get("/api/events", events)
+    app.router.add_get("/api/whoami", whoami)

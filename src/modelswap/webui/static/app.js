@@ -35,15 +35,58 @@ function secs(s) {
   if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
   return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
-function notice(text) {
+/* The page-wide message: closable; ``owner`` (a model id) lets a later event about that model
+   clear it, so one model's old error never sits above another model's start. */
+const noticeState = { owner: null };
+function notice(text, owner = null) {
   const n = $("#notice");
-  n.textContent = text || "";
+  $("#notice-text").textContent = text || "";
   n.hidden = !text;
+  noticeState.owner = text ? owner : null;
 }
+function clearNoticeFor(model) { if (noticeState.owner === model) notice(""); }
+function clock(epochSeconds) { return new Date(epochSeconds * 1000).toLocaleTimeString(); }
 
 /* ---- auth + fetch -------------------------------------------------------------------- */
 
 class AuthError extends Error {}
+class OfflineError extends Error {}
+
+/* Who is asking (GET /api/whoami): the key's name and scopes, never the key. */
+const auth = { known: false, name: null, scopes: [], keysConfigured: false };
+function can(scope) { return !auth.known || auth.scopes.includes(scope); }
+function needs(scope) {
+  return `needs a key with the ${scope} scope (this key${auth.name ? " “" + auth.name + "”" : ""} has ${auth.scopes.join(", ") || "none"})`;
+}
+
+async function loadWhoami() {
+  const resp = await api("/api/whoami");
+  const body = await resp.json().catch(() => ({}));
+  if (!resp.ok) return;
+  Object.assign(auth, { known: true, name: body.name, scopes: body.scopes || [], keysConfigured: !!body.keys_configured });
+  renderWho();
+}
+
+function renderWho() {
+  const who = $("#whoami");
+  if (!auth.known) { who.textContent = ""; who.hidden = true; return; }
+  who.hidden = false;
+  who.textContent = auth.keysConfigured ? `key “${auth.name}” · ${auth.scopes.join(", ")}` : "no keys configured · full access";
+  $("#signout").hidden = !(auth.keysConfigured && sessionStorage.getItem(KEY_STORE));
+}
+
+/* The gateway went away: say so once, mark what is shown as stale, disable actions. */
+const link = { offline: false, since: null };
+function setOffline(offline) {
+  if (offline === link.offline) return;
+  link.offline = offline;
+  link.since = offline ? Date.now() : null;
+  document.body.classList.toggle("offline", offline);
+  const banner = $("#offline");
+  banner.hidden = !offline;
+  if (offline) banner.textContent = `Gateway unreachable since ${new Date().toLocaleTimeString()} — what is shown is stale; retrying…`;
+  for (const b of document.querySelectorAll("button[data-needs-link]")) b.disabled = offline || b.dataset.blocked === "1";
+}
 
 function authHeaders(extra = {}) {
   const key = sessionStorage.getItem(KEY_STORE);
@@ -51,7 +94,15 @@ function authHeaders(extra = {}) {
 }
 
 async function api(path, opts = {}) {
-  const resp = await fetch(path, { ...opts, headers: authHeaders(opts.headers || {}) });
+  let resp;
+  try {
+    resp = await fetch(path, { ...opts, headers: authHeaders(opts.headers || {}) });
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    setOffline(true);
+    throw new OfflineError("gateway unreachable");
+  }
+  setOffline(false);
   if (resp.status === 401) {
     showLogin(sessionStorage.getItem(KEY_STORE) ? "That key was not accepted." : "");
     throw new AuthError("unauthorized");
@@ -133,6 +184,9 @@ let current = null; // {name, leave}
 function showLogin(message) {
   if (current && current.leave) current.leave();
   current = null;
+  auth.known = false;
+  renderWho();
+  $("#signout").hidden = true; // a rejected key is not signed in
   for (const p of document.querySelectorAll(".page")) p.hidden = true;
   $("#login").hidden = false;
   const err = $("#login-error");
@@ -140,6 +194,8 @@ function showLogin(message) {
   err.hidden = !message;
   $("#login-key").focus();
 }
+
+function hashQuery() { return new URLSearchParams(location.hash.split("?")[1] || ""); }
 
 function route() {
   const name = (location.hash.replace(/^#\/?/, "") || "models").split("?")[0];
@@ -152,23 +208,60 @@ function route() {
     if (a.dataset.page === page) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
-  $("#signout").hidden = !sessionStorage.getItem(KEY_STORE);
   current = { name: page, leave: null };
   const state = current;
-  Promise.resolve(pages[page](state)).catch((err) => {
-    if (!(err instanceof AuthError)) notice(String(err.message || err));
+  const who = auth.known ? Promise.resolve() : loadWhoami();
+  who.then(() => current === state && pages[page](state)).catch((err) => {
+    if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(String(err.message || err));
   });
+}
+
+/* A page (or part) this key may not use: say so in words instead of failing. */
+function scopeNote(box, scope, what) {
+  box.replaceChildren(el("p", { class: "perm-note", "data-role": "scope-note", text: `${what} ${needs(scope)}.` }));
+}
+
+/* The models this key may see, from a read-scope source: the events snapshot (every model,
+   running or not). A key without ``read`` falls back to /v1/models (inference scope). */
+async function snapshotOnce() {
+  const ctl = new AbortController();
+  const resp = await api("/api/events", { signal: ctl.signal });
+  if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
+  let snap = null;
+  await readSSE(resp, (kind, data) => {
+    if (kind !== "snapshot") return;
+    try { snap = JSON.parse(data); } catch { snap = {}; }
+    return false;
+  });
+  ctl.abort();
+  return snap || {};
+}
+
+async function catalog() {
+  if (can("read")) {
+    const snap = await snapshotOnce();
+    return { list: snap.models || [], running: snap.running || [] };
+  }
+  if (can("inference")) {
+    const list = await apiJSON("/v1/models");
+    return { list: list.data || [], running: [] };
+  }
+  return { list: [], running: [] };
 }
 
 /* ---- Models ------------------------------------------------------------------------------ */
 
 const models = { list: [], running: {}, cards: {} };
 
-async function fetchModels() {
-  const [list, running] = await Promise.all([apiJSON("/v1/models"), apiJSON("/running")]);
-  models.list = (list.data || []).filter((m) => !m.alias_for);
+function takeRunning(rows) {
   models.running = {};
-  for (const row of running.running || []) models.running[row.model] = { ...row, _at: Date.now() };
+  for (const row of rows || []) models.running[row.model] = { ...row, _at: Date.now() };
+}
+
+async function fetchModels() {
+  const found = await catalog();
+  models.list = found.list.filter((m) => !m.alias_for);
+  takeRunning(found.running);
 }
 
 function modelCard(id) {
@@ -178,8 +271,8 @@ function modelCard(id) {
       <span class="name"></span>
       <span class="badge" data-role="badge"></span>
       <span class="actions">
-        <button type="button" data-role="load">Load</button>
-        <button type="button" data-role="unload">Unload</button>
+        <button type="button" data-role="load" data-needs-link>Load</button>
+        <button type="button" data-role="unload" data-needs-link>Unload</button>
       </span>
     </div>
     <div class="progress" data-role="progress" hidden>
@@ -193,11 +286,16 @@ function modelCard(id) {
       <dt>requests</dt><dd data-role="load-info"></dd>
       <dt data-role="ttl-dt">unloads in</dt><dd data-role="ttl"></dd>
     </dl>
+    <p class="perm-note small" data-role="perm" hidden></p>
     <div class="failure" data-role="failure" hidden>
       <div><strong data-role="fail-code"></strong> <span data-role="fail-summary"></span></div>
+      <div class="muted small" data-role="fail-when"></div>
+      <pre class="evidence" data-role="fail-evidence" hidden></pre>
       <div class="fix"><span class="muted">fix:</span> <span data-role="fail-fix"></span></div>
+      <div class="small"><span data-role="fail-retry"></span> · <a data-role="fail-log" href="#/logs">its log</a></div>
     </div>`;
   $(".name", card).textContent = id;
+  role(card, "fail-log").href = `#/logs?source=${encodeURIComponent(id)}`;
   role(card, "load").setAttribute("aria-label", `Load ${id}`);
   role(card, "unload").setAttribute("aria-label", `Unload ${id}`);
   $('[data-role="load"]', card).addEventListener("click", () => modelAction("load", id));
@@ -210,10 +308,10 @@ async function modelAction(kind, id) {
     const resp = await api(`/api/models/${kind}/${encodeURIComponent(id)}`, { method: "POST" });
     if (!resp.ok) {
       const body = await resp.json().catch(() => ({}));
-      notice(`${kind} ${id}: ${(body.error && body.error.message) || resp.status}`);
+      notice(`${kind} ${id}: ${(body.error && body.error.message) || resp.status}`, id);
     }
   } catch (err) {
-    if (!(err instanceof AuthError)) notice(`${kind} ${id}: ${err.message || err}`);
+    if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(`${kind} ${id}: ${err.message || err}`, id);
   }
   scheduleModelsRefresh(0);
 }
@@ -226,15 +324,23 @@ function renderContext(dd, model, run) {
   const state = run ? run.state : model.state;
   // The backend's own report exists only while it is ready (never a guess from the config).
   const reported = state !== "ready" ? undefined : run ? run.context_length : model.context_length;
+  const meta = (run && run.meta) || model.meta || {};
+  const line = () => { const d = el("div", { class: "ctx-line" }); dd.append(d); return d; };
   if (configured.context !== undefined) {
-    dd.append(el("span", { class: "ctx-configured", "data-role": "ctx-configured", title: "asked for on the command line", text: `configured ${configured.context}` }));
+    const l = line();
+    l.append(el("span", { class: "ctx-configured", "data-role": "ctx-configured", text: `configured ${configured.context}` }));
+    if (configured.ctx_size !== undefined && (configured.parallel || 1) > 1) {
+      l.append(" ", el("span", { class: "muted small", "data-role": "ctx-slots",
+        text: `per request: -c ${configured.ctx_size} shared by -np ${configured.parallel} slots = ${configured.context} each` }));
+    }
   }
   if (reported !== undefined) {
-    if (dd.childNodes.length) dd.append(" · ");
-    dd.append(el("span", { class: "ctx-reported", "data-role": "ctx-reported", title: "what the running backend reports", text: `reported ${reported}` }));
+    const l = line();
+    l.append(el("span", { class: "ctx-reported", "data-role": "ctx-reported", text: `reported ${reported}` }));
+    if (meta.n_ctx_train !== undefined) l.append(" ", el("span", { class: "muted small", "data-role": "ctx-train", text: `· trained for ${meta.n_ctx_train}` }));
     const mismatch = (run && run.context_mismatch) || (configured.context !== undefined && configured.context !== reported
-      ? `the backend reports ${reported}, the command line asked for ${configured.context}` : null);
-    if (mismatch) dd.append(" ", el("span", { class: "ctx-warn", "data-role": "ctx-warn", title: mismatch, "aria-label": "warning: " + mismatch, text: "⚠" }));
+      ? `the backend reports ${reported} tokens per request, the command line asked for ${configured.context}` : null);
+    if (mismatch) dd.append(el("div", { class: "ctx-warn", "data-role": "ctx-warn", role: "note", text: "⚠ less context than asked: " + mismatch }));
   }
   if (!dd.childNodes.length) dd.append(el("span", { class: "muted", text: "—" }));
 }
@@ -284,8 +390,16 @@ function updateCard(card, model, run) {
   badge.dataset.state = state;
   const name = $(".name", card);
   name.textContent = model.name ? `${model.id} — ${model.name}` : model.id;
-  role(card, "load").disabled = state === "ready" || state === "starting";
-  role(card, "unload").disabled = state === "stopped" || state === "stopping";
+  const admin = can("admin");
+  const load = role(card, "load"), unload = role(card, "unload");
+  load.dataset.blocked = !admin || state === "ready" || state === "starting" ? "1" : "0";
+  unload.dataset.blocked = !admin || state === "stopped" || state === "stopping" ? "1" : "0";
+  load.disabled = link.offline || load.dataset.blocked === "1";
+  unload.disabled = link.offline || unload.dataset.blocked === "1";
+  const why = admin ? null : `Load and Unload ${needs("admin")}`;
+  for (const b of [load, unload]) if (why) b.title = why; else b.removeAttribute("title");
+  role(card, "perm").hidden = !why;
+  role(card, "perm").textContent = why || "";
 
   const progress = role(card, "progress");
   progress.hidden = state !== "starting";
@@ -315,12 +429,24 @@ function updateCard(card, model, run) {
   role(card, "ttl").textContent = ttl;
   role(card, "ttl").hidden = role(card, "ttl-dt").hidden = !ttl;
 
-  const failure = run && run.last_failure;
+  // A failure is shown only while it is the model's state: an unload or a new start clears it.
+  const failure = state === "failed" && run && run.last_failure;
   role(card, "failure").hidden = !failure;
   if (failure) {
     role(card, "fail-code").textContent = failure.code || "failed";
     role(card, "fail-summary").textContent = failure.summary || "";
-    role(card, "fail-fix").textContent = failure.fix || "";
+    const at = failure.at !== undefined ? failure.at : run.since ? Date.parse(run.since) / 1000 : undefined;
+    role(card, "fail-when").textContent = at !== undefined ? `failed at ${clock(at)} (${secs(Date.now() / 1000 - at)} ago)` : "";
+    const ev = role(card, "fail-evidence");
+    ev.textContent = failure.evidence || "";
+    ev.hidden = !failure.evidence;
+    role(card, "fail-fix").textContent = failure.fix || "—";
+    let retry = "the next request retries the start";
+    if (failure.retry_in !== undefined) {
+      const left = failure.retry_in - (Date.now() - run._at) / 1000;
+      if (left > 0) retry = `the same answer for ${secs(left)} more, then the next request retries`;
+    }
+    role(card, "fail-retry").textContent = retry;
   }
 }
 
@@ -331,7 +457,7 @@ function scheduleModelsRefresh(delay = 150) {
     refreshTimer = null;
     if (!current || current.name !== "models") return;
     try { await fetchModels(); renderModels(); } catch (err) {
-      if (!(err instanceof AuthError)) notice(String(err.message || err));
+      if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(String(err.message || err));
     }
   }, delay);
 }
@@ -340,8 +466,8 @@ function onModelEvent(kind, text) {
   let data;
   try { data = JSON.parse(text); } catch { return; }
   if (kind === "snapshot") {
-    models.running = {};
-    for (const row of data.running || []) models.running[row.model] = { ...row, _at: Date.now() };
+    if (data.models) models.list = data.models.filter((m) => !m.alias_for);
+    takeRunning(data.running);
     renderModels();
     return;
   }
@@ -355,8 +481,13 @@ function onModelEvent(kind, text) {
   }
   if (kind === "process.state") {
     const run = models.running[data.model];
+    if (data.new !== "failed") clearNoticeFor(data.model); // an old error of this model is over
     if (data.new === "stopped") delete models.running[data.model];
-    else if (run) run.state = data.new;
+    else if (run) {
+      run.state = data.new;
+      if (data.new !== "failed") delete run.last_failure;
+      if (data.new === "starting") { run.elapsed = 0; run._at = Date.now(); }
+    }
     else models.running[data.model] = { model: data.model, state: data.new, elapsed: 0, _at: Date.now() };
     const row = models.list.find((m) => m.id === data.model);
     if (row) row.state = data.new;
@@ -366,10 +497,11 @@ function onModelEvent(kind, text) {
 }
 
 pages.models = async (state) => {
-  $("#events-status").textContent = "connecting…";
+  $("#events-status").textContent = can("read") ? "connecting…" : "not live: " + needs("read");
   await fetchModels();
   if (current !== state) return;
   renderModels();
+  if (!can("read")) return;
   const stop = liveStream("/api/events", onModelEvent, (s) => { $("#events-status").textContent = s === "live" ? "● live" : s; });
   const tick = setInterval(renderModels, 1000);
   const poll = setInterval(() => scheduleModelsRefresh(0), 5000);
@@ -562,12 +694,14 @@ function renderLogs() {
 
 pages.logs = async (state) => {
   const select = $("#logs-source");
+  if (!can("read")) { scopeNote($("#logs-view"), "read", "Logs"); return; }
   try {
-    const list = await apiJSON("/v1/models");
-    const chosen = select.value;
+    const found = await catalog();
+    const chosen = hashQuery().get("source") ?? select.value;
     select.replaceChildren(el("option", { value: "", text: "gateway" }),
-      ...(list.data || []).filter((m) => !m.alias_for).map((m) => el("option", { value: m.id, text: m.id })));
+      ...found.list.filter((m) => !m.alias_for).map((m) => el("option", { value: m.id, text: m.id })));
     select.value = chosen;
+    if (select.value !== chosen) select.value = "";
   } catch (err) {
     if (err instanceof AuthError) throw err;
   }
@@ -767,9 +901,11 @@ document.addEventListener("DOMContentLoaded", () => {
     if (!key) return;
     sessionStorage.setItem(KEY_STORE, key);
     $("#login-key").value = "";
+    auth.known = false;
     route();
   });
-  $("#signout").addEventListener("click", () => { sessionStorage.removeItem(KEY_STORE); route(); });
+  $("#signout").addEventListener("click", () => { sessionStorage.removeItem(KEY_STORE); auth.known = false; route(); });
+  $("#notice-close").addEventListener("click", () => notice(""));
   $("#pg-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const input = $("#pg-input");

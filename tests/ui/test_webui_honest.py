@@ -1,0 +1,207 @@
+"""The web UI, second edition (issue 19): each page says what state things are in at a glance.
+
+One test per finding of the issue, in a real browser (Debian's chromium through Playwright)
+against ``python -m modelswap serve`` with the fake backend or the real llama.cpp one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import HANG, Gateway, fake_cmd, request, stop_gateway
+from tests.ui.conftest import screenshot
+
+StartGateway = Callable[..., Gateway]
+ADMIN_KEY = "sk-ui-admin-0123456789abcdef"
+READ_KEY = "sk-ui-monitor-0123456789abcdef"
+KEYS = (
+    "apiKeys:\n"
+    f"  - {{key: {ADMIN_KEY}, name: ops, scopes: [inference, read, admin]}}\n"
+    f"  - {{key: {READ_KEY}, name: monitor, scopes: [read]}}\n"
+)
+
+ui = pytest.mark.ui
+
+
+def card(page: Any, model: str) -> Any:
+    return page.locator(f'article.card[data-model="{model}"]')
+
+
+def badge_is(page: Any, model: str, state: str) -> None:
+    page.wait_for_function(
+        "([m, s]) => { const b = document.querySelector(`article[data-model='${m}'] .badge`);"
+        " return b && b.dataset.state === s; }",
+        arg=[model, state],
+        timeout=HANG * 1000,
+    )
+
+
+def sign_in(page: Any, key: str) -> None:
+    page.get_by_label("API key", exact=True).fill(key)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def admin_post(gw: Gateway, path: str) -> int:
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    return request(gw, "POST", path, b"", headers=headers, timeout=HANG).status
+
+
+# ---- no browser: the read endpoint the header uses -------------------------------------------
+
+
+def test_whoami_names_the_key_and_its_scopes_never_the_key(gateway: StartGateway) -> None:
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n", extra_top=KEYS)
+    reply = request(gw, "GET", "/api/whoami", headers={"Authorization": f"Bearer {READ_KEY}"})
+    assert reply.status == 200
+    assert reply.json() == {"name": "monitor", "scopes": ["read"], "keys_configured": True}
+    assert READ_KEY not in reply.body.decode()
+    assert request(gw, "GET", "/api/whoami").status == 401
+    wrong = request(gw, "GET", "/api/whoami", headers={"Authorization": "Bearer sk-nope-1234"})
+    assert wrong.status == 401
+
+
+def test_whoami_without_keys_says_full_access(gateway: StartGateway) -> None:
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n")
+    body = request(gw, "GET", "/api/whoami").json()
+    assert body == {
+        "name": None,
+        "scopes": ["admin", "inference", "read"],
+        "keys_configured": False,
+    }
+
+
+def test_events_snapshot_lists_stopped_models_for_a_read_key(gateway: StartGateway) -> None:
+    gw = gateway(
+        f"  tiny:\n    cmd: {fake_cmd()}\n  other:\n    cmd: {fake_cmd()}\n", extra_top=KEYS
+    )
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
+    try:
+        conn.request("GET", "/api/events", headers={"Authorization": f"Bearer {READ_KEY}"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        lines = []
+        while (line := resp.readline().decode()) != "\n":
+            lines.append(line)
+    finally:
+        conn.close()
+    assert lines[0].startswith("event: snapshot")
+    snapshot = json.loads(lines[1].removeprefix("data: "))
+    assert {m["id"]: m["state"] for m in snapshot["models"]} == {
+        "tiny": "stopped",
+        "other": "stopped",
+    }
+
+
+# ---- browser ---------------------------------------------------------------------------------
+
+
+@ui
+def test_read_key_sees_every_page_and_is_told_what_it_may_not_do(
+    gateway: StartGateway, page: Any
+) -> None:
+    """Finding 1 and 10: a monitoring key sees every model card and log source; Load and
+    Unload are disabled with the reason; the header names the key and its scopes; a rejected
+    key never shows "Sign out"."""
+    gw = gateway(
+        f"  tiny:\n    cmd: {fake_cmd()}\n  other:\n    cmd: {fake_cmd()}\n", extra_top=KEYS
+    )
+    assert admin_post(gw, "/api/models/load/tiny") == 200
+    page.goto(gw.url("/ui/#/models"))
+    page.get_by_role("heading", name="Sign in").wait_for()
+    sign_in(page, "sk-wrong-key-123")
+    page.locator("#login-error", has_text="not accepted").wait_for()
+    assert page.locator("#signout").is_hidden()
+    assert page.locator("#whoami").is_hidden()
+
+    sign_in(page, READ_KEY)
+    card(page, "other").wait_for()
+    badge_is(page, "tiny", "ready")
+    assert card(page, "other").locator(".badge").text_content() == "stopped"
+    who = page.locator("#whoami")
+    who.wait_for()
+    assert "monitor" in (who.text_content() or "")
+    assert "read" in (who.text_content() or "")
+    assert page.locator("#signout").is_visible()
+    load = card(page, "other").get_by_role("button", name="Load other", exact=True)
+    assert load.is_disabled()
+    assert "admin" in (load.get_attribute("title") or "")
+    perm = card(page, "other").locator('[data-role="perm"]')
+    assert perm.is_visible()  # in words, not only a hover title (touch screens have none)
+    assert "admin" in (perm.text_content() or "")
+    page.locator("#events-status", has_text="live").wait_for()
+    assert page.locator("#notice").is_hidden()
+    screenshot(page, "models-read-key")
+
+    page.goto(gw.url("/ui/#/logs"))
+    options = page.locator("#logs-source option")
+    page.wait_for_function("document.querySelectorAll('#logs-source option').length === 3")
+    assert options.all_text_contents() == ["gateway", "tiny", "other"]
+    for name in ("memory", "activity"):
+        page.goto(gw.url(f"/ui/#/{name}"))
+        page.locator(f"#page-{name}").wait_for()
+        assert page.locator("#notice").is_hidden(), name
+
+
+@ui
+def test_a_failure_says_when_why_and_when_it_retries_and_clears_on_unload(
+    gateway: StartGateway, page: Any
+) -> None:
+    """Finding 3: the red card carries its time, evidence, retry countdown and a log link;
+    the page-wide copy closes; unloading the model clears both."""
+    gw = gateway(
+        f"  broken:\n    cmd: {fake_cmd('--fail-start')}\n  fine:\n    cmd: {fake_cmd()}\n",
+        extra_top="failureBackoff: 600\n",
+    )
+    page.goto(gw.url("/ui/#/models"))
+    page.locator("#events-status", has_text="live").wait_for()
+    broken = card(page, "broken")
+    broken.get_by_role("button", name="Load broken", exact=True).click()
+    failure = broken.locator('[data-role="failure"]')
+    failure.wait_for()
+    badge_is(page, "broken", "failed")
+    assert re.search(r"failed at .+ ago", failure.locator('[data-role="fail-when"]').inner_text())
+    assert "more" in failure.locator('[data-role="fail-retry"]').inner_text()  # the backoff
+    log_link = failure.get_by_role("link", name="its log")
+    assert log_link.get_attribute("href") == "#/logs?source=broken"
+    notice = page.locator("#notice")
+    notice.wait_for()
+    assert "broken" in (notice.text_content() or "")
+    screenshot(page, "models-failed")
+    page.get_by_role("button", name="Close message").click()
+    assert notice.is_hidden()
+
+    log_link.click()
+    page.locator("#logs-status", has_text="live").wait_for()
+    assert page.locator("#logs-source").input_value() == "broken"
+    page.locator("#logs-view .line", has_text="failed").first.wait_for()
+
+    page.goto(gw.url("/ui/#/models"))
+    failure.wait_for()
+    broken.get_by_role("button", name="Unload broken", exact=True).click()
+    badge_is(page, "broken", "stopped")
+    assert failure.is_hidden()
+
+
+@ui
+def test_gateway_going_away_is_a_clear_state_not_failed_to_fetch(
+    gateway: StartGateway, page: Any
+) -> None:
+    """Finding 10: no raw "Failed to fetch"; stale cards are marked and their buttons off."""
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n")
+    page.goto(gw.url("/ui/#/models"))
+    page.locator("#events-status", has_text="live").wait_for()
+    load = card(page, "tiny").get_by_role("button", name="Load tiny", exact=True)
+    assert load.is_enabled()
+    stop_gateway(gw)
+    banner = page.locator("#offline")
+    banner.wait_for()
+    assert "unreachable" in (banner.text_content() or "")
+    assert load.is_disabled()
+    assert page.evaluate("document.body.classList.contains('offline')")
+    assert "Failed to fetch" not in page.locator("body").inner_text()
+    screenshot(page, "models-offline")
