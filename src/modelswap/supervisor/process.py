@@ -472,6 +472,11 @@ class ManagedProcess:
             if not exited.done():
                 exited.cancel()
 
+    def start_clock(self) -> tuple[float | None, float | None]:
+        """(monotonic) when the current or last start began, and when its port first
+        listened — for the swap receipt."""
+        return self._started_monotonic, self.listening_at
+
     def _check_clocks(self, started: float, now: float) -> float:
         """Seconds until the nearer clock runs out; raise when one has."""
         cfg = self.config
