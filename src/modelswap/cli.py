@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--explain", action="store_true", help="also show how each llama-swap key was read"
     )
+    check.add_argument(
+        "--listen",
+        help="the host:port serve will listen on (else a port clash with the "
+        "default 127.0.0.1:8080 is not assumed)",
+    )
     audit = sub.add_parser(
         "audit",
         help="security report of a config file or a running instance",
@@ -134,9 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return print_activity(args)
     try:
         config = load_config(args.config) if args.config else demo_config()
-        if args.command == "serve" and args.listen:
+        if args.listen:
             config = override_listen(config, args.listen)
-        check_runnable(config, executables=args.command == "serve")  # port clashes; programs
+        serving = args.command == "serve"
+        check_runnable(config, executables=serving, listen=serving)  # port clashes; programs
     except ConfigError as exc:
         source = args.config or "the built-in demo config"
         print(f"modelswap: invalid configuration in {source}:", file=sys.stderr)

@@ -243,7 +243,7 @@ def test_a_remote_backend_is_an_open_switch(tmp_path: Path) -> None:
 
 
 def test_an_invalid_config_exits_2(tmp_path: Path) -> None:
-    path = write(tmp_path / "bad.yaml", "models: {}\n", 0o600)
+    path = write(tmp_path / "bad.yaml", "modles: {}\n", 0o600)
     result = audit("--config", str(path))
     assert result.returncode == 2
     assert "invalid configuration" in result.stderr

@@ -938,17 +938,14 @@ def test_non_loopback_listen_with_the_switch_or_keys(tmp_path: Path) -> None:
         stop_gateway(gw)
 
 
-def test_a_remote_backend_without_allow_remote_backend_is_a_config_error(tmp_path: Path) -> None:
+def test_a_remote_backend_is_allowed_and_named_by_check_and_audit(tmp_path: Path) -> None:
+    """llama-swap allows a backend off this machine; modelswap too, as an open switch."""
     config = tmp_path / "remote.yaml"
     config.write_text("models:\n  far:\n    cmd: srv\n    proxy: http://192.0.2.10:8000\n")
-    for args in (
-        ("check", str(config)),
-        ("serve", "--config", str(config), "--listen", f"127.0.0.1:{free_port()}"),
-    ):
-        result = modelswap_cli(*args)
-        assert result.returncode == 2, result.stderr
-        assert "models.far.proxy" in result.stderr
-        assert "allowRemoteBackend" in result.stderr
+    assert modelswap_cli("check", str(config)).returncode == 0
+    result = modelswap_cli("audit", "--config", str(config))
+    assert "MEDIUM open switch: models.far.proxy" in result.stdout, result.stdout
+    assert "192.0.2.10" in result.stdout
     config.write_text(
         "models:\n  far:\n    cmd: srv\n    proxy: http://192.0.2.10:8000\n"
         "    allowRemoteBackend: true\n"

@@ -33,7 +33,6 @@ from modelswap.config.schema import (
     RawModel,
 )
 from modelswap.config.security import (
-    check_backend_locality,
     resolve_api_keys,
     resolve_limits,
     resolve_security,
@@ -52,16 +51,17 @@ def build_config(
     extra_macros: Mapping[str, str],
     compat: tuple[KeyMapping, ...] = (),
     ports: Mapping[str, int] | None = None,
+    secrets: set[str] | None = None,
 ) -> Config:
     """Resolve ``raw``; raise :class:`ConfigError` with every problem found. ``compat`` says how
-    llama-swap keys were read before validation; it is kept for ``modelswap check --explain``."""
+    llama-swap keys were read before validation; it is kept for ``modelswap check --explain``.
+    ``secrets``: values already read from the environment (by ``tree_macros``)."""
     problems: Problems = []
-    secrets: set[str] = set()
+    secrets = set(secrets or ())
     host, port = _check_listen(raw.listen, problems)
     api_keys = resolve_api_keys(raw, environ, problems, secrets)
     security = resolve_security(raw, api_keys, problems)
     top_macros = {**extra_macros, **_check_macros(raw.macros, ("macros",), problems)}
-    _check_names(raw, problems)
     macros = {
         model_id: {
             **top_macros,
@@ -69,7 +69,17 @@ def build_config(
         }
         for model_id, model in raw.models.items()
     }
-    ports = _allocate_ports(raw, macros, port, problems, ports or {})
+    listen_port = port if "listen" in raw.model_fields_set else None
+    ports = _allocate_ports(raw, macros, listen_port, problems, ports or {})
+    raw = raw.model_copy(
+        update={
+            "models": {
+                model_id: _port_names(model_id, model, ports.get(model_id), problems)
+                for model_id, model in raw.models.items()
+            }
+        }
+    )
+    _check_names(raw, problems)
     models: dict[str, ModelConfig] = {}
     for model_id, model in raw.models.items():
         _check_port_is_used(model_id, model, macros[model_id], problems)
@@ -109,6 +119,7 @@ def build_config(
             max_rows=raw.activity.max_rows,
         ),
         compat=compat,
+        listen_given="listen" in raw.model_fields_set,
     )
 
 
@@ -187,6 +198,31 @@ def _check_names(raw: RawConfig, problems: Problems) -> None:
                 owners[alias] = model_id
 
 
+def _port_names(model_id: str, model: RawModel, port: int | None, problems: Problems) -> RawModel:
+    """Aliases named with ``${PORT}`` (llama-swap's ``setParamsByID`` keys) once it is known."""
+    names = [*model.aliases, *model.alias_filters]
+    if not any("${PORT}" in name for name in names):
+        return model
+    if port is None:
+        problems.append(
+            (
+                key_path("models", model_id, "aliases"),
+                "a name uses ${PORT}, but this model has none (its cmd does not use ${PORT})",
+            )
+        )
+        return model
+
+    def named(name: str) -> str:
+        return name.replace("${PORT}", str(port))
+
+    return model.model_copy(
+        update={
+            "aliases": [named(a) for a in model.aliases],
+            "alias_filters": {named(k): v for k, v in model.alias_filters.items()},
+        }
+    )
+
+
 def _command_texts(command: str | list[str] | None) -> list[str]:
     if command is None:
         return []
@@ -211,7 +247,7 @@ def _expanded_texts(model: RawModel) -> Iterator[str]:
 def _allocate_ports(
     raw: RawConfig,
     macros: Mapping[str, Mapping[str, str]],
-    listen_port: int,
+    listen_port: int | None,
     problems: Problems,
     keep: Mapping[str, int],
 ) -> dict[str, int]:
@@ -309,12 +345,8 @@ def _resolve_model(
     model_env = ({"VLLM_SERVER_DEV_MODE": "1"} if model.sleep_mode else {}) | _resolve_env(
         model.env, scope, (*base, "env"), problems
     )
-    before = len(problems)
+    # a remote host is allowed (llama-swap allows it) and listed as an open switch
     proxy = _resolve_proxy(model.proxy, scope, (*base, "proxy"), problems)
-    if len(problems) == before:  # a proxy that did not resolve has no meaningful host
-        check_backend_locality(
-            urlsplit(proxy).hostname, model.allow_remote_backend, problems, key_path(*base, "proxy")
-        )
     upstream_key = None
     if model.api_key is not None:
         upstream_key = _expand(model.api_key, scope, (*base, "apiKey"), problems).strip() or None

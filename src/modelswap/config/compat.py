@@ -34,7 +34,7 @@ from modelswap.config.compat_keys import (
 )
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.resolved import KeyMapping
-from modelswap.config.schema import type_name
+from modelswap.config.schema import RawConfig, type_name
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,12 @@ class Translation:
     problems: tuple[tuple[str, str], ...]
 
 
-def translate(data: Data) -> Translation:
-    """Rewrite llama-swap's spellings in ``data`` (left untouched) into modelswap's."""
+def translate(data: Data, *, anchor_keys: frozenset[str] = frozenset()) -> Translation:
+    """Rewrite llama-swap's spellings in ``data`` (left untouched) into modelswap's.
+    ``anchor_keys``: top-level keys that only hold YAML anchors (dropped when unknown)."""
     translator = _Translator()
     out = copy.deepcopy(data)
+    translator.drop_anchor_keys(out, anchor_keys)
     translator.run(out)
     return Translation(out, tuple(translator.mappings.values()), tuple(translator.problems))
 
@@ -105,6 +107,7 @@ class _Translator:
     def __init__(self) -> None:
         self.mappings: dict[str, KeyMapping] = {}
         self.problems: Problems = []
+        self.selector_names: set[object] = set()
 
     # -- records ---------------------------------------------------------------------------
 
@@ -131,7 +134,21 @@ class _Translator:
 
     # -- top level -------------------------------------------------------------------------
 
+    def drop_anchor_keys(self, data: Data, keys: frozenset[str]) -> None:
+        """``defaults: &defaults {...}``: a key that only holds anchors for ``*defaults``
+        elsewhere. A key modelswap or llama-swap knows is read as usual."""
+        known = {info.alias or name for name, info in RawConfig.model_fields.items()}
+        known |= set(TOP_IGNORED) | set(TOP_SAME) | {"includeAliasesInList", "store", "routing"}
+        for key in sorted(keys - known):
+            del data[key]
+            self.note((key,), None, "only holds YAML anchors (&name) used elsewhere", REWRITTEN)
+
     def run(self, data: Data) -> None:
+        if "models" in data and data["models"] is None:
+            del data["models"]  # llama-swap's `models:` left empty (merged -config-dir files)
+            self.note(("models",), ("models",), "null: no models of its own")
+        selectors = data.get("selectors")
+        self.selector_names = set(selectors) if isinstance(selectors, dict) else set()
         for key, reason in TOP_IGNORED.items():
             if key in data:
                 self.ignore(data, key, (), reason)
@@ -278,11 +295,15 @@ class _Translator:
             for alias in model["aliases"]
             if isinstance(alias, str)
         }
-        for index, name in enumerate(preload):
+        for index, name in reversed(list(enumerate(preload))):
+            source = ("hooks", "on_startup", "preload", index)
             if isinstance(name, str) and name not in models and name in owners:
                 preload[index] = owners[name]
-                source = ("hooks", "on_startup", "preload", index)
                 self.note(source, ("models", owners[name]), f"the alias {name!r}: its model")
+            elif isinstance(name, str) and name not in models and name in self.selector_names:
+                del preload[index]
+                note = f"the selector {name!r} is not preloaded: {TOP_IGNORED['selectors']}"
+                self.note(source, None, note, IGNORED)
 
     # -- models ----------------------------------------------------------------------------
 
@@ -299,6 +320,10 @@ class _Translator:
                 self.note(("models", "*", key), ("models", "*", key), note)
         if isinstance(model.get("aliases"), list):
             self.aliases(base, model["aliases"])
+            if model_id in model["aliases"]:  # llama-swap accepts a model named as its alias
+                model["aliases"] = [a for a in model["aliases"] if a != model_id]
+                note = "the model's own id: the name already reaches it"
+                self.note((*base, "aliases"), (*base, "aliases"), note, REWRITTEN)
         if isinstance(model.get("filters"), dict):
             self.filters((*base, "filters"), model["filters"])
             self.set_params_by_id(model_id, model)
@@ -358,8 +383,10 @@ class _Translator:
             return
         for key, params in by_id.items():
             name = str(key).replace("${MODEL_ID}", model_id)
-            if "${" in name:
-                self.problem((*base, str(key)), "only ${MODEL_ID} may be used in these names")
+            if "${" in name.replace("${PORT}", ""):  # ${PORT} is read once ports are given
+                self.problem(
+                    (*base, str(key)), "only ${MODEL_ID} and ${PORT} may be used in these names"
+                )
                 continue
             if name in alias_filters:
                 self.problem((*base, str(key)), f"aliasFilters sets {name!r} too: keep one")
@@ -403,9 +430,9 @@ class _Translator:
                 del peer["apiKey"]
                 peer["apiKeyEnv"] = env.group(1)
                 self.note((*base, "apiKey"), (*base, "apiKeyEnv"), "the key read from there")
-        elif isinstance(key, str) and "${" in key:
-            message = "only a whole ${env.NAME} is read here (or write apiKeyEnv: NAME)"
-            self.problem((*base, "apiKey"), message)
+        elif isinstance(key, str) and (env := _ENV_REF_RE.search(key)):
+            # set variables were read before (tree_macros): this one is not set
+            self.problem((*base, "apiKey"), f"environment variable {env.group(1)} is not set")
         for name, note in PEER_SAME.items():
             if name in peer:
                 self.note(("peers", "*", name), ("peers", "*", name), note)

@@ -71,6 +71,7 @@ MODEL_IGNORED = {
     "unloadTimeout": TOP_IGNORED["unloadTimeout"],
     "capabilities": "/v1/models shows what the running backend reports, not declared capabilities",
     "compat": "there are no upstream compatibility switches",
+    "cmd_stop": "llama-swap ignores this old spelling too; cmdStop is the stop command",
 }
 TIMEOUTS_IGNORED = {
     "keepalive": "connections to backends use the HTTP client's keep-alive defaults",

@@ -24,6 +24,7 @@ from modelswap.config.macros import did_you_mean
 from modelswap.config.paths import key_path
 from modelswap.config.resolved import Config
 from modelswap.config.schema import SHAPE_ERROR, RawConfig, RawModel, RawTimeouts, type_name
+from modelswap.config.tree_macros import expand_tree
 from modelswap.errors import ConfigError
 
 
@@ -64,24 +65,41 @@ def load_config_text(
     llama-swap's spellings are read first (:mod:`modelswap.config.compat`); each of its keys that
     modelswap does not implement is logged once, as a warning, when the load succeeds.
     """
-    translation = translate(_parse_yaml(text))
+    env = dict(os.environ if environ is None else environ)
+    data, anchor_keys = _parse_yaml(text)
+    secrets = expand_tree(data, env)
+    translation = translate(data, anchor_keys=anchor_keys)
     if translation.problems:
         raise ConfigError(list(translation.problems))
     raw = _validate(translation.data)
     config = build_config(
         raw,
         source=source,
-        environ=dict(os.environ if environ is None else environ),
+        environ=env,
         extra_macros=dict(extra_macros or {}),
         compat=translation.mappings,
         ports=ports,
+        secrets=secrets,
     )
     log_warnings(config.compat)
     return config
 
 
 class _Loader(yaml.SafeLoader):
-    """A safe loader that rejects duplicate keys (plain PyYAML keeps the last one silently)."""
+    """A safe loader that rejects duplicate keys (plain PyYAML keeps the last one silently)
+    and remembers which nodes define an anchor (``&name``)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.anchored: set[int] = set()
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        anchor = None if isinstance(event, yaml.AliasEvent) else getattr(event, "anchor", None)
+        node = super().compose_node(parent, index)
+        if anchor is not None and node is not None:
+            self.anchored.add(id(node))
+        return node
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -105,9 +123,36 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _parse_yaml(text: str) -> dict[Any, Any]:
+def _anchor_keys(loader: _Loader, root: yaml.Node | None) -> frozenset[str]:
+    """Top-level keys whose value only holds YAML anchors for the rest of the file: it is
+    anchored itself (``defaults: &defaults {...}``), or each of its entries is (``defs:
+    {cmd: &cmd ...}``). llama-swap ignores such keys; they are read here only via ``*name``."""
+    found: set[str] = set()
+    if not isinstance(root, yaml.MappingNode):
+        return frozenset()
+    for key, value in root.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        if isinstance(value, yaml.MappingNode):
+            items = [v for _, v in value.value]
+        elif isinstance(value, yaml.SequenceNode):
+            items = list(value.value)
+        else:
+            items = []
+        if id(value) in loader.anchored or (
+            items and all(id(item) in loader.anchored for item in items)
+        ):
+            found.add(str(key.value))
+    return frozenset(found)
+
+
+def _parse_yaml(text: str) -> tuple[dict[Any, Any], frozenset[str]]:
+    """The YAML mapping, and its top-level keys that only hold anchors (``_anchor_keys``)."""
+    loader = _Loader(text)
     try:
-        data = yaml.load(text, Loader=_Loader)
+        root = loader.get_single_node()
+        data = None if root is None else loader.construct_document(root)
+        anchor_keys = _anchor_keys(loader, root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -115,8 +160,10 @@ def _parse_yaml(text: str) -> dict[Any, Any]:
         raise ConfigError([("", f"invalid YAML{where}: {problem}")]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([("", f"invalid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
     if data is None:
-        raise ConfigError([("", "the configuration is empty; it needs at least a `models` key")])
+        raise ConfigError([("", "the configuration is empty; it needs `models` or `peers`")])
     if not isinstance(data, dict):
         raise ConfigError(
             [
@@ -127,7 +174,7 @@ def _parse_yaml(text: str) -> dict[Any, Any]:
                 )
             ]
         )
-    return data
+    return data, anchor_keys
 
 
 def _validate(data: dict[Any, Any]) -> RawConfig:
@@ -215,4 +262,4 @@ def override_listen(config: Config, listen: str) -> Config:
         host, port = parse_listen(listen)
     except ValueError as exc:
         raise ConfigError([("--listen", str(exc))]) from exc
-    return dataclasses.replace(config, listen_host=host, listen_port=port)
+    return dataclasses.replace(config, listen_host=host, listen_port=port, listen_given=True)

@@ -25,11 +25,16 @@ Problems = list[tuple[str, str]]
 
 
 def check_runnable(
-    config: Config, *, executables: bool = True, environ: Mapping[str, str] | None = None
+    config: Config,
+    *,
+    executables: bool = True,
+    environ: Mapping[str, str] | None = None,
+    listen: bool = True,
 ) -> None:
     """Raise :class:`ConfigError` naming every port clash and (with ``executables``) every
-    command that cannot run here."""
-    problems = port_collisions(config)
+    command that cannot run here. ``listen``: the listen port counts as taken even when it is
+    only the default (``serve`` listens there; ``check`` without ``--listen`` may not)."""
+    problems = port_collisions(config, listen=listen or config.listen_given)
     if executables:
         problems += missing_executables(config, environ)
     if problems:
@@ -78,13 +83,24 @@ def _port(model: ModelConfig) -> int | None:
     return port
 
 
-def port_collisions(config: Config) -> Problems:
-    """A fixed proxy port that is another model's ``${PORT}``, or the listen port."""
+def port_collisions(config: Config, *, listen: bool = True) -> Problems:
+    """A fixed proxy port that is another model's ``${PORT}``, or (with ``listen``) a port that
+    is the listen port."""
     allocated = {m.port: m.id for m in config.models.values() if m.port is not None}
     problems: Problems = []
+    own = listen and is_loopback_host(config.listen_host)
     for model in config.models.values():
         if model.port is not None:
-            continue  # its port is ${PORT}: allocated without clashes by the loader
+            # allocated without clashes by the loader, which checks a listen key of the file
+            if own and model.port == config.listen_port and not config.listen_given:
+                problems.append(
+                    (
+                        "startPort",
+                        f"model {model.id!r} would get port {model.port}, which is the listen "
+                        "port; choose another startPort",
+                    )
+                )
+            continue
         port = _port(model)
         if port is None:
             continue
@@ -96,7 +112,7 @@ def port_collisions(config: Config) -> Problems:
                     "use another port or another startPort",
                 )
             )
-        elif port == config.listen_port and is_loopback_host(config.listen_host):
+        elif own and port == config.listen_port:
             problems.append(
                 (
                     key_path("models", model.id, "proxy"),

@@ -225,6 +225,8 @@ class Config:
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
     # How each llama-swap key of the file was read (``modelswap check --explain``).
     compat: tuple[KeyMapping, ...] = ()
+    # The file (or --listen) names the listen address; else it is the default, 127.0.0.1:8080.
+    listen_given: bool = False
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

@@ -81,9 +81,10 @@ def resolve_scheduling(
             resources[name] = parse_size(value)
         except ValueError as exc:
             problems.append((f"resources.{name}", str(exc)))
-    groups = tuple(
+    groups = tuple(  # an empty group (llama-swap accepts `members: []`) constrains nothing
         Group(name, tuple(g.members), g.swap, g.exclusive, g.persistent)
         for name, g in raw.groups.items()
+        if g.members
     )
     for group in groups:
         for index, member in enumerate(group.members):

@@ -455,7 +455,9 @@ class RawConfig(BaseModel):
     model_config = ConfigDict(**_MODEL_CONFIG, title=SCHEMA_TITLE)
 
     models: dict[str, RawModel] = Field(
-        min_length=1, description="The models modelswap serves, by id (the name clients send)."
+        default_factory=dict,
+        description="The models modelswap serves, by id (the name clients send); none (or "
+        "null) for a gateway that serves only its peers' models.",
     )
     listen: str = Field(
         DEFAULT_LISTEN,

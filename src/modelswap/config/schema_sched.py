@@ -15,7 +15,9 @@ class RawGroup(BaseModel):
 
     model_config = ConfigDict(**_STRICT, title="Group")
 
-    members: list[str] = Field(min_length=1, description="Model ids in this group.")
+    members: list[str] = Field(
+        default_factory=list, description="Model ids in this group (none: it has no effect)."
+    )
     swap: bool = Field(True, description="Members swap among themselves (one at a time).")
     exclusive: bool = Field(
         True, description="Loading a member unloads the models of other (non-persistent) groups."

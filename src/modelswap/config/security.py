@@ -6,9 +6,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from modelswap.config.macros import ENV_NAME_RE, Scope, expand
-from modelswap.config.resolved import SCOPES, ApiKey, Config, Limits, Security
+from modelswap.config.resolved import SCOPES, ApiKey, Config, Limits, ModelConfig, Security
 from modelswap.config.schema import RawApiKey, RawConfig
 
 Problems = list[tuple[str, str]]
@@ -140,18 +141,13 @@ def resolve_limits(raw: RawConfig) -> Limits:
     )
 
 
-def check_backend_locality(
-    proxy_host: str | None, allow_remote: bool, problems: Problems, path: str
-) -> None:
-    if proxy_host is None or allow_remote or is_loopback_host(proxy_host):
-        return
-    problems.append(
-        (
-            path,
-            f"{proxy_host} is not on this machine; backends are loopback-only unless the "
-            f"model sets allowRemoteBackend: true",
-        )
-    )
+def remote_backend(model: ModelConfig) -> str | None:
+    """The host of ``model``'s proxy when it is not on this machine (else None)."""
+    try:
+        host = urlsplit(model.proxy).hostname
+    except ValueError:
+        return None
+    return None if host is None or is_loopback_host(host) else host
 
 
 def exposure_problem(host: str, keys: tuple[ApiKey, ...], allowed: bool) -> str | None:
@@ -160,7 +156,9 @@ def exposure_problem(host: str, keys: tuple[ApiKey, ...], allowed: bool) -> str 
         return None
     return (
         f"refusing to listen on {host} without apiKeys: anyone who can reach this address "
-        "could use every model. Either configure apiKeys, or pass "
+        "could use every model. Either configure apiKeys — a key in a file, e.g. a mounted "
+        "secret (apiKeys: [{keyFile: /run/secrets/modelswap/api-key}]), or in an environment "
+        "variable (apiKeys: [{keyEnv: MODELSWAP_API_KEY}]) — or pass "
         "--allow-unauthenticated-network (config security.allowUnauthenticatedNetwork: true) "
         "if this network is trusted."
     )
@@ -177,10 +175,17 @@ def open_switches(config: Config, *, allow_flag: bool = False) -> list[str]:
     if "*" in config.security.cors_origins:
         found.append("security.corsOrigins: '*' — any web page may call modelswap with a key")
     for model in config.models.values():
+        host = remote_backend(model)
         if model.allow_remote_backend:
             found.append(
                 f"models.{model.id}.allowRemoteBackend: requests go to {model.proxy}, "
                 "off this machine"
+            )
+        elif host is not None:  # allowed, as llama-swap allows it (a docker bridge ...)
+            found.append(
+                f"models.{model.id}.proxy: requests to model {model.id!r} go to {host}, off "
+                "this machine, unencrypted unless https (set allowRemoteBackend: true to "
+                "say it is meant)"
             )
     return found
 

@@ -163,8 +163,8 @@ def test_load_unknown_timeouts_key_suggests_known_key() -> None:
 
 
 def test_load_snake_case_key_suggests_camel_case() -> None:
-    found = one_model_problems("cmd: srv --port ${PORT}\ncmd_stop: kill ${PID}")
-    assert found == [("models.m.cmd_stop", "unknown key (did you mean cmdStop?)")]
+    found = one_model_problems("cmd: srv --port ${PORT}\ncheck_endpoint: /health")
+    assert found == [("models.m.check_endpoint", "unknown key (did you mean checkEndpoint?)")]
 
 
 def test_load_bad_types_are_reported_with_dotted_paths() -> None:
@@ -234,12 +234,11 @@ def test_load_duplicate_key_is_an_error() -> None:
     assert "line 4" in found[0][1]
 
 
-def test_load_empty_models_is_an_error() -> None:
-    assert problems("models: {}\n") == [("models", "at least one model is required")]
-
-
-def test_load_missing_models_is_an_error() -> None:
-    assert problems("listen: 127.0.0.1:8080\n") == [("models", "required key is missing")]
+@pytest.mark.parametrize("text", ["models: {}\n", "models:\n", "listen: 127.0.0.1:8080\n"])
+def test_load_without_models_is_a_gateway_for_peers_only(text: str) -> None:
+    """llama-swap accepts no models (a peers-only config, a merged -config-dir file)."""
+    config = load_config_text(text)
+    assert dict(config.models) == {}
 
 
 def test_load_top_level_list_is_an_error() -> None:
@@ -251,7 +250,7 @@ def test_load_top_level_list_is_an_error() -> None:
 
 def test_load_empty_document_is_an_error() -> None:
     assert problems("# nothing\n") == [
-        ("", "the configuration is empty; it needs at least a `models` key")
+        ("", "the configuration is empty; it needs `models` or `peers`")
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -205,10 +206,15 @@ def test_cors_origins_must_be_origins() -> None:
         "http://0.0.0.0:8000",
     ],
 )
-def test_a_remote_proxy_needs_allow_remote_backend(proxy: str) -> None:
+def test_a_remote_proxy_is_allowed_and_listed_as_an_open_switch(proxy: str) -> None:
+    """llama-swap allows any proxy (a docker bridge such as 172.17.0.1 is common): so does
+    modelswap, naming the model and the address among the open switches."""
     models = f"models:\n  remote:\n    cmd: srv\n    proxy: {proxy}\n"
-    found = problems("", models=models)
-    assert any(p == "models.remote.proxy" and "allowRemoteBackend" in m for p, m in found), found
+    config = load("", models=models)
+    switches = open_switches(config)
+    assert [s for s in switches if s.startswith("models.remote.proxy")], switches
+    host = str(urlsplit(proxy).hostname)
+    assert any("'remote'" in s and host in s for s in switches), switches
     allowed = load("", models=models + "    allowRemoteBackend: true\n")
     assert allowed.models["remote"].allow_remote_backend is True
     assert any(s.startswith("models.remote.allowRemoteBackend") for s in open_switches(allowed)), (

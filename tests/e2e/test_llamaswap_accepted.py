@@ -1,0 +1,135 @@
+"""The configs llama-swap accepts that modelswap used to refuse (issue 17), served: each fixture
+of tests/data/llamaswap/accepted/ run by ``python -m modelswap serve`` against the fake
+backend, with requests through the gateway."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import (
+    FAKE_BACKEND,
+    REPO,
+    Gateway,
+    Reply,
+    chat_body,
+    free_port,
+    free_port_range,
+    request,
+    serve_command,
+    stop_gateway,
+    wait_healthy,
+)
+
+pytestmark = pytest.mark.e2e
+
+ACCEPTED = REPO / "tests" / "data" / "llamaswap" / "accepted"
+ENV = {
+    "FAKE_PYTHON": sys.executable,
+    "FAKE_BACKEND": str(FAKE_BACKEND),
+    "PEER_API_KEY": "peer-key",
+    "FAKE_GLOBAL_TTL": "120",
+}
+Serve = Callable[[str], tuple[Gateway, int]]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    """``serve(fixture)`` -> (gateway, the startPort it was given)."""
+    started: list[Gateway] = []
+
+    def start(name: str) -> tuple[Gateway, int]:
+        start_port = free_port_range(4)
+        text = (ACCEPTED / name).read_text().replace("port: 5800", f"port: {start_port}")
+        if not re.search(r"(?m)^startPort:", text):
+            text = f"startPort: {start_port}\n{text}"
+        config = tmp_path / name
+        config.write_text(f"stateDir: {tmp_path / 'state'}\n{text}")
+        log_path = tmp_path / f"{name}.log"
+        env = {**os.environ, **ENV, "PYTHONUNBUFFERED": "1"}
+        port = free_port()
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                serve_command(config, f"127.0.0.1:{port}"),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=REPO,
+            )
+        gw = Gateway(proc, port, log_path, config)
+        started.append(gw)
+        wait_healthy(gw)
+        return gw, start_port
+
+    yield start
+    for gw in started:
+        stop_gateway(gw)
+
+
+def chat(gw: Gateway, model: str) -> Reply:
+    headers = {"Content-Type": "application/json"}
+    return request(gw, "POST", "/v1/chat/completions", chat_body(model, max_tokens=2), headers)
+
+
+def echoed(gw: Gateway, body: dict[str, Any]) -> dict[str, Any]:
+    """What the backend received for ``body`` (the fake echoes /v1/responses)."""
+    headers = {"Content-Type": "application/json"}
+    reply = request(gw, "POST", "/v1/responses", json.dumps(body).encode(), headers)
+    assert reply.status == 200, reply.body
+    received = json.loads(base64.b64decode(reply.json()["body_b64"]))
+    assert isinstance(received, dict)
+    return received
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "anchors-key.yaml",
+        "macro-numbers.yaml",
+        "cmd-stop-snake.yaml",
+        "alias-is-own-id.yaml",
+        "group-no-members.yaml",
+        "preload-selector.yaml",
+        "env-inside-string.yaml",
+    ],
+)
+def test_fixture_serves_its_model(serve: Serve, name: str) -> None:
+    gw, _ = serve(name)
+    reply = chat(gw, "model1")
+    assert reply.status == 200, reply.body
+
+
+def test_set_params_by_id_with_port_applies_to_that_name(serve: Serve) -> None:
+    gw, start_port = serve("port-in-set-params-by-id.yaml")
+    name = f"model1-{start_port}"
+    assert echoed(gw, {"model": name, "input": "x"})["temperature"] == 0.1
+    assert "temperature" not in echoed(gw, {"model": "model1", "input": "x"})
+
+
+def test_a_remote_proxy_serves_with_a_warning_and_a_security_entry(serve: Serve) -> None:
+    gw, _ = serve("remote-proxy.yaml")
+    assert chat(gw, "model1").status == 200
+    warning = [line for line in gw.log().splitlines() if "models.bridged.proxy" in line]
+    assert warning, gw.log()
+    assert "172.17.0.1" in warning[0]
+    assert "WARNING" in warning[0]
+    switches = gw.get_json("/api/security")["open_switches"]
+    assert isinstance(switches, list)
+    assert any("'bridged'" in s and "172.17.0.1" in s for s in switches), switches
+
+
+@pytest.mark.parametrize("name", ["peers-only.yaml", "models-null.yaml"])
+def test_a_gateway_without_models_serves_its_listing(serve: Serve, name: str) -> None:
+    gw, _ = serve(name)
+    reply = request(gw, "GET", "/v1/models")
+    assert reply.status == 200, reply.body
+    assert reply.json()["object"] == "list"
