@@ -2,6 +2,8 @@
 
 Every error modelswap itself authors carries the header ``X-Modelswap-Error: 1`` so a client can
 tell it from an error the backend returned (those pass through unchanged, without the header).
+On the routes that speak Anthropic's API the same errors are reshaped into Anthropic's envelope
+(:func:`anthropic_envelope`), with the same status codes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,70 @@ def envelope(
     }
     error.update(extra)
     return {"error": error}
+
+
+# Routes whose clients read Anthropic's error shape (the ``anthropic`` SDK and its kin).
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+# Anthropic's error types by status (its API reference, "Errors").
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def anthropic_envelope(openai: dict[str, object], status: int) -> dict[str, object]:
+    """The OpenAI envelope ``openai`` in Anthropic's shape: ``{"type": "error", "error":
+    {"type", "message", "details"}}``. The gateway's code and extras (suggestions, a start's
+    diagnosis) go into ``details``, the code as ``error_code`` where Anthropic keeps its own."""
+    error = openai.get("error")
+    fields = dict(error) if isinstance(error, dict) else {}
+    out: dict[str, object] = {
+        "type": _ANTHROPIC_TYPES.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        ),
+        "message": str(fields.pop("message", "")),
+    }
+    fields.pop("type", None)
+    code = fields.pop("code", None)
+    details = {key: value for key, value in fields.items() if value is not None}
+    if code is not None:
+        details = {"error_code": code, **details}
+    if details:
+        out["details"] = details
+    return {"type": "error", "error": out}
+
+
+def error_code_of(data: object) -> str | None:
+    """The gateway's error code in either envelope, or None."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code")
+    details = error.get("details")
+    if code is None and isinstance(details, dict):
+        code = details.get("error_code")
+    return str(code) if code is not None else None
+
+
+def in_anthropic_shape(response: web.Response) -> None:
+    """Reshape a gateway-authored JSON error ``response`` in place (headers kept)."""
+    if not isinstance(response.body, bytes):
+        return
+    try:
+        data = json.loads(response.body)
+    except ValueError:
+        return
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        response.body = json.dumps(anthropic_envelope(data, response.status)).encode()
 
 
 def error_response(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from modelswap.http.errors import GATEWAY_ERROR_HEADER
+from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
 from modelswap.observe.records import RequestRecord
@@ -74,10 +74,9 @@ def _error_code(response: web.StreamResponse) -> str | None:
     try:
         body = response.body
         data = json.loads(body if isinstance(body, bytes) else b"{}")
-        code = data["error"]["code"]
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return None
-    return str(code) if code is not None else None
+    return error_code_of(data)  # OpenAI's envelope or Anthropic's
 
 
 def observed(path: str) -> bool:

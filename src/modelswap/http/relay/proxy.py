@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from modelswap.errors import (
 from modelswap.http.errors import envelope
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS, RequestObs
+from modelswap.http.relay.sse import error_event
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.redact import Redactor
 from modelswap.routing.local import Lease, LocalRouter
@@ -258,7 +258,7 @@ async def forward(
                     obs.first_byte()
                     obs.status = upstream.status
                 if into is not None:
-                    return await _relay_into(into, upstream, target, redactor, obs)
+                    return await _relay_into(into, upstream, target, redactor, obs, request.path)
                 return await _relay(request, upstream, target, redactor, obs)
             finally:
                 upstream.close()
@@ -273,7 +273,7 @@ async def forward(
         log.warning("%s", error)
         if started.content_type != "text/event-stream":
             raise ConnectionAbortedError(str(error)) from exc
-        return await _end_with_error_event(started, 504, str(error), redactor)
+        return await _end_with_error_event(started, 504, str(error), redactor, request.path)
     finally:
         target.release()
 
@@ -301,7 +301,7 @@ async def _relay(
         # A truncated body with a Content-Length (or an unfinished chunked body) tells the
         # client the answer is incomplete; closing the connection makes sure it notices.
         raise ConnectionAbortedError(failure[1])
-    return await _end_with_error_event(response, *failure, redactor)
+    return await _end_with_error_event(response, *failure, redactor, request.path)
 
 
 async def _relay_into(
@@ -310,6 +310,7 @@ async def _relay_into(
     target: Upstream,
     redactor: Redactor,
     obs: RequestObs | None = None,
+    path: str = "",
 ) -> web.StreamResponse:
     """Relay into an event stream whose headers were already sent (see ``waiting``)."""
     if upstream.status >= 400:
@@ -317,7 +318,7 @@ async def _relay_into(
         if json_object_with_error(body) is None:
             text = body.decode("utf-8", errors="replace")[:1000]
             message = f"Backend for model `{target.label}` answered {upstream.status}: {text}"
-            body = json.dumps(envelope(message, 502, code="upstream_error")).encode()
+            return await _end_with_error_event(response, 502, message, redactor, path, lead=b"")
         # One event: an SSE data line cannot hold a newline.
         body = redact_error_body(body, redactor).replace(b"\r", b"").replace(b"\n", b" ")
         await response.write(b"data: " + body + b"\n\n")
@@ -325,7 +326,7 @@ async def _relay_into(
         return response
     failure = await _copy(upstream, response, target, redactor, obs)
     if failure is not None:
-        return await _end_with_error_event(response, *failure, redactor)
+        return await _end_with_error_event(response, *failure, redactor, path)
     await response.write_eof()
     return response
 
@@ -449,10 +450,18 @@ async def _copy(
 
 
 async def _end_with_error_event(
-    response: web.StreamResponse, status: int, message: str, redactor: Redactor
+    response: web.StreamResponse,
+    status: int,
+    message: str,
+    redactor: Redactor,
+    path: str,
+    *,
+    lead: bytes = b"\n\n",
 ) -> web.StreamResponse:
+    """End a stream with the gateway's error event (``lead`` ends any event cut short)."""
     code = "upstream_timeout" if status == 504 else "upstream_error"
-    event = json.dumps(redactor.data(envelope(message, status, code=code)))
-    await response.write(f"\n\ndata: {event}\n\n".encode())
+    masked = redactor.data(envelope(message, status, code=code))
+    assert isinstance(masked, dict)
+    await response.write(lead + error_event(path, masked, status))
     await response.write_eof()
     return response

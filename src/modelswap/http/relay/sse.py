@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
+
+from modelswap.http.errors import ANTHROPIC_PATHS, anthropic_envelope
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -14,3 +18,16 @@ SSE_HEADERS = {
 def event_stream() -> web.StreamResponse:
     """A 200 event-stream response, not yet prepared."""
     return web.StreamResponse(status=200, headers=SSE_HEADERS)
+
+
+def error_event(path: str, envelope: dict[str, object], status: int) -> bytes:
+    """The final event of a stream that fails, in the shape the route's clients read:
+    Anthropic's ``event: error`` on its routes, else OpenAI's ``data: {"error": …}``.
+    One ``data:`` line (an SSE data line cannot hold a newline; JSON escapes its own)."""
+    if path in ANTHROPIC_PATHS:
+        return (
+            b"event: error\ndata: "
+            + json.dumps(anthropic_envelope(envelope, status)).encode()
+            + b"\n\n"
+        )
+    return b"data: " + json.dumps(envelope).encode() + b"\n\n"

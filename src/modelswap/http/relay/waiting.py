@@ -10,6 +10,7 @@ Non-streaming requests simply wait.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from aiohttp import web
@@ -17,7 +18,7 @@ from aiohttp import web
 from modelswap.errors import ModelswapError
 from modelswap.http.errors import response_for
 from modelswap.http.keys import RUNTIME
-from modelswap.http.relay.sse import event_stream
+from modelswap.http.relay.sse import error_event, event_stream
 from modelswap.routing.local import Lease, LocalRouter
 from modelswap.states import ProcessState
 
@@ -69,7 +70,9 @@ class WaitingStream:
         """End the already-open stream with the error as a final ``data:`` event."""
         assert self.response is not None
         redactor = self._request.app[RUNTIME].redactor
-        await self.response.write(b"data: " + _body(response_for(error, redactor)) + b"\n\n")
+        answer = response_for(error, redactor)
+        event = error_event(self._request.path, json.loads(_body(answer)), answer.status)
+        await self.response.write(event)
         await self.response.write_eof()
         return self.response
 

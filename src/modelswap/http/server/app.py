@@ -9,7 +9,13 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http.errors import error_response, response_for
+from modelswap.http.errors import (
+    ANTHROPIC_PATHS,
+    GATEWAY_ERROR_HEADER,
+    error_response,
+    in_anthropic_shape,
+    response_for,
+)
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.cors import Cors
@@ -52,14 +58,30 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(message or exc.reason, exc.status, code=f"http_{exc.status}")
 
 
+@web.middleware
+async def anthropic_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """On Anthropic's routes, every error the gateway authored — the drain's, the error
+    middleware's, auth's 401/403 — in Anthropic's envelope, so its SDK reads the message."""
+    response = await handler(request)
+    if (
+        request.path in ANTHROPIC_PATHS
+        and response.status >= 400
+        and GATEWAY_ERROR_HEADER in response.headers
+        and isinstance(response, web.Response)
+    ):
+        in_anthropic_shape(response)
+    return response
+
+
 def create_app(runtime: Runtime) -> web.Application:
-    """Middleware order: observation (outermost) → the shutdown drain (503 once it began) →
-    errors → CORS (answers preflights) → auth → routes."""
+    """Middleware order: observation (outermost) → Anthropic's error shape → the shutdown
+    drain (503 once it began) → errors → CORS (answers preflights) → auth → routes."""
     cors = Cors(lambda: runtime.config.security.cors_origins)
     drain = Drain()
     app = web.Application(
         middlewares=[
             observe_middleware,
+            anthropic_errors,
             drain_middleware(drain),
             error_middleware,
             cors.preflight,
