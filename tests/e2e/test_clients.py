@@ -7,6 +7,7 @@ Backends and peers here are the fakes (``openai_backend.py``, ``recording_peer.p
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -14,10 +15,11 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
-from tests.e2e.conftest import HANG, REPO, Gateway, fake_cmd, free_port, request
+from tests.e2e.conftest import HANG, REPO, Gateway, chat_body, fake_cmd, free_port, request
 
 pytestmark = pytest.mark.e2e
 
@@ -123,3 +125,80 @@ def test_models_retrieve_answers_listed_ids_aliases_and_peer_models_the_key_may_
     plain = request(gw, "GET", "/v1/models/org/smol", headers={"x-api-key": ALL_KEY})
     assert plain.status == 200  # an unencoded slash names the same id
     assert plain.json()["id"] == "org/smol"
+
+
+def _events_until(resp: http.client.HTTPResponse, kind: str) -> dict[str, Any]:
+    """The data of the next server-sent event of ``kind``."""
+    current = None
+    while line := resp.readline():
+        text = line.decode().rstrip("\r\n")
+        if text.startswith("event: "):
+            current = text[len("event: ") :]
+        elif text.startswith("data: ") and current == kind:
+            data: dict[str, Any] = json.loads(text[len("data: ") :])
+            return data
+    raise AssertionError(f"the event stream ended before a {kind} event")
+
+
+def test_request_id_is_kept_or_made_and_follows_the_request_end_to_end(
+    gateway: Callable[..., Gateway], peer: Callable[..., Peer], sdk: Callable[..., openai.OpenAI]
+) -> None:
+    box = peer("--models", "beta")
+    gw = gateway(
+        f"  local:\n    cmd: {fake_cmd()}\n",
+        extra_top=f"peers:\n  box:\n    proxy: {box.url}\n    models: [beta]\n",
+    )
+    events = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
+    events.request("GET", "/api/events")
+    stream = events.getresponse()
+    try:
+        own = "trace-7f3a:b.c_d"
+        reply = request(
+            gw,
+            "POST",
+            "/v1/chat/completions",
+            chat_body("box/beta"),
+            {"Content-Type": "application/json", "X-Request-Id": own},
+        )
+        assert reply.status == 200, reply.body
+        assert reply.headers["X-Request-Id"] == own  # the client's own id, kept
+        [sent] = box.requests("/v1/chat/completions")
+        headers = {k.lower(): v for k, v in sent["headers"].items()}  # type: ignore[union-attr]
+        assert headers["x-request-id"] == own  # forwarded upstream
+        finished = _events_until(stream, "request.finished")
+        assert (finished["request_id"], finished["model"]) == (own, "box/beta")
+    finally:
+        events.close()
+    assert f"request {own} /v1/chat/completions box/beta -> 200" in gw.log()
+
+    made: set[str] = set()
+    for bad in ("", "x" * 129, "two words", "a\u00e9b", "new\\nline"):
+        reply = request(
+            gw,
+            "POST",
+            "/v1/chat/completions",
+            chat_body("local"),
+            {"Content-Type": "application/json", "X-Request-Id": bad},
+        )
+        assert reply.status == 200
+        fresh = reply.headers["X-Request-Id"]
+        assert fresh != bad
+        assert len(fresh) == 32  # a new one, never the insane one
+        made.add(fresh)
+    assert len(made) == 5
+    # Every response has one: errors, the model list, the gateway's own routes.
+    for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("GET", "/nowhere")):
+        assert request(gw, method, path).headers["X-Request-Id"]
+    missing = request(
+        gw,
+        "POST",
+        "/v1/chat/completions",
+        chat_body("nothing"),
+        {"Content-Type": "application/json"},
+    )
+    assert missing.status == 404
+    assert missing.headers["X-Request-Id"]
+    with sdk(gw).chat.completions.with_streaming_response.create(
+        model="local", messages=[{"role": "user", "content": "hi"}], stream=True
+    ) as streamed:
+        assert streamed.headers["x-request-id"]  # streamed answers too

@@ -34,6 +34,8 @@ class RequestRecord:
     bytes_out: int
     error_code: str | None
     """The gateway's own error code, when the gateway authored the error."""
+    request_id: str | None = None
+    """The ``X-Request-Id`` the client got (its own, when sane) and the backend was sent."""
     request_body: str | None = None
     """Only with ``activity.capture``; already bounded and redacted by the caller."""
     response_body: str | None = None

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of
 from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.middleware.request_id import request_id
 from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.usage import UsageTracker
@@ -128,6 +129,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
                 bytes_in=obs.bytes_in,
                 bytes_out=obs.bytes_out,
                 error_code=code,
+                request_id=request_id(request),
                 request_body=redact(obs.request_body.decode("utf-8", "replace"))
                 if obs.capture_limit
                 else None,

@@ -35,6 +35,8 @@ from modelswap.errors import (
 from modelswap.http.errors import envelope
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS, RequestObs
+from modelswap.http.middleware.request_id import HEADER as REQUEST_ID_HEADER
+from modelswap.http.middleware.request_id import request_id
 from modelswap.http.relay.sse import error_event
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.redact import Redactor
@@ -244,6 +246,7 @@ async def forward(
     try:
         async with _ceiling(timeouts.total):
             headers = request_headers(request.headers, target.api_key)
+            headers[REQUEST_ID_HEADER] = request_id(request)  # one id, end to end
             for name, value in target.extra_headers:
                 headers[name] = value
             upstream = await _open_upstream(session, target, request.method, path_qs, headers, body)

@@ -194,8 +194,13 @@ def peer_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any
 
 def model_row(runtime: Runtime, model_id: str, key: ApiKey | None = None) -> dict[str, Any] | None:
     """The row ``GET /v1/models`` lists under ``model_id`` (a model, an alias or a peer model
-    ``key`` may use), or None: one model is exactly what the list says about it."""
-    for row in model_rows(runtime, key) + peer_rows(runtime, key):
+    ``key`` may use), or None: one model is exactly what the list says about it. An alias has
+    its row (``alias_for``) whether or not the list shows alias rows."""
+    rows = model_rows(runtime, key)
+    for row in rows + peer_rows(runtime, key):
         if row["id"] == model_id:
             return row
+    for row in rows:
+        if model_id in row.get("aliases", ()):
+            return alias_rows(row, (model_id,))[0]
     return None

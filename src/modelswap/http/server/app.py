@@ -17,6 +17,7 @@ from modelswap.http.errors import (
     response_for,
 )
 from modelswap.http.keys import RUNTIME
+from modelswap.http.middleware import request_id
 from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.cors import Cors
 from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
@@ -88,6 +89,7 @@ def create_app(runtime: Runtime) -> web.Application:
             auth_middleware(lambda: runtime.config.api_keys, FailureLimiter()),
         ]
     )
+    app.on_response_prepare.append(request_id.on_prepare)
     app.on_response_prepare.append(cors.on_prepare)
     app[RUNTIME] = runtime
     app[DRAIN] = drain

@@ -1,0 +1,34 @@
+"""``X-Request-Id``: one id per request, so a request can be followed end to end.
+
+The client's own id is kept when it is sane (at most 128 characters of letters, digits and
+``._:-``); anything else — missing, too long, odd characters that could forge log lines — is
+replaced by a new one. The id goes out on every response (streamed ones included, as their
+headers are prepared), to the backend or peer with the request, into the log line, the activity
+row and the ``request.finished`` event.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from aiohttp import web
+
+HEADER = "X-Request-Id"
+_SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
+
+
+def request_id(request: web.Request) -> str:
+    """This request's id, chosen on first use and the same ever after."""
+    found = request.get(REQUEST_ID)
+    if found is None:
+        sent = request.headers.get(HEADER, "")
+        found = sent if _SANE.fullmatch(sent) else uuid.uuid4().hex
+        request[REQUEST_ID] = found
+    return found
+
+
+async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response carries the id (a backend's own id, if it sent one, is replaced)."""
+    response.headers[HEADER] = request_id(request)
