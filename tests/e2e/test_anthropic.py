@@ -52,9 +52,16 @@ def test_messages_plain_streamed_and_count_tokens_through_llamacpp(
     gw: Gateway, client: Callable[..., anthropic.Anthropic]
 ) -> None:
     sdk = client(gw)
-    plain = sdk.messages.create(
-        model="smollm2", max_tokens=12, extra_body={"temperature": 0}, messages=SAY
-    )  # type: ignore[arg-type]
+    raw = sdk.messages.with_raw_response.create(
+        model="smollm2",
+        max_tokens=12,
+        extra_body={"temperature": 0},
+        messages=SAY,  # type: ignore[arg-type]
+    )
+    # llama.cpp sends CORS headers of its own (an empty Allow-Origin); the gateway owns CORS.
+    assert not [name for name in raw.headers if name.lower().startswith("access-control-")]
+    assert raw.headers["x-request-id"]
+    plain = raw.parse()
     text = "".join(block.text for block in plain.content if block.type == "text")
     assert text.strip()
     assert plain.usage.output_tokens > 0

@@ -202,3 +202,37 @@ def test_request_id_is_kept_or_made_and_follows_the_request_end_to_end(
         model="local", messages=[{"role": "user", "content": "hi"}], stream=True
     ) as streamed:
         assert streamed.headers["x-request-id"]  # streamed answers too
+
+
+def test_the_gateway_owns_cors_backend_and_peer_cors_headers_never_reach_the_client(
+    gateway: Callable[..., Gateway], peer: Callable[..., Peer]
+) -> None:
+    box = peer("--models", "beta", "--cors")
+    top = f"peers:\n  box:\n    proxy: {box.url}\n    models: [beta]\n"
+    plain = {"Content-Type": "application/json", "Origin": "https://app.example"}
+
+    def cors_headers(gw: Gateway, stream: bool) -> dict[str, str]:
+        reply = request(
+            gw, "POST", "/v1/chat/completions", chat_body("box/beta", stream=stream), plain
+        )
+        assert reply.status == 200, reply.body
+        return {
+            k.lower(): v
+            for k, v in reply.headers.items()
+            if k.lower().startswith("access-control-")
+        }
+
+    off = gateway(f"  local:\n    cmd: {fake_cmd()}\n", extra_top=top)
+    assert cors_headers(off, stream=False) == {}  # the peer's `*` is gone: CORS is off here
+    assert cors_headers(off, stream=True) == {}
+    on = gateway(
+        f"  local:\n    cmd: {fake_cmd()}\n",
+        extra_top=top
+        + f"apiKeys: [{ALL_KEY}]\nsecurity:\n  corsOrigins: ['https://app.example']\n",
+    )
+    plain["Authorization"] = f"Bearer {ALL_KEY}"
+    for stream in (False, True):
+        got = cors_headers(on, stream)
+        assert got["access-control-allow-origin"] == "https://app.example"  # ours, not `*`
+        assert "access-control-allow-credentials" not in got
+        assert "X-Request-Id" in got["access-control-expose-headers"]

@@ -3,7 +3,7 @@
 Each request is appended to ``--record`` as one JSON line: method, path, headers, body. Chat
 answers say ``from-peer:<model>`` so a test can tell who answered. ``--status`` makes every
 chat request fail with that status; ``--break-after N`` sends N stream chunks, then drops the
-connection.
+connection; ``--cors`` adds CORS headers of its own to every answer.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from aiohttp import web
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1", help="e.g. 127.0.0.2: one port, many peers")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--models", default="", help="comma-separated ids for /v1/models")
     parser.add_argument("--record", required=True)
     parser.add_argument("--status", type=int, default=200)
     parser.add_argument("--break-after", type=int, default=-1)
     parser.add_argument("--peer-row", action="store_true", help="list a row of its own peers")
+    parser.add_argument(
+        "--cors", action="store_true", help="send CORS headers of its own on every answer"
+    )
     args = parser.parse_args()
     record = Path(args.record)
 
@@ -79,11 +83,17 @@ def main() -> None:
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def own_cors(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        response.headers["Access-Control-Allow-Credentials"] = "true"
+
     app = web.Application()
+    if args.cors:
+        app.on_response_prepare.append(own_cors)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat)
-    web.run_app(app, host="127.0.0.1", port=args.port, print=None, handle_signals=True)
+    web.run_app(app, host=args.host, port=args.port, print=None, handle_signals=True)
 
 
 if __name__ == "__main__":

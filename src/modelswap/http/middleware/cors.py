@@ -13,6 +13,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ALLOW_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version, OpenAI-Beta"
 ALLOW_METHODS = "GET, POST, OPTIONS"
 MAX_AGE = "600"
+# What a page may read of an answer beyond the basics: the id to quote, whose error it is.
+EXPOSE_HEADERS = "X-Request-Id, X-Modelswap-Error, X-Modelswap-Hint, Retry-After"
 
 
 class Cors:
@@ -49,4 +51,5 @@ class Cors:
         origin = self.allowed_origin(request)
         if origin is not None:
             response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = EXPOSE_HEADERS
             response.headers["Vary"] = "Origin"

@@ -108,9 +108,12 @@ def request_headers(
 
 
 def _response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
+    """The backend's headers the client gets: not hop-by-hop ones, and no CORS — the gateway
+    owns CORS (llama.cpp sends an empty ``Access-Control-Allow-Origin`` even with ours off)."""
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.headers.items():
-        if name.lower() not in _NOT_FORWARDED:
+        lowered = name.lower()
+        if lowered not in _NOT_FORWARDED and not lowered.startswith("access-control-"):
             out.add(name, value)
     if upstream.content_type == "text/event-stream":
         out["X-Accel-Buffering"] = "no"
