@@ -74,6 +74,20 @@ class BadRequestError(ModelswapError):
         super().__init__(message)
 
 
+class ToolChoiceUnsupportedError(BadRequestError):
+    """A request asks for automatic tool choice of a model whose backend cannot do it."""
+
+    def __init__(self, model: str, hint: str) -> None:
+        self.hint = hint
+        super().__init__(
+            f"Model `{model}` cannot choose tools itself: its vLLM command lacks "
+            "--enable-auto-tool-choice/--tool-call-parser, so vLLM would refuse this request "
+            f"with HTTP 400 after its start; answered now instead. Hint: {hint}.",
+            param="tool_choice",
+            code="tool_choice_unsupported",
+        )
+
+
 class BodyTooLargeError(ModelswapError):
     def __init__(self, limit: int) -> None:
         self.limit = limit

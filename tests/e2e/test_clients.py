@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -236,3 +237,61 @@ def test_the_gateway_owns_cors_backend_and_peer_cors_headers_never_reach_the_cli
         assert got["access-control-allow-origin"] == "https://app.example"  # ours, not `*`
         assert "access-control-allow-credentials" not in got
         assert "X-Request-Id" in got["access-control-expose-headers"]
+
+
+TOOL_FAKE = REPO / "tests" / "fakes" / "tool_error_backend.py"
+TOOLS = [{"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+
+
+def test_auto_tool_choice_on_a_vllm_without_a_parser_is_400_at_once_before_any_start(
+    gateway: Callable[..., Gateway],
+) -> None:
+    fake = f'"{sys.executable}" "{TOOL_FAKE}" --port ${{PORT}} --shape new'
+    # The same fake, its command line naming the flags (sh passes them to nobody).
+    flags = "--enable-auto-tool-choice --tool-call-parser hermes"
+    flagged = f"sh -c {shlex.quote('exec ' + fake)} sh {flags}"
+    gw = gateway(
+        f"  bare:\n    backend: vllm\n    cmd: {json.dumps(fake)}\n"
+        f"  flagged:\n    backend: vllm\n    cmd: {json.dumps(flagged)}\n"
+    )
+    json_type = {"Content-Type": "application/json"}
+    for stream in (False, True):
+        for choice in ({}, {"tool_choice": "auto"}):
+            body = chat_body("bare", stream=stream, tools=TOOLS, **choice)
+            reply = request(gw, "POST", "/v1/chat/completions", body, json_type)
+            assert reply.status == 400, reply.body  # never a 200 stream that is really a 400
+            assert reply.headers["X-Modelswap-Error"] == "1"
+            hint = reply.headers["X-Modelswap-Hint"]
+            assert "--enable-auto-tool-choice --tool-call-parser" in hint
+            assert "hermes" in hint
+            error = reply.json()["error"]
+            assert (error["code"], error["param"], error["hint"]) == (
+                "tool_choice_unsupported",
+                "tool_choice",
+                hint,
+            )
+    anthropic_body = json.dumps(
+        {"model": "bare", "max_tokens": 4, "messages": [], "tools": TOOLS}
+    ).encode()
+    reply = request(gw, "POST", "/v1/messages", anthropic_body, json_type)
+    assert reply.status == 400
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert reply.headers["X-Modelswap-Hint"]
+    assert gw.running() == {}  # nothing was started for any of them
+
+    # Choices vLLM serves without a parser go to the backend (which starts for them).
+    named = {"type": "function", "function": {"name": "now"}}
+    for choice in ("none", "required", named):
+        body = chat_body("bare", tools=TOOLS, tool_choice=choice)
+        assert (
+            "X-Modelswap-Error"
+            not in request(gw, "POST", "/v1/chat/completions", body, json_type).headers
+        )
+    # With the flags on its command line, the request reaches the backend (here it still
+    # refuses: the fake's own 400, relayed with the hint as ever).
+    reply = request(
+        gw, "POST", "/v1/chat/completions", chat_body("flagged", tools=TOOLS), json_type
+    )
+    assert reply.status == 400
+    assert "X-Modelswap-Error" not in reply.headers
+    assert "X-Fake-Pid" in reply.headers

@@ -94,6 +94,27 @@ def missing_tool_flags(argv: Sequence[str]) -> str | None:
     )
 
 
+def asks_for_auto_tool_choice(body: object) -> bool:
+    """Whether a request body lets the model choose its tools: ``tools`` given and
+    ``tool_choice`` absent or ``"auto"`` (Anthropic's ``{"type": "auto"}`` too) — what vLLM
+    refuses without a tool-call parser. ``"none"``, ``"required"`` and a named tool need none."""
+    if not isinstance(body, dict) or not body.get("tools"):
+        return False
+    choice = body.get("tool_choice")
+    return choice is None or choice == "auto" or choice == {"type": "auto"}
+
+
+def auto_tool_choice_unsupported(argv: Sequence[str], backend: str) -> str | None:
+    """:data:`TOOL_CHOICE_HINT` when ``argv`` starts vLLM (or ``backend`` says it is vLLM)
+    without ``--enable-auto-tool-choice`` and ``--tool-call-parser``, else None: the request
+    is known to fail before the backend is even started."""
+    if backend not in ("vllm", "auto") or (backend == "auto" and not _is_vllm(argv)):
+        return None
+    if all(_has_flag(argv, f) for f in ("--enable-auto-tool-choice", "--tool-call-parser")):
+        return None
+    return TOOL_CHOICE_HINT
+
+
 _FIT_REDUCED = re.compile(
     r"\b\w*_params_fit\w*: context size reduced from (\d[\d,]*) to (\d[\d,]*)"
     r"(?:\s*(?:->|→)\s*need (\d+) MiB less)?"

@@ -22,12 +22,14 @@ from modelswap.errors import (
     QueueFullError,
     ShuttingDownError,
     StartError,
+    ToolChoiceUnsupportedError,
     UpstreamError,
     UpstreamTimeoutError,
 )
 from modelswap.redact import Redactor
 
 GATEWAY_ERROR_HEADER = "X-Modelswap-Error"
+HINT_HEADER = "X-Modelswap-Hint"  # a known misconfiguration, and the fix, in one line
 
 _TYPES = {
     400: "invalid_request_error",
@@ -146,6 +148,12 @@ def _response_for(error: ModelswapError) -> web.Response:
         return error_response(
             str(error), 404, code="model_not_found", param="model", suggestions=error.close
         )
+    if isinstance(error, ToolChoiceUnsupportedError):
+        response = error_response(
+            str(error), 400, code=error.code, param=error.param, hint=error.hint
+        )
+        response.headers[HINT_HEADER] = error.hint
+        return response
     if isinstance(error, BadRequestError):
         return error_response(str(error), 400, code=error.code, param=error.param)
     if isinstance(error, BodyTooLargeError):

@@ -15,10 +15,12 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from modelswap.backends.hints import asks_for_auto_tool_choice, auto_tool_choice_unsupported
 from modelswap.errors import (
     ModelswapError,
     PeerUnavailableError,
     StartError,
+    ToolChoiceUnsupportedError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -71,9 +73,21 @@ def prepare_body(target: Target, request: RequestBody) -> tuple[bytes, Mapping[s
     return (dump_json(data), data) if changed else (request.raw, request.data)
 
 
+def preflight(target: Target, body: RequestBody) -> None:
+    """Refuse at once what the target's backend is known to refuse only after its start
+    (which can take many minutes): automatic tool choice on a vLLM started without a
+    tool-call parser. Judged on the body as the backend would get it (filters applied)."""
+    if not isinstance(target, LocalTarget) or body.data is None or not body.data.get("tools"):
+        return
+    hint = auto_tool_choice_unsupported(target.model.cmd, target.model.backend)
+    if hint is not None and asks_for_auto_tool_choice(prepare_body(target, body)[1]):
+        raise ToolChoiceUnsupportedError(target.label, hint)
+
+
 async def dispatch(
     request: web.Request, runtime: Runtime, targets: list[Target], body: RequestBody
 ) -> web.StreamResponse:
+    preflight(targets[0], body)  # before any start, and before a stream opens: a real 400
     waiting = WaitingStream(request) if body.stream else None
     try:
         for index, target in enumerate(targets):

@@ -32,7 +32,7 @@ from modelswap.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from modelswap.http.errors import envelope
+from modelswap.http.errors import HINT_HEADER, envelope
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS, RequestObs
 from modelswap.http.middleware.request_id import HEADER as REQUEST_ID_HEADER
@@ -61,7 +61,6 @@ HOP_BY_HOP = frozenset(
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 # The client's credentials are for modelswap; a backend that needs a key gets its own.
 _CLIENT_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
-HINT_HEADER = "X-Modelswap-Hint"
 # The response being relayed, once its headers went out (a timeout then ends it, not a 504).
 RELAYING: web.RequestKey[web.StreamResponse] = web.RequestKey("relaying", web.StreamResponse)
 MAX_ERROR_BODY = 1024 * 1024
