@@ -97,7 +97,10 @@ class Runtime:
         self._health_session: aiohttp.ClientSession | None = None
         self._proxy_session: aiohttp.ClientSession | None = None
         self._router: LocalRouter | None = None
-        self.peers = PeerDirectory(config.peers, lambda: self.health_session)
+        # own_port: a pool member at one of this machine's addresses and this port is us.
+        self.peers = PeerDirectory(
+            config.peers, lambda: self.health_session, own_port=config.listen_port
+        )
         sched = config.scheduling
         state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
         self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)

@@ -59,11 +59,26 @@ def _peer(peer: Peer, redactor: Redactor) -> dict[str, Any]:
         "proxy": redactor.url(peer.proxy),
         "apiKey": MASK if peer.api_key else None,
         "models": list(peer.models),
-        "discover": peer.discover,
+        "discover": _discover(peer),
         "discoverInterval": peer.discover_interval,
         "timeouts": _timeouts(peer.timeouts),
         "breaker": {"failures": peer.breaker_failures, "cooldown": peer.breaker_cooldown},
         "filters": _filters(peer.filters),
+    }
+
+
+def _discover(peer: Peer) -> bool | dict[str, Any]:
+    if peer.dns is None:
+        return peer.discover
+    ns = peer.dns.nameserver
+    return {
+        "dns": peer.dns.name,
+        "port": peer.dns.port,
+        "interval": peer.dns.interval,
+        "scheme": peer.dns.scheme,
+        "nameserver": None
+        if ns is None
+        else (f"[{ns[0]}]:{ns[1]}" if ":" in ns[0] else f"{ns[0]}:{ns[1]}"),
     }
 
 

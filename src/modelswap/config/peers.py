@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 
 from modelswap.config.filters import resolve_filters
 from modelswap.config.paths import Problems, key_path
+from modelswap.config.peer_dns import resolve_dns_discovery
 from modelswap.config.resolved import ModelConfig, Peer, Timeouts
-from modelswap.config.schema import RawConfig, RawPeer
+from modelswap.config.schema import RawConfig, RawDnsDiscovery, RawPeer
 from modelswap.config.security import env_value
 
 
@@ -32,14 +33,19 @@ def resolve_peers(
             problems.append(
                 (key_path(*base), f"{peer_id!r} is also a model id; give the peer another id")
             )
-        url = urlsplit(entry.proxy)
-        if url.scheme not in ("http", "https") or not url.hostname:
+        dns = None
+        if isinstance(entry.discover, RawDnsDiscovery):
+            dns = resolve_dns_discovery(entry.discover, base, problems)
+            _pool_problems(peer_id, entry, raw, base, problems)
+            proxy = f"{entry.discover.scheme}://{_host(entry.discover.dns)}:{entry.discover.port}"
+        else:
+            proxy = _proxy(entry, base, problems)
+        if bool(entry.discover) == bool(entry.models):
             problems.append(
-                (key_path(*base, "proxy"), f"{entry.proxy!r} is not an http(s) URL with a host")
-            )
-        if entry.discover == bool(entry.models):
-            problems.append(
-                (key_path(*base), "give exactly one of models: [names] or discover: true")
+                (
+                    key_path(*base),
+                    "give exactly one of models: [names], discover: true or discover: {dns, port}",
+                )
             )
         key = _peer_key(entry, environ, base, problems)
         if key:
@@ -47,10 +53,11 @@ def resolve_peers(
         t = entry.timeouts
         peers[peer_id] = Peer(
             id=peer_id,
-            proxy=entry.proxy.rstrip("/"),
+            proxy=proxy,
             api_key=key,
             models=tuple(entry.models),
-            discover=entry.discover,
+            discover=bool(entry.discover),
+            dns=dns,
             discover_interval=entry.discover_interval,
             timeouts=Timeouts(t.connect, t.first_byte, t.idle_between_chunks, t.total),
             breaker_failures=entry.breaker.failures,
@@ -58,6 +65,46 @@ def resolve_peers(
             filters=resolve_filters(entry.filters, (*base, "filters"), problems),
         )
     return peers
+
+
+def _proxy(entry: RawPeer, base: tuple[str, ...], problems: Problems) -> str:
+    if entry.proxy is None:
+        problems.append((key_path(*base, "proxy"), "required key is missing"))
+        return ""
+    url = urlsplit(entry.proxy)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        problems.append(
+            (key_path(*base, "proxy"), f"{entry.proxy!r} is not an http(s) URL with a host")
+        )
+    return entry.proxy.rstrip("/")
+
+
+def _pool_problems(
+    peer_id: str, entry: RawPeer, raw: RawConfig, base: tuple[str, ...], problems: Problems
+) -> None:
+    """A pool's peers come from DNS: no ``proxy``; and no other peer is named like a member."""
+    if entry.proxy is not None:
+        problems.append(
+            (
+                key_path(*base, "proxy"),
+                "not used with discover.dns: each address the name resolves to is a peer at "
+                "discover.port",
+            )
+        )
+    for other in raw.peers:
+        if other.startswith(f"{peer_id}@"):
+            problems.append(
+                (
+                    key_path("peers", other),
+                    f"{peer_id}@… names the members of the pool {peer_id!r}; "
+                    "give this peer another id",
+                )
+            )
+
+
+def _host(name: str) -> str:
+    name = name.strip().rstrip(".")
+    return f"[{name}]" if ":" in name else name
 
 
 def _peer_key(

@@ -39,9 +39,24 @@ NO_FILTERS = Filters()
 
 
 @dataclass(frozen=True, slots=True)
+class DnsDiscovery:
+    """Where a peer pool's members are found: every A/AAAA address of ``name`` (asked of
+    ``nameserver``, an ``(ip, port)``, or of the system resolver when None) is a member at
+    ``scheme://address:port``; ``name`` is resolved again every ``interval`` seconds."""
+
+    name: str
+    port: int
+    interval: float = 10.0
+    scheme: str = "http"
+    nameserver: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Peer:
     """Another gateway whose models are served through this one. ``api_key`` is sent to the
-    peer and nowhere else; ``models`` is the static list (empty with ``discover``)."""
+    peer and nowhere else; ``models`` is the static list (empty with ``discover``). With
+    ``dns``, the peer is a pool: each address the name resolves to is a member peer (its own
+    ``/v1/models``, its own breaker), and ``proxy`` only describes where they are found."""
 
     id: str
     proxy: str
@@ -53,6 +68,8 @@ class Peer:
     breaker_failures: int = 3
     breaker_cooldown: float = 30.0
     filters: Filters = NO_FILTERS
+    dns: DnsDiscovery | None = None
+    pool: str | None = None  # a pool member: the id of the pool it belongs to
 
 
 SCOPES = ("inference", "read", "admin")

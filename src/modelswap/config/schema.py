@@ -196,13 +196,36 @@ class RawBreaker(BaseModel):
     )
 
 
+class RawDnsDiscovery(BaseModel):
+    """A pool of peers found in DNS: every A/AAAA address of `dns` is a peer at `port`."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="DNS discovery")
+
+    dns: str = Field(
+        description="Name whose A/AAAA records are the peers, e.g. the headless Service "
+        "modelswap-headless.<namespace>.svc.cluster.local."
+    )
+    port: int = Field(ge=1, le=65535, description="Port every peer listens on.")
+    interval: float = Field(10.0, gt=0, description="Seconds between two resolutions of the name.")
+    scheme: Literal["http", "https"] = Field("http", description="How the peers are spoken to.")
+    nameserver: str | None = Field(
+        None,
+        description="Ask this DNS server (IP[:port], default port 53) instead of the system "
+        "resolver; the name is then taken as absolute (no search domains).",
+    )
+
+
 class RawPeer(BaseModel):
     """Another modelswap (or any OpenAI-compatible server) whose models are served through
     this one; modelswap does not start or stop it."""
 
     model_config = ConfigDict(**_MODEL_CONFIG, title="Peer")
 
-    proxy: str = Field(description="Base URL of the peer, e.g. http://10.0.0.2:8080.")
+    proxy: str | None = Field(
+        None,
+        description="Base URL of the peer, e.g. http://10.0.0.2:8080 (required unless "
+        "discover.dns finds the peers).",
+    )
     api_key: str | None = Field(
         None, alias="apiKey", description="Key sent to the peer (never the client's key)."
     )
@@ -212,7 +235,11 @@ class RawPeer(BaseModel):
     models: list[str] = Field(
         default_factory=list, description="Model names the peer serves (or discover: true)."
     )
-    discover: bool = Field(False, description="Read the peer's /v1/models instead of a list.")
+    discover: bool | RawDnsDiscovery = Field(
+        False,
+        description="true: read the peer's /v1/models instead of a list; {dns, port}: a pool, "
+        "one peer per address the name resolves to, each read the same way.",
+    )
     discover_interval: float = Field(
         60.0,
         gt=0,
