@@ -13,7 +13,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from modelswap.observe.records import RequestRecord
 from modelswap.states import ProcessState
@@ -155,31 +154,3 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def relabel_backend_metrics(text: str, model: str, limit: int = 5000) -> str:
-    """A backend's own exposition with a ``model`` label added to every sample (at most
-    ``limit`` samples). Unparsable input yields nothing."""
-    lines: list[str] = []
-    count = 0
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if count >= limit:
-                    return "\n".join(lines) + "\n"
-                labels = {**sample.labels, "model": model}
-                rendered = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items()))
-                lines.append(f"{_safe_name(sample.name)}{{{rendered}}} {sample.value}")
-                count += 1
-    except (ValueError, TypeError):
-        return ""
-    return "\n".join(lines) + ("\n" if lines else "")
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _safe_name(name: str) -> str:
-    # llama.cpp uses "llamacpp:…", vLLM "vllm:…": colons are legal in metric names.
-    return "".join(c if c.isalnum() or c in "_:" else "_" for c in name)

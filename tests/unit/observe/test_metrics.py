@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelswap.observe.metrics import Metrics, ModelView, relabel_backend_metrics
+from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.records import RequestRecord
+from modelswap.observe.relabel import relabel_backend_metrics
 from modelswap.states import ProcessState
 
 Labels = frozenset[tuple[str, str]]
@@ -254,3 +255,22 @@ def test_relabelled_text_appended_to_the_exposition_still_parses() -> None:
         == 1
     )
     assert got["llamacpp:prompt_tokens_total"] == {lab(model="qwen"): 120}
+
+
+def test_families_of_several_backends_merge_under_one_help_and_type() -> None:
+    from modelswap.observe.relabel import merge_backend_metrics
+
+    counter = (
+        "# HELP llamacpp:n_tokens_max Largest observed n_tokens.\n"
+        "# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max 7\n"
+    )
+    out = merge_backend_metrics([("a", LLAMACPP_METRICS + counter), ("b", counter), ("c", "x{")])
+    assert out.count("# TYPE llamacpp:n_tokens_max counter\n") == 1
+    assert out.count("# HELP llamacpp:n_tokens_max Largest observed n_tokens.\n") == 1
+    block = out[out.index("# HELP llamacpp:n_tokens_max") :].splitlines()
+    assert block[2:] == [  # the samples follow their TYPE line, the name as written
+        'llamacpp:n_tokens_max{model="a"} 7',
+        'llamacpp:n_tokens_max{model="b"} 7',
+    ]
+    assert samples(out)["llamacpp:prompt_tokens_total"] == {lab(model="a"): 120}
+    assert 'model="c"' not in out  # a backend whose text is not the format adds nothing

@@ -12,7 +12,7 @@ from aiohttp import web
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME
 from modelswap.http.relay.sse import event_stream
-from modelswap.observe.metrics import relabel_backend_metrics
+from modelswap.observe.relabel import merge_backend_metrics
 from modelswap.states import ProcessState
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.webui.routes import memory_view
@@ -38,19 +38,19 @@ async def _scrape_backends(request: web.Request) -> bytes:
     runtime = request.app[RUNTIME]
     ready = [p for p in runtime.router.processes.values() if p.state is ProcessState.READY]
 
-    async def one(model: str, url: str) -> str:
+    async def one(model: str, url: str) -> tuple[str, str]:
         try:
             async with asyncio.timeout(SCRAPE_TIMEOUT):
                 async with runtime.proxy_session.get(url) as resp:
                     if resp.status != 200:
-                        return ""
+                        return model, ""
                     raw = await resp.content.read(SCRAPE_MAX_BYTES)
         except (aiohttp.ClientError, TimeoutError, OSError):
-            return ""
-        return relabel_backend_metrics(raw.decode("utf-8", "replace"), model)
+            return model, ""
+        return model, raw.decode("utf-8", "replace")
 
     parts = await asyncio.gather(*(one(p.model, p.config.proxy + "/metrics") for p in ready))
-    return "".join(parts).encode()
+    return merge_backend_metrics(parts).encode()  # one HELP/TYPE per family, names kept
 
 
 def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> float | None:
