@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import HANG, Gateway, fake_cmd, request, stop_gateway
+from tests.e2e.conftest import HANG, Gateway, fake_cmd, llamacpp_cmd, request, stop_gateway
 from tests.ui.conftest import screenshot
 
 StartGateway = Callable[..., Gateway]
@@ -205,3 +205,116 @@ def test_gateway_going_away_is_a_clear_state_not_failed_to_fetch(
     assert page.evaluate("document.body.classList.contains('offline')")
     assert "Failed to fetch" not in page.locator("body").inner_text()
     screenshot(page, "models-offline")
+
+
+def ms(text: str, label: str) -> int:
+    found = re.search(rf"{label} (\d+) ms", text)
+    assert found, (label, text)
+    return int(found.group(1))
+
+
+@ui
+def test_playground_agrees_with_activity_and_says_how_each_answer_ended(
+    gateway: StartGateway, page: Any
+) -> None:
+    """Findings 2, 4, 5, 6 with the real llama.cpp backend: one TTFT (first token, a cold
+    start's load shown apart) in the Playground and in Activity; a max_tokens cut says
+    "length"; a stopped answer keeps its mark at the next turn; each answer names its model;
+    switching model starts a new thread; the picker shows the model's real state."""
+    gw = gateway(f"  smollm2:\n    cmd: {llamacpp_cmd(2048)}\n  tiny:\n    cmd: {fake_cmd()}\n")
+    page.goto(gw.url("/ui/#/playground"))
+    picker = page.get_by_label("Model", exact=True)
+    page.locator("#pg-model option", has_text="smollm2 · stopped").wait_for(state="attached")
+    picker.select_option("smollm2")
+    page.get_by_label("Temperature", exact=True).fill("0")
+    page.get_by_label("Max tokens", exact=True).fill("6")
+    page.get_by_label("Message", exact=True).fill("Write a long story about a lighthouse.")
+    page.get_by_role("button", name="Send").click()
+    stats = page.locator("#pg-stats")
+    page.wait_for_function(
+        "document.querySelector('#pg-stats').textContent.includes('(gateway)')",
+        timeout=HANG * 1000,
+    )
+    first = page.locator('.msg[data-role="assistant"]').first
+    assert first.locator(".role").text_content() == "assistant · smollm2"
+    assert first.get_attribute("data-finish") == "length"
+    assert "length" in (first.locator('[data-role="meta"]').text_content() or "")
+    text = stats.text_content() or ""
+    ttft = ms(text, "TTFT")
+    assert "load" in text, text  # a cold start: its load is shown, and not as TTFT
+    row_id = stats.get_attribute("data-activity-id")
+    page.locator("#pg-model option", has_text="smollm2 · ready").wait_for(state="attached")
+
+    # Stop: the mark stays on that answer at the next turn.
+    page.get_by_label("Max tokens", exact=True).fill("1500")
+    page.get_by_label("Message", exact=True).fill("Write a very long story about the sea.")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function("document.querySelector('#pg-stats').textContent.includes('tokens')")
+    page.get_by_role("button", name="Stop").click()
+    stopped = page.locator('.msg[data-role="assistant"]').nth(1)
+    page.wait_for_function(
+        "document.querySelectorAll('.msg[data-role=assistant]')[1].dataset.finish === 'stopped'"
+    )
+    page.get_by_label("Max tokens", exact=True).fill("4")
+    page.get_by_label("Message", exact=True).fill("Say hi.")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_function(
+        "document.querySelectorAll('.msg[data-role=assistant]').length === 3 &&"
+        " document.querySelector('#pg-stats').textContent.includes('done')",
+        timeout=HANG * 1000,
+    )
+    assert stopped.get_attribute("data-finish") == "stopped"
+    assert "stopped" in (stopped.locator('[data-role="meta"]').text_content() or "")
+    screenshot(page, "playground", publish=True)
+
+    # Switching model starts a new thread: tiny never receives smollm2's conversation.
+    picker.select_option("tiny")
+    page.locator('[data-role="thread-note"]', has_text="smollm2").wait_for()
+    assert page.locator(".msg").count() == 0
+    page.get_by_label("Message", exact=True).fill("Hello?")
+    page.get_by_role("button", name="Send").click()
+    answer = page.locator('.msg[data-role="assistant"]')
+    page.wait_for_function(
+        "document.querySelector('.msg[data-role=assistant]')?.dataset.finish !== undefined"
+        " && document.querySelector('#pg-stats').textContent.includes('done')",
+        timeout=HANG * 1000,
+    )
+    assert answer.locator(".role").text_content() == "assistant · tiny"
+    assert page.evaluate("chat.messages.length") == 2
+
+    # Activity shows the same TTFT for the same request, and its load apart.
+    page.goto(gw.url("/ui/#/activity"))
+    row = page.locator(f'#activity-table tbody tr[data-id="{row_id}"]')
+    row.wait_for()
+    cells = dict(
+        zip(
+            page.locator("#activity-table thead th").all_text_contents(),
+            row.locator("td").all_text_contents(),
+            strict=True,
+        )
+    )
+    assert abs(ms(f"TTFT {cells['TTFT']}", "TTFT") - ttft) <= 1, (cells, text)
+    assert cells["load"], cells
+    assert ms(f"x {cells['first byte']}", "x") >= ttft
+
+
+@ui
+def test_playground_error_is_part_of_the_conversation_not_history(
+    gateway: StartGateway, page: Any
+) -> None:
+    """Finding 4: a failed turn is a visible error bubble; no empty assistant bubble is left,
+    and the failed turn is not sent as history next time."""
+    gw = gateway(f"  broken:\n    cmd: {fake_cmd('--fail-start')}\n")
+    page.goto(gw.url("/ui/#/playground"))
+    page.locator("#pg-model option", has_text="broken").wait_for(state="attached")
+    page.get_by_label("Message", exact=True).fill("Hello?")
+    page.get_by_role("button", name="Send").click()
+    error = page.locator('.msg[data-role="error"]')
+    error.wait_for()
+    assert error.is_visible()
+    assert (error.locator(".content").text_content() or "").strip()
+    assert page.locator('.msg[data-role="assistant"]').count() == 0
+    assert page.evaluate("chat.messages") == []
+    assert page.locator(".msg.user.unsent").count() == 1
+    page.locator("#pg-model option", has_text="broken · failed").wait_for(state="attached")
+    screenshot(page, "playground-error")

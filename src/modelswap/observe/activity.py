@@ -60,7 +60,18 @@ def _migrate_to_v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE requests ADD COLUMN response_body TEXT")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_to_v1, _migrate_to_v2]
+def _migrate_to_v3(conn: sqlite3.Connection) -> None:
+    # Until v3 ``ttft`` was the first byte; older rows keep it, and say so in ``first_byte``.
+    conn.execute("ALTER TABLE requests ADD COLUMN first_byte REAL")
+    conn.execute("ALTER TABLE requests ADD COLUMN load REAL")
+    conn.execute("UPDATE requests SET first_byte = ttft")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _migrate_to_v1,
+    _migrate_to_v2,
+    _migrate_to_v3,
+]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -74,6 +85,8 @@ _COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "ttft",
+    "first_byte",
+    "load",
     "duration",
     "tokens_per_second",
     "bytes_in",
@@ -99,6 +112,8 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.prompt_tokens,
         rec.completion_tokens,
         rec.ttft,
+        rec.first_byte,
+        rec.load,
         rec.duration,
         rec.tokens_per_second,
         rec.bytes_in,

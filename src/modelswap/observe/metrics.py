@@ -137,11 +137,11 @@ class Metrics:
         requests, duration = self._children(model, rec.route, rec.status)
         requests.inc()
         duration.observe(rec.duration)
-        if rec.ttft is not None:
+        if rec.first_byte is not None:  # rec.ttft is the first token (load excluded)
             ttfb = self._ttfb.get((model, rec.route))
             if ttfb is None:
                 ttfb = self._ttfb.setdefault((model, rec.route), self.ttfb.labels(model, rec.route))
-            ttfb.observe(rec.ttft)
+            ttfb.observe(rec.first_byte)
         if rec.prompt_tokens:
             self.tokens.labels(model, "prompt").inc(rec.prompt_tokens)
         if rec.completion_tokens:

@@ -4,6 +4,11 @@ A leaf data type: the HTTP layer builds a :class:`RequestRecord` when a request 
 error or client disconnect) and hands it to :meth:`ActivityLog.record`. It carries the client
 key's *name* only, never the key; bodies are present only when ``activity.capture`` is on, and
 the caller has already bounded and redacted them.
+
+One definition of the times, shared by the Activity page, the Playground and the metrics:
+``load`` is how long the request waited for its model to start (a cold start), ``first_byte``
+the backend's first byte after arrival, ``ttft`` the first *token* after the model was ready
+(load never counts as TTFT), and :attr:`tokens_per_second` the generation speed after it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class RequestRecord:
     prompt_tokens: int | None
     completion_tokens: int | None
     ttft: float | None
-    """Seconds from arrival to the first byte from the backend."""
+    """Seconds to the first token, not counting ``load``: streamed, the first event carrying
+    text; not streamed, the body's first byte (the whole answer arrives at once)."""
     duration: float
     """Seconds, the whole request."""
     bytes_in: int
@@ -39,28 +45,33 @@ class RequestRecord:
     request_body: str | None = None
     """Only with ``activity.capture``; already bounded and redacted by the caller."""
     response_body: str | None = None
+    first_byte: float | None = None
+    """Seconds from arrival to the backend's first byte (a cold start's load included)."""
+    load: float | None = None
+    """Seconds the request waited for its model to start; ``None`` when it was ready."""
 
     @property
     def tokens_per_second(self) -> float | None:
         """Generation speed, or ``None`` when it cannot be known.
 
-        Streamed: ``completion_tokens / (duration - ttft)`` -- the time after the first byte is
-        the generation time. Not streamed: the backend's first byte arrives only once generation
-        has finished, so ``duration - ttft`` is just transfer time; the whole ``duration`` is
-        used instead. ``None`` when the tokens (or, streamed, the TTFT) are unknown or the time
-        is not positive.
+        Streamed: the tokens after the first, over the time after the first token
+        (``(completion_tokens - 1) / (duration - load - ttft)``), as the Playground measures it.
+        Not streamed: the first byte arrives only once generation has finished, so the whole
+        time after the load counts. ``None`` when the tokens (or, streamed, the TTFT) are
+        unknown, too few, or the time is not positive.
         """
         if self.completion_tokens is None:
             return None
+        load = self.load or 0.0
         if self.streamed:
-            if self.ttft is None:
+            if self.ttft is None or self.completion_tokens < 2:
                 return None
-            seconds = self.duration - self.ttft
+            tokens, seconds = self.completion_tokens - 1, self.duration - load - self.ttft
         else:
-            seconds = self.duration
+            tokens, seconds = self.completion_tokens, self.duration - load
         if seconds <= 0:
             return None
-        return self.completion_tokens / seconds
+        return tokens / seconds
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready mapping of every field plus ``tokens_per_second``; ``None`` bodies omitted."""
@@ -74,6 +85,8 @@ class RequestRecord:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "ttft": self.ttft,
+            "first_byte": self.first_byte,
+            "load": self.load,
             "duration": self.duration,
             "tokens_per_second": self.tokens_per_second,
             "bytes_in": self.bytes_in,

@@ -22,6 +22,11 @@ MAX_BODY = 1024 * 1024
 # An SSE event ends at a blank line; lines may end in \n, \r\n or \r.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 MAX_PENDING = 1024 * 1024  # an "event" larger than this is passed on unsplit
+# A stream event that carries generated text (chat, completions, reasoning, Anthropic and
+# Responses deltas): a non-empty string value. A role-only first chunk does not match.
+_TEXT = re.compile(
+    rb'"(?:content|reasoning_content|reasoning|text|delta|partial_json)"\s*:\s*"[^"]'
+)
 
 
 def _int(value: object) -> int | None:
@@ -67,6 +72,8 @@ class UsageTracker:
         self._body = bytearray()
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.saw_text = False
+        """Streamed: whether a generated token has been relayed yet (for the TTFT)."""
 
     @property
     def strips(self) -> bool:
@@ -78,6 +85,8 @@ class UsageTracker:
                 self._body += chunk[: MAX_BODY - len(self._body)]
             return chunk
         data = self._pending + chunk
+        if not self.saw_text and _TEXT.search(data):
+            self.saw_text = True
         end = _last_event_end(data)
         complete, tail = data[:end], data[end:]
         if not self._strip:

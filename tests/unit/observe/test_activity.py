@@ -76,18 +76,24 @@ def schema_version(path: Path) -> str:
 
 
 def test_activity_tokens_per_second_uses_generation_time() -> None:
-    assert rec().tokens_per_second == pytest.approx(40 / 2.0)
+    # Streamed: the tokens after the first, over the time after the first token.
+    assert rec().tokens_per_second == pytest.approx(39 / 2.0)
+    # A cold start's load is neither TTFT nor generation time.
+    assert rec(load=10.0, duration=12.5).tokens_per_second == pytest.approx(39 / 2.0)
     # Not streamed: the first byte arrives after generation, so the whole duration counts.
     assert rec(streamed=False, ttft=2.4).tokens_per_second == pytest.approx(40 / 2.5)
+    assert rec(streamed=False, load=0.5, ttft=2.0).tokens_per_second == pytest.approx(40 / 2.0)
     assert rec(completion_tokens=None).tokens_per_second is None
+    assert rec(completion_tokens=1).tokens_per_second is None  # one token: no generation time
     assert rec(ttft=None).tokens_per_second is None
     assert rec(ttft=2.5).tokens_per_second is None
     assert rec(streamed=False, duration=0.0, ttft=0.0).tokens_per_second is None
 
 
 def test_activity_as_dict_is_json_ready_and_omits_absent_bodies() -> None:
-    d = rec().as_dict()
-    assert d["tokens_per_second"] == pytest.approx(20.0)
+    d = rec(first_byte=0.2, load=None).as_dict()
+    assert d["tokens_per_second"] == pytest.approx(19.5)
+    assert (d["ttft"], d["first_byte"], d["load"]) == (0.5, 0.2, None)
     assert "request_body" not in d
     assert "response_body" not in d
     assert rec(request_body="{}", response_body="ok").as_dict()["response_body"] == "ok"
@@ -123,7 +129,7 @@ def test_activity_round_trips_every_field(tmp_path: Path) -> None:
     assert {k: v for k, v in newest.items() if k != "id"} == bare.as_dict()
     assert oldest["streamed"] is True
     assert newest["streamed"] is False
-    assert oldest["tokens_per_second"] == pytest.approx(20.0)
+    assert oldest["tokens_per_second"] == pytest.approx(19.5)
     assert isinstance(oldest["id"], int)
     assert isinstance(newest["id"], int)
     assert newest["id"] > oldest["id"]
@@ -320,8 +326,8 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 2
-    assert schema_version(path) == "2"
+    assert SCHEMA_VERSION == 3
+    assert schema_version(path) == "3"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
@@ -334,7 +340,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "2"
+    assert schema_version(path) == "3"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
@@ -347,6 +353,8 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
         "prompt_tokens": 5,
         "completion_tokens": 7,
         "ttft": 0.1,
+        "first_byte": 0.1,  # before v3, ttft was the first byte
+        "load": None,
         "duration": 1.0,
         "tokens_per_second": None,
         "bytes_in": 10,
@@ -361,7 +369,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "2"
+    assert schema_version(path) == "3"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:
@@ -372,7 +380,7 @@ def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -
             f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION + 1}');"
             "CREATE TABLE requests (id INTEGER PRIMARY KEY, whatever BLOB);"
         )
-    with pytest.raises(ActivityError, match=r"schema version 3, newer"):
+    with pytest.raises(ActivityError, match=rf"schema version {SCHEMA_VERSION + 1}, newer"):
         ActivityLog(path)
     assert schema_version(path) == str(SCHEMA_VERSION + 1)
     with closing(sqlite3.connect(path)) as conn:

@@ -42,6 +42,7 @@ def rec(**changes: object) -> RequestRecord:
         completion_tokens=20,
         ttft=0.02,
         duration=0.3,
+        first_byte=0.02,
         bytes_in=100,
         bytes_out=200,
         error_code=None,
@@ -64,12 +65,14 @@ def exposition(metrics: Metrics) -> dict[str, dict[Labels, float]]:
 def test_request_counts_tokens_and_histograms() -> None:
     metrics = Metrics(Views())
     metrics.request_finished(rec())
-    metrics.request_finished(rec(streamed=True, prompt_tokens=5, completion_tokens=7, ttft=0.2))
+    metrics.request_finished(
+        rec(streamed=True, prompt_tokens=5, completion_tokens=7, first_byte=0.2)
+    )
     metrics.request_finished(rec(route="/v1/completions", prompt_tokens=3, completion_tokens=4))
     metrics.request_finished(rec(status=400, prompt_tokens=None, completion_tokens=None))
     metrics.request_finished(rec(model="other", prompt_tokens=0, completion_tokens=None))
     metrics.request_finished(  # a gateway error before any model was resolved
-        rec(model=None, status=404, ttft=None, prompt_tokens=None, completion_tokens=None)
+        rec(model=None, status=404, first_byte=None, prompt_tokens=None, completion_tokens=None)
     )
     got = exposition(metrics)
     chat, comp = "/v1/chat/completions", "/v1/completions"
@@ -95,7 +98,7 @@ def test_request_counts_tokens_and_histograms() -> None:
         pytest.approx(0.9)
     )
     ttfb = got["modelswap_time_to_first_byte_seconds_count"]
-    assert ttfb == {  # no TTFT: not observed
+    assert ttfb == {  # no first byte: not observed
         lab(model="qwen", route=chat): 3,
         lab(model="qwen", route=comp): 1,
         lab(model="other", route=chat): 1,

@@ -454,3 +454,16 @@ def test_a_usage_event_without_choices_is_never_stripped() -> None:
         stream = FINISH + event + DONE
         tracker = UsageTracker(streamed=True, strip_usage_chunk=True)
         assert relay(tracker, [stream]) == stream
+
+
+def test_usage_tracker_notices_the_first_generated_text() -> None:
+    tracker = UsageTracker(streamed=True)
+    role_only = b'data: {"choices":[{"delta":{"role":"assistant","content":null}}]}\n\n'
+    empty = b'data: {"choices":[{"delta":{"content":""}}]}\n\n'
+    tracker.feed(role_only + empty)
+    assert not tracker.saw_text  # no token yet: the TTFT clock still runs
+    tracker.feed(b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n')
+    assert tracker.saw_text
+    anthropic = UsageTracker(streamed=True)
+    anthropic.feed(b'event: content_block_delta\ndata: {"delta":{"type":"text_delta","text":"A"}}')
+    assert anthropic.saw_text

@@ -22,6 +22,7 @@ from modelswap.http.middleware.request_id import request_id
 from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.usage import UsageTracker
+from modelswap.supervisor.process import ManagedProcess
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT_CLOSED = 499
@@ -32,7 +33,8 @@ class RequestObs:
     started: float = field(default_factory=time.monotonic)
     at: float = field(default_factory=time.time)
     model: str | None = None
-    ttft: float | None = None
+    ttft: float | None = None  # the backend's first byte (RequestRecord.first_byte)
+    first_token: float | None = None  # streamed: the first event carrying generated text
     bytes_in: int = 0
     bytes_out: int = 0
     usage: UsageTracker | None = None
@@ -49,6 +51,8 @@ class RequestObs:
     def tap(self, chunk: bytes) -> bytes:
         """A response chunk on its way to the client: count it, read usage, maybe strip."""
         out = self.usage.feed(chunk) if self.usage is not None else chunk
+        if self.first_token is None and self.usage is not None and self.usage.saw_text:
+            self.first_token = time.monotonic() - self.started
         self._sent(out)
         if b"[DONE]" in out[-32:]:
             self.done_sent = True
@@ -78,6 +82,14 @@ def _error_code(response: web.StreamResponse) -> str | None:
     except ValueError:
         return None
     return error_code_of(data)  # OpenAI's envelope or Anthropic's
+
+
+def _load_seconds(process: ManagedProcess | None, arrived: float) -> float | None:
+    """How long a request that arrived at ``arrived`` waited for its model to start: a cold
+    start's load, kept apart from the TTFT. None when the model was ready before it came."""
+    if process is None or process.ready_at is None or process.ready_at <= arrived:
+        return None
+    return process.ready_at - arrived
 
 
 def observed(path: str) -> bool:
@@ -114,6 +126,9 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         key = client_key(request)
         redact = runtime.redactor.text
         usage = obs.usage
+        load = _load_seconds(runtime.router.processes.get(obs.model or ""), obs.at)
+        streamed = bool(usage and usage.streamed)
+        first = obs.first_token if streamed else obs.ttft
         runtime.observer.request_finished(
             RequestRecord(
                 at=obs.at,
@@ -121,10 +136,12 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
                 model=obs.model,
                 route=request.path if not request.path.startswith("/upstream/") else "/upstream",
                 status=status,
-                streamed=bool(usage and usage.streamed),
+                streamed=streamed,
                 prompt_tokens=usage.prompt_tokens if usage else None,
                 completion_tokens=usage.completion_tokens if usage else None,
-                ttft=obs.ttft,
+                ttft=max(0.0, first - (load or 0.0)) if first is not None else None,
+                first_byte=obs.ttft,
+                load=load,
                 duration=time.monotonic() - obs.started,
                 bytes_in=obs.bytes_in,
                 bytes_out=obs.bytes_out,

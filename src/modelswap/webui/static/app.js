@@ -739,7 +739,12 @@ const COLUMNS = [
   { key: "streamed", label: "stream", fmt: (v) => (v ? "yes" : "no") },
   { key: "prompt_tokens", label: "prompt", num: true },
   { key: "completion_tokens", label: "completion", num: true },
-  { key: "ttft", label: "TTFT", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms") },
+  { key: "ttft", label: "TTFT", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms"),
+    title: "first generated token after the model was ready (a cold start's load not counted)" },
+  { key: "first_byte", label: "first byte", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms"),
+    title: "the backend's first byte after the request arrived (load included)" },
+  { key: "load", label: "load", num: true, fmt: (v) => (v == null ? "" : secs(v)),
+    title: "time this request waited for its model to start" },
   { key: "duration", label: "duration", num: true, fmt: (v) => (v == null ? "" : v.toFixed(2) + " s") },
   { key: "tokens_per_second", label: "tok/s", num: true, fmt: (v) => (v == null ? "" : v.toFixed(1)) },
   { key: "key_name", label: "key" },
@@ -750,7 +755,7 @@ const activity = { rows: [], sort: "at", dir: -1 };
 function renderActivity() {
   const head = $("#activity-table thead tr");
   head.replaceChildren(...COLUMNS.map((c) => {
-    const th = el("th", { class: c.num ? "num" : "", scope: "col",
+    const th = el("th", { class: c.num ? "num" : "", scope: "col", title: c.title,
       "aria-sort": activity.sort === c.key ? (activity.dir > 0 ? "ascending" : "descending") : "none" });
     th.append(el("button", { type: "button", text: c.label, "data-sort": c.key, onclick: () => {
       activity.dir = activity.sort === c.key ? -activity.dir : c.num || c.key === "at" ? -1 : 1;
@@ -810,42 +815,88 @@ pages.activity = async (state) => {
 
 /* ---- Playground -------------------------------------------------------------------------- */
 
-const chat = { messages: [], abort: null };
+/* One definition of the times everywhere (Playground, Activity, metrics): TTFT is the first
+   generated token after the model was ready (a cold start's load is shown apart), tok/s the
+   tokens after the first over the time after it. The browser's estimate is replaced by what the
+   gateway recorded for the same request when this key may read the activity log. */
+const chat = { messages: [], abort: null, model: null, states: {} };
+const FINISH = {
+  stop: "finished (stop)",
+  length: "length — cut by max_tokens",
+  content_filter: "content_filter — cut by the backend's filter",
+  tool_calls: "tool_calls",
+};
 
-function addMessage(roleName, text) {
+function addMessage(roleName, text, { model, label } = {}) {
   const body = el("span", { class: "content", text });
-  const node = el("div", { class: "msg " + roleName, "data-role": roleName }, el("span", { class: "role", text: roleName }), body);
+  const meta = el("span", { class: "meta small", "data-role": "meta" });
+  const who = label || (roleName === "assistant" && model ? `assistant · ${model}` : roleName);
+  const node = el("div", { class: "msg " + roleName, "data-role": roleName, "data-model": model },
+    el("span", { class: "role", text: who }), body, meta);
   $("#pg-chat").append(node);
-  return body;
+  node.scrollIntoView({ block: "nearest" });
+  return { node, body, meta };
+}
+
+function timing(t) {
+  const parts = [];
+  if (t.ttft != null) parts.push(`TTFT ${(t.ttft * 1000).toFixed(0)} ms`);
+  if (t.tps != null) parts.push(`${t.tps.toFixed(1)} tok/s`);
+  if (t.tokens != null) parts.push(`${t.tokens} tokens`);
+  if (t.firstByte != null) parts.push(`first byte ${(t.firstByte * 1000).toFixed(0)} ms`);
+  if (t.load) parts.push(`load ${secs(t.load)} (not in TTFT)`);
+  return parts.join(" · ");
+}
+
+/* The gateway's own record of this request (Activity's row): the same numbers Activity shows. */
+async function gatewayRecord(model, sentAt, tokens) {
+  if (!can("read")) return null;
+  for (let i = 0; i < 20; i++) {
+    const q = `/api/activity?limit=20&model=${encodeURIComponent(model)}&since=${(sentAt - 2).toFixed(3)}`;
+    const rows = (await apiJSON(q)).data || [];
+    const row = rows.find((r) => r.route === "/v1/chat/completions" && r.streamed && r.at >= sentAt - 2
+      && (tokens == null || r.completion_tokens == null || r.completion_tokens === tokens));
+    if (row) return row;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return null;
 }
 
 async function sendChat(text) {
   const model = $("#pg-model").value;
   if (!model || !text.trim()) return;
+  chat.model = model;
   chat.messages.push({ role: "user", content: text });
-  addMessage("user", text);
-  const out = addMessage("assistant", "");
+  const user = addMessage("user", text, { label: "you" });
+  const out = addMessage("assistant", "", { model });
+  out.node.classList.add("pending");
+  out.meta.textContent = "waiting…";
   const stats = $("#pg-stats");
-  stats.textContent = "waiting…";
+  stats.textContent = "";
+  const maxTokens = Number($("#pg-max").value);
   const body = {
     model, stream: true, messages: chat.messages,
-    temperature: Number($("#pg-temp").value), max_tokens: Number($("#pg-max").value),
+    temperature: Number($("#pg-temp").value), max_tokens: maxTokens,
     stream_options: { include_usage: true },
   };
   chat.abort = new AbortController();
   $("#pg-send").disabled = true;
   $("#pg-stop").disabled = false;
+  const sentAt = Date.now() / 1000;
   const t0 = performance.now();
-  let first = null, last = null, chunks = 0, usage = null, answer = "";
-  const show = (extra = "") => {
+  let ready = t0, loaded = false, first = null, last = null, chunks = 0, usage = null, answer = "", finish = null;
+  const browser = () => {
     const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
-    const gen = first !== null ? (last - first) / 1000 : 0; // decode time after the first token
-    const parts = [];
-    if (first !== null) parts.push(`TTFT ${(first - t0).toFixed(0)} ms`);
-    if (gen > 0 && tokens > 1) parts.push(`${((tokens - 1) / gen).toFixed(1)} tok/s`);
-    if (first !== null) parts.push(`${tokens} tokens`);
-    stats.textContent = parts.join(" · ") + extra;
+    const gen = first !== null ? (last - first) / 1000 : 0;
+    return {
+      ttft: first !== null ? (first - ready) / 1000 : null,
+      tps: gen > 0 && tokens > 1 ? (tokens - 1) / gen : null,
+      tokens: first !== null ? tokens : null,
+      load: loaded ? (ready - t0) / 1000 : null,
+    };
   };
+  const show = () => { stats.textContent = timing(browser()) + (first !== null ? " (browser)" : ""); };
+  let outcome = "done";
   try {
     const resp = await api("/v1/chat/completions", {
       method: "POST", body: JSON.stringify(body), signal: chat.abort.signal,
@@ -861,35 +912,105 @@ async function sendChat(text) {
       try { msg = JSON.parse(data); } catch { return; }
       if (msg.error) throw new Error(msg.error.message || "the backend failed mid-answer");
       if (msg.usage) usage = msg.usage;
-      const delta = msg.choices && msg.choices[0] && msg.choices[0].delta;
+      const choice = msg.choices && msg.choices[0];
+      if (choice && choice.finish_reason) finish = choice.finish_reason;
+      const delta = choice && choice.delta;
       const piece = delta && (delta.content || delta.reasoning_content);
       if (piece) {
         last = performance.now();
-        if (first === null) first = last;
+        if (first === null) { first = last; out.node.classList.remove("pending"); out.meta.textContent = ""; }
         chunks += 1;
         answer += piece;
-        out.textContent = answer;
+        out.body.textContent = answer;
         show();
       }
-    }, (comment) => { if (first === null && comment) stats.textContent = comment; });
-    show(" · done");
+    }, (comment) => {
+      // ": loading model X — phase (N s)": the model is starting; TTFT starts when it is ready.
+      if (first === null && comment) { out.meta.textContent = comment; loaded = true; ready = performance.now(); }
+    });
+    if (first === null && !finish) throw new Error("the stream ended without an answer");
+    out.meta.textContent = FINISH[finish] ? FINISH[finish].replace("max_tokens", `max_tokens (${maxTokens})`) : finish || "finished";
+    out.node.dataset.finish = finish || "";
   } catch (err) {
-    if (err.name === "AbortError") show(" · stopped");
-    else if (!(err instanceof AuthError)) { stats.textContent = "error: " + (err.message || err); }
+    if (err.name === "AbortError") {
+      outcome = "stopped";
+      out.node.dataset.finish = "stopped";
+      out.meta.textContent = "stopped — you pressed Stop";
+    } else if (!(err instanceof AuthError)) {
+      outcome = "error";
+      const reason = err instanceof OfflineError ? "gateway unreachable" : String(err.message || err);
+      if (!answer) out.node.remove();
+      else { out.node.dataset.finish = "error"; out.meta.textContent = "cut by an error"; }
+      const bubble = addMessage("error", reason, { label: `error · ${model}` });
+      bubble.meta.textContent = "this turn was not kept: the next message is sent without it";
+      user.node.classList.add("unsent");
+    }
   } finally {
-    chat.messages.push({ role: "assistant", content: answer });
+    out.node.classList.remove("pending");
+    if (outcome === "error" && !answer) chat.messages.pop(); // never send a failed turn as history
+    else chat.messages.push({ role: "assistant", content: answer });
     chat.abort = null;
-    $("#pg-send").disabled = false;
+    $("#pg-send").disabled = !can("inference");
     $("#pg-stop").disabled = true;
   }
+  if (outcome === "error") { stats.textContent = ""; refreshPicker().catch(() => {}); return; }
+  show();
+  stats.textContent += ` · ${outcome}`;
+  refreshPicker().catch(() => {});
+  const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : null;
+  try {
+    const row = outcome === "done" ? await gatewayRecord(model, sentAt, tokens) : null;
+    if (row) {
+      stats.textContent = timing({ ttft: row.ttft, tps: row.tokens_per_second, tokens: row.completion_tokens,
+        firstByte: row.first_byte, load: row.load }) + ` (gateway) · ${outcome}`;
+      stats.dataset.activityId = row.id;
+    }
+  } catch (err) { /* the browser's estimate stays */ }
 }
 
-pages.playground = async () => {
+async function refreshPicker() {
   const select = $("#pg-model");
+  const found = await catalog();
+  const running = {};
+  for (const r of found.running) running[r.model] = r.state;
   const chosen = select.value;
-  const list = await apiJSON("/v1/models");
-  select.replaceChildren(...(list.data || []).map((m) => el("option", { value: m.id, text: m.alias_for ? `${m.id} (→ ${m.alias_for})` : `${m.id} · ${m.state}` })));
-  if (chosen) select.value = chosen;
+  const rows = found.list;
+  const options = [...select.options];
+  const same = options.length === rows.length && rows.every((m, i) => options[i].value === m.id);
+  if (!same) select.replaceChildren(...rows.map((m) => el("option", { value: m.id })));
+  [...select.options].forEach((opt, i) => {
+    const m = rows[i];
+    const st = running[m.alias_for || m.id] || m.state || "stopped";
+    chat.states[m.id] = st;
+    opt.textContent = m.alias_for ? `${m.id} (→ ${m.alias_for}) · ${st}` : `${m.id} · ${st}`;
+  });
+  if (chosen && [...select.options].some((o) => o.value === chosen)) select.value = chosen;
+  if (!chat.model) chat.model = select.value;
+}
+
+function newThread(note) {
+  if (chat.abort) chat.abort.abort();
+  chat.messages = [];
+  $("#pg-chat").replaceChildren();
+  $("#pg-stats").textContent = "";
+  if (note) $("#pg-chat").append(el("p", { class: "muted small", "data-role": "thread-note", text: note }));
+}
+
+pages.playground = async (state) => {
+  const send = $("#pg-send");
+  $("#pg-scope").hidden = can("inference");
+  $("#pg-scope").textContent = can("inference") ? "" : `Sending ${needs("inference")}.`;
+  send.disabled = !can("inference") || !!chat.abort;
+  await refreshPicker();
+  const select = $("#pg-model");
+  select.onchange = () => {
+    const was = chat.model;
+    chat.model = select.value;
+    // Another model never receives this conversation as if it had written it.
+    if (was && was !== select.value && chat.messages.length) newThread(`New chat with ${select.value} — the conversation with ${was} was not sent to it.`);
+  };
+  const poll = setInterval(() => refreshPicker().catch(() => {}), 3000);
+  state.leave = () => clearInterval(poll);
 };
 
 /* ---- wiring ------------------------------------------------------------------------------ */
@@ -917,12 +1038,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("#pg-form").requestSubmit(); }
   });
   $("#pg-stop").addEventListener("click", () => { if (chat.abort) chat.abort.abort(); });
-  $("#pg-clear").addEventListener("click", () => {
-    if (chat.abort) chat.abort.abort();
-    chat.messages = [];
-    $("#pg-chat").replaceChildren();
-    $("#pg-stats").textContent = "";
-  });
+  $("#pg-clear").addEventListener("click", () => newThread(""));
   window.addEventListener("hashchange", route);
   route();
 });
