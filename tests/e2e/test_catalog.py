@@ -80,11 +80,12 @@ def test_stopped_rows_omit_reported_fields_and_show_configured(gateway: StartGat
     cmd: {fake_cmd("--max-model-len 1024 --max-model-len 3072 -c junk")}
   plain:
     cmd: {fake_cmd()}
-"""
+""",
+        extra_top="includeAliasesInList: true\n",
     )
     for path in ("/v1/models", "/models"):
         rows = models(gw, path)
-        assert set(rows) == {"vl", "vl-alias", "eq", "llama", "last", "plain"}
+        assert set(rows) == {"vl", "vl-alias", "eq", "llama", "last", "plain"}  # with aliases
         for row in rows.values():
             assert row["state"] == "stopped"
             assert_omitted(row)
@@ -115,7 +116,8 @@ def test_ready_vllm_row_reports_its_own_context_and_aliases_inherit(
     cmd: {cmd}
     useModelName: served/vl
     aliases: [vl-alias, vl-other]
-"""
+""",
+        extra_top="includeAliasesInList: true\n",
     )
     ok_chat(gw, "vl-alias")  # the strict backend accepts only its served name
     gw.wait_for(lambda: reported_in(gw, "vl"))

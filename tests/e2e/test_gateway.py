@@ -224,24 +224,30 @@ def test_unload_all_and_one(gateway: StartGateway) -> None:
     pid = fake_pid(chat(gw, "a"))
     reply = request(gw, "POST", "/api/models/unload/a")
     assert reply.status == 200
-    assert reply.json() == {"unloaded": ["a"]}
+    assert reply.json() == {"msg": "ok", "unloaded": ["a"]}
     assert gw.running() == {}
     assert not pid_alive(pid)
 
     pid = fake_pid(chat(gw, "a"))
     reply = request(gw, "POST", "/api/models/unload/alias-a")
-    assert reply.json() == {"unloaded": ["a"]}
+    assert reply.json() == {"msg": "ok", "unloaded": ["a"]}
     assert not pid_alive(pid)
 
     pid = fake_pid(chat(gw, "b"))
     reply = request(gw, "POST", "/api/models/unload")
     assert reply.status == 200
-    assert reply.json() == {"unloaded": ["b"]}
+    assert reply.json() == {"msg": "ok", "unloaded": ["b"]}
     assert gw.running() == {}
     assert not pid_alive(pid)
 
-    assert request(gw, "POST", "/api/models/unload").json() == {"unloaded": []}
-    assert request(gw, "POST", "/api/models/unload/b").json() == {"unloaded": []}
+    pid = fake_pid(chat(gw, "a"))
+    reply = request(gw, "GET", "/unload")  # llama-swap's
+    assert (reply.status, reply.body) == (200, b"OK")
+    assert gw.running() == {}
+    assert not pid_alive(pid)
+
+    assert request(gw, "POST", "/api/models/unload").json() == {"msg": "ok", "unloaded": []}
+    assert request(gw, "POST", "/api/models/unload/b").json() == {"msg": "ok", "unloaded": []}
     error = gateway_error(request(gw, "POST", "/api/models/unload/nope"), 404, "model_not_found")
     assert "nope" in str(error["message"])
 
@@ -562,7 +568,8 @@ def test_model_listing_and_running_rows(gateway: StartGateway) -> None:
     gw = gateway(
         model("a", name="Model A", description="the first", aliases="[a1, a2]")
         + model("b")
-        + model("hidden", unlisted="true")
+        + model("hidden", unlisted="true"),
+        extra_top="includeAliasesInList: true\n",
     )
     pid = fake_pid(chat(gw, "a"))
     for path in ("/v1/models", "/models"):
@@ -585,11 +592,13 @@ def test_model_listing_and_running_rows(gateway: StartGateway) -> None:
     running = gw.get_json("/running")
     text = json.dumps(running)
     assert str(pid) not in text
-    assert "openai_backend" not in text
     for row in running["running"]:  # type: ignore[union-attr]
         assert "pid" not in row
-        assert "cmd" not in row
         assert row["model"] == "a"
+        # llama-swap's fields beside modelswap's (the command line redacted)
+        assert "openai_backend" in row["cmd"]
+        assert row["proxy"].startswith("http://127.0.0.1:")
+        assert (row["name"], row["description"]) == ("Model A", "the first")
 
     fake_pid(chat(gw, "hidden"))  # unlisted, still routable
     rows = {row["id"]: row for row in gw.get_json("/v1/models")["data"]}  # type: ignore[union-attr]

@@ -133,3 +133,52 @@ def test_a_gateway_without_models_serves_its_listing(serve: Serve, name: str) ->
     reply = request(gw, "GET", "/v1/models")
     assert reply.status == 200, reply.body
     assert reply.json()["object"] == "list"
+
+
+# ---- the same behaviour as llama-swap on the same config ------------------------------------
+
+
+def parity(serve: Serve) -> Gateway:
+    gw, _ = serve("../parity.yaml")
+    return gw
+
+
+def test_aliases_are_forwarded_as_sent_and_not_listed(serve: Serve) -> None:
+    gw = parity(serve)
+    assert echoed(gw, {"model": "gpt-4o-mini", "input": "x"})["model"] == "gpt-4o-mini"
+    assert echoed(gw, {"model": "model1", "input": "x"})["model"] == "model1"
+    assert echoed(gw, {"model": "m2", "input": "x"})["model"] == "served-2"  # useModelName
+    rows = request(gw, "GET", "/v1/models").json()["data"]
+    assert [row["id"] for row in rows] == ["model1", "model2"]
+    assert rows[0]["aliases"] == ["gpt-4o-mini"]
+    one = request(gw, "GET", "/v1/models/gpt-4o-mini").json()  # still retrievable
+    assert one["alias_for"] == "model1"
+
+
+def test_running_unload_version_upstream_and_props(serve: Serve) -> None:
+    gw = parity(serve)
+    assert chat(gw, "model1").status == 200
+    (row,) = gw.get_json("/running")["running"]  # type: ignore[misc]
+    assert row["model"] == "model1"
+    # the command line, redacted: the paths came from ${env.…}, which are secrets
+    assert row["cmd"].endswith(f"--port {row['proxy'].rsplit(':', 1)[1]}")
+    assert sys.executable not in row["cmd"]
+    assert row["proxy"].startswith("http://127.0.0.1:")
+    assert (row["name"], row["description"]) == ("Model One", "the first")
+    reply = request(gw, "GET", "/unload")
+    assert (reply.status, reply.body) == (200, b"OK")
+    assert gw.running() == {}
+    version = request(gw, "GET", "/api/version")
+    assert version.status == 200
+    assert set(version.json()) >= {"version", "commit", "build_date"}
+    page = request(gw, "GET", "/upstream")
+    assert page.status == 200
+    assert page.headers["Content-Type"].startswith("text/html")
+    assert b'href="/upstream/model1/"' in page.body
+    props = request(gw, "GET", "/props?model=gpt-4o-mini")
+    assert props.status == 200, props.body
+    assert isinstance(props.json(), dict)
+    assert set(gw.running()) == {"model1"}
+    missing = request(gw, "GET", "/props")
+    assert missing.status == 400
+    assert missing.json()["error"]["param"] == "model"

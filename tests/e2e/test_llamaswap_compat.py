@@ -242,7 +242,7 @@ def test_filters_strip_set_and_set_by_id(serve: Serve) -> None:
     }
     thinking = echoed(gw, {**sent, "model": "qwen:thinking"})["body"]
     assert thinking["chat_template_kwargs"] == {"enable_thinking": True}
-    assert thinking["model"] == "qwen"  # a setParamsByID name is an alias of its model
+    assert thinking["model"] == "qwen:thinking"  # as llama-swap: the name the client sent
     fast = echoed(gw, {**sent, "model": "qwen-fast"})["body"]
     assert (fast["max_tokens"], fast["chat_template_kwargs"]) == (2, {"enable_thinking": False})
     legacy = echoed(gw, {**sent, "model": "legacy"})["body"]

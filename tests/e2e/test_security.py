@@ -287,6 +287,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         f"startPort: {free_port_range(4)}\nlogLevel: debug\n"
         "apiKeys:\n" + "\n".join(entries) + "\n"
         f"security:\n  corsOrigins: [{json.dumps(ORIGIN)}]\n"
+        "includeAliasesInList: true\n"
         "models:\n"
         f"  alpha:\n    cmd: {fake()}\n    aliases: [a-one]\n    apiKey: ${{env.MS_T_UPSTREAM}}\n"
         f"  beta:\n    cmd: {fake()}\n"

@@ -120,6 +120,7 @@ def build_config(
         ),
         compat=compat,
         listen_given="listen" in raw.model_fields_set,
+        include_aliases_in_list=raw.include_aliases_in_list,
     )
 
 

@@ -138,7 +138,7 @@ class _Translator:
         """``defaults: &defaults {...}``: a key that only holds anchors for ``*defaults``
         elsewhere. A key modelswap or llama-swap knows is read as usual."""
         known = {info.alias or name for name, info in RawConfig.model_fields.items()}
-        known |= set(TOP_IGNORED) | set(TOP_SAME) | {"includeAliasesInList", "store", "routing"}
+        known |= set(TOP_IGNORED) | set(TOP_SAME) | {"store", "routing"}
         for key in sorted(keys - known):
             del data[key]
             self.note((key,), None, "only holds YAML anchors (&name) used elsewhere", REWRITTEN)
@@ -155,8 +155,6 @@ class _Translator:
         for key, note in TOP_SAME.items():
             if key in data:
                 self.note((key,), (key,), note)
-        if "includeAliasesInList" in data:
-            self.include_aliases(data)
         if "store" in data:
             self.store(data)
         if "routing" in data:
@@ -177,18 +175,6 @@ class _Translator:
                     self.ignore(peers, peer_id, ("peers",), TOP_IGNORED["tailcat"])
                 else:
                     self.peer(peer_id, peer)
-
-    def include_aliases(self, data: Data) -> None:
-        value = data.pop("includeAliasesInList")
-        if value is True:
-            self.note(("includeAliasesInList",), None, "aliases are always listed in /v1/models")
-        else:
-            self.note(
-                ("includeAliasesInList",),
-                None,
-                "aliases are listed in /v1/models anyway (rows with alias_for)",
-                IGNORED,
-            )
 
     def store(self, data: Data) -> None:
         store = self.mapping(data.pop("store"), ("store",))

@@ -24,6 +24,7 @@ TOP_SAME = {
     "routes only; give it scopes [inference, read, admin] ({key, scopes}) for /running, /logs, "
     "/api/models/unload and /upstream, which llama-swap's keys also open",
     "groups": "members, swap, exclusive, persistent: same meaning",
+    "includeAliasesInList": "same meaning: each alias is a row of GET /v1/models (alias_for)",
 }
 MODEL_SAME = {
     "cmd": "same meaning ('#' lines and '\\' continuations allowed)",

@@ -198,6 +198,11 @@ class ModelConfig:
         """The model name sent to the backend: ``use_model_name`` if set, else the id."""
         return self.use_model_name if self.use_model_name is not None else self.id
 
+    def upstream_name_for(self, name: str) -> str:
+        """The model name sent to the backend for a request that named ``name`` (the id or an
+        alias): ``use_model_name`` if set, else the name the client sent, as llama-swap does."""
+        return self.use_model_name if self.use_model_name is not None else name
+
 
 @dataclass(frozen=True, slots=True)
 class KeyMapping:
@@ -244,6 +249,8 @@ class Config:
     compat: tuple[KeyMapping, ...] = ()
     # The file (or --listen) names the listen address; else it is the default, 127.0.0.1:8080.
     listen_given: bool = False
+    # GET /v1/models has a row per alias too (llama-swap's includeAliasesInList).
+    include_aliases_in_list: bool = False
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

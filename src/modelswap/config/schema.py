@@ -600,6 +600,11 @@ class RawConfig(BaseModel):
     default_after: float = Field(
         300.0, gt=0, alias="defaultAfter", description="Idle seconds before defaultModel loads."
     )
+    include_aliases_in_list: bool = Field(
+        False,
+        alias="includeAliasesInList",
+        description="GET /v1/models lists each alias as a row of its own (alias_for) too.",
+    )
 
 
 def config_json_schema() -> dict[str, Any]:

@@ -35,7 +35,11 @@ _INFERENCE_PREFIXES = (
     *(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p),
     *MODEL_PREFIXES,
 )
-_INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {"/v1/models", "/models"}
+_INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {
+    "/v1/models",
+    "/models",
+    "/props",  # llama-swap's /props?model=: the model's server's /props
+}
 _READ_EXACT = frozenset(
     {
         "/running",
@@ -50,13 +54,13 @@ _READ_EXACT = frozenset(
     }
 )
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/")
-_ADMIN_EXACT = frozenset({"/api/config"})
+_ADMIN_EXACT = frozenset({"/api/config", "/unload", "/upstream"})  # the last two: llama-swap's
 
 
 def route_class(path: str) -> str:
     """The scope a path needs. Unknown paths need a valid key of any scope (so a 404 never
     tells an unauthenticated client which routes exist)."""
-    if path in ("/health", "/", "/ui") or path.startswith("/ui/"):
+    if path in ("/health", "/", "/ui", "/api/version") or path.startswith("/ui/"):
         return OPEN  # the web UI's static files: every API call they make carries a key
     if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
         return INFERENCE

@@ -403,8 +403,11 @@ def test_peer_key_with_other_macros_is_a_problem() -> None:
 
 
 def test_include_aliases_in_list() -> None:
-    assert warned(model(SERVER, top="includeAliasesInList: true\n")) == []
-    assert warned(model(SERVER, top="includeAliasesInList: false\n")) == ["includeAliasesInList"]
+    listed = model(SERVER, top="includeAliasesInList: true\n")
+    assert (warned(listed), listed.include_aliases_in_list) == ([], True)
+    hidden = model(SERVER, top="includeAliasesInList: false\n")
+    assert (warned(hidden), hidden.include_aliases_in_list) == ([], False)
+    assert model(SERVER).include_aliases_in_list is False  # llama-swap's default
 
 
 # --- what warns, and what is still an error -------------------------------------------------

@@ -54,7 +54,7 @@ def prepare_body(target: Target, request: RequestBody) -> tuple[bytes, Mapping[s
     something changed; otherwise the very bytes the client sent."""
     if isinstance(target, LocalTarget):
         layers = target.model.filters_for(target.name)
-        upstream_name = target.model.upstream_name
+        upstream_name = target.model.upstream_name_for(target.name)  # as llama-swap: as sent
     else:
         peer_filters = target.peer.filters
         layers = (peer_filters,) if peer_filters else ()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import re
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -38,15 +40,57 @@ async def running(request: web.Request) -> web.Response:
 
 
 async def unload_all(request: web.Request) -> web.Response:
+    """llama-swap's ``{"msg": "ok"}``, with the models stopped beside it."""
     unloaded = await request.app[RUNTIME].router.unload(None)
-    return web.json_response({"unloaded": unloaded})
+    return web.json_response({"msg": "ok", "unloaded": unloaded})
+
+
+async def unload_everything(request: web.Request) -> web.Response:
+    """llama-swap's ``GET /unload``: every model stopped, answered with ``OK``."""
+    await request.app[RUNTIME].router.unload(None)
+    return web.Response(text="OK")
 
 
 async def unload_one(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
     unloaded = await runtime.router.unload([model.id])
-    return web.json_response({"unloaded": unloaded})
+    return web.json_response({"msg": "ok", "unloaded": unloaded})
+
+
+async def version(request: web.Request) -> web.Response:
+    """llama-swap's ``/api/version`` shape (a release has no commit or build date to give)."""
+    return web.json_response(
+        {"version": __version__, "commit": "unknown", "build_date": "unknown", "name": "modelswap"}
+    )
+
+
+async def upstream_index(request: web.Request) -> web.Response:
+    """llama-swap's ``GET /upstream``: a page linking each model's ``/upstream/<model>/``."""
+    runtime = request.app[RUNTIME]
+    items = "".join(
+        f'<li><a href="/upstream/{quote(model_id)}/">{html.escape(model_id)}</a></li>'
+        for model_id, model in runtime.config.models.items()
+        if not model.unlisted
+    )
+    page = f"<!doctype html><title>Upstream</title><h1>Upstream</h1><ul>{items}</ul>"
+    return web.Response(text=page, content_type="text/html")
+
+
+async def props(request: web.Request) -> web.StreamResponse:
+    """``/props?model=NAME``: llama.cpp's ``/props`` of that model's server (started if
+    needed), as llama-swap routes it for llama.cpp's own web UI."""
+    runtime = request.app[RUNTIME]
+    name = request.query.get("model")
+    if not name:
+        raise BadRequestError("`model` is required: /props?model=NAME.", param="model")
+    model = runtime.resolve(name)
+    obs = request.get(OBS)
+    if obs is not None:
+        obs.model = model.id
+    return await proxy.send_to_model(
+        request, runtime.router, runtime.proxy_session, model, path_qs="/props", body=b""
+    )
 
 
 async def load_one(request: web.Request) -> web.Response:
@@ -132,6 +176,10 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_get("/running", running)
+    app.router.add_get("/unload", unload_everything)
+    app.router.add_get("/api/version", version)
+    app.router.add_get("/upstream", upstream_index)
+    app.router.add_get("/props", props)
     app.router.add_post("/api/models/unload", unload_all)
     app.router.add_post("/api/models/unload/{model:.+}", unload_one)
     app.router.add_post("/api/models/load/{model:.+}", load_one)

@@ -6,6 +6,7 @@ The rules: docs/architecture.md, "The catalog".
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from typing import Any
 
@@ -16,7 +17,8 @@ from modelswap.supervisor.process import ManagedProcess
 
 
 def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any]]:
-    """One row per listed model ``key`` may use, then one per alias (``alias_for``)."""
+    """One row per listed model ``key`` may use, then (with ``includeAliasesInList``, as in
+    llama-swap) one per alias (``alias_for``)."""
     rows: list[dict[str, Any]] = []
     created = int(runtime.started_at)
     router = runtime.router
@@ -43,7 +45,8 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         if configured:
             row["configured"] = configured
         rows.append(row)
-        rows += alias_rows(row, model.aliases)
+        if runtime.config.include_aliases_in_list:
+            rows += alias_rows(row, model.aliases)
     return rows
 
 
@@ -95,18 +98,25 @@ def context_mismatch(runtime: Runtime, model_id: str) -> str | None:
 
 
 def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
-    """Every model that is not stopped: state, since when, load; no pid, no command line."""
+    """Every model that is not stopped: state, since when, load; the command line (redacted)
+    and proxy, as llama-swap shows them; no pid."""
     router = runtime.router
     now_loop = _loop_time()
     rows: list[dict[str, Any]] = []
     for model_id, process in router.processes.items():
         if process.state is ProcessState.STOPPED:
             continue
+        config = process.config
         row: dict[str, Any] = {
             "model": model_id,
             "state": process.state.value,
+            # llama-swap's fields (redacted below, as the whole row is)
+            "cmd": shlex.join(runtime.redactor.argv(config.cmd)),
+            "proxy": runtime.redactor.url(config.proxy),
+            "name": config.name or "",
+            "description": config.description or "",
             "since": _iso(process.since),
-            "ttl": process.config.ttl,
+            "ttl": config.ttl,
             "in_flight": router.in_flight(model_id),
             "queued": router.queued(model_id),
         }
