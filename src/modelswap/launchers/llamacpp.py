@@ -91,12 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         import xllamacpp
-    except ImportError:
-        print(
-            "error: the xllamacpp package is missing: pip install 'modelswap[llamacpp]'",
-            file=sys.stderr,
-            flush=True,
+    except ImportError as exc:
+        # The package itself, or a shared library it needs (e.g. libgomp.so.1 in a slim image).
+        missing = (
+            "the xllamacpp package is missing: pip install 'modelswap[llamacpp]'"
+            if exc.name == "xllamacpp"
+            else f"xllamacpp cannot be loaded: {exc}"
         )
+        print(f"error: {missing}", file=sys.stderr, flush=True)
         return 1
     # Block the stop signals before the server's threads exist, so they inherit the mask and
     # only sigwait() below receives them: the process then always exits cleanly with 0.

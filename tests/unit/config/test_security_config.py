@@ -272,6 +272,9 @@ def test_non_loopback_without_keys_is_refused_naming_both_ways_out(host: str) ->
     assert "apiKeys" in message
     assert "--allow-unauthenticated-network" in message
     assert "security.allowUnauthenticatedNetwork" in message
+    # How to give a key without writing it into the file: a mounted secret, or a variable.
+    assert "keyFile:" in message
+    assert "keyEnv:" in message
     assert exposure_problem(host, KEY, False) is None
     assert exposure_problem(host, (), True) is None
 
