@@ -267,7 +267,7 @@ class Runtime:
             reaper=self._reaper,
             record=self.backend_record,
             containment=self.containment,
-            stop_grace=self._stop_grace,
+            stop_grace=self._stop_grace if model.stop_grace is None else model.stop_grace,
         )
 
     async def _keep_warm(self) -> None:

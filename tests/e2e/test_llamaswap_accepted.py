@@ -182,3 +182,12 @@ def test_running_unload_version_upstream_and_props(serve: Serve) -> None:
     missing = request(gw, "GET", "/props")
     assert missing.status == 400
     assert missing.json()["error"]["param"] == "model"
+
+
+def test_unload_timeout_is_the_grace_before_sigkill(serve: Serve) -> None:
+    gw, _ = serve("unload-timeout.yaml")
+    assert chat(gw, "model1").status == 200
+    assert request(gw, "GET", "/unload").body == b"OK"
+    assert gw.running() == {}
+    logs = request(gw, "GET", "/logs/model1").body.decode()
+    assert "no exit 1.5 s after the stop request: SIGKILL" in logs, logs

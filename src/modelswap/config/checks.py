@@ -385,6 +385,7 @@ def _resolve_model(
         upstream_api_key=upstream_key,
         uses=resolve_uses(model.uses, key_path(*base, "uses"), problems),
         evict_cost=model.evict_cost,
+        stop_grace=model.unload_timeout if model.unload_timeout is not None else raw.unload_timeout,
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,
         sleep_mode=_check_sleep_mode(model.sleep_mode, cmd, base, problems),

@@ -25,6 +25,7 @@ TOP_SAME = {
     "/api/models/unload and /upstream, which llama-swap's keys also open",
     "groups": "members, swap, exclusive, persistent: same meaning",
     "includeAliasesInList": "same meaning: each alias is a row of GET /v1/models (alias_for)",
+    "unloadTimeout": "seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL",
 }
 MODEL_SAME = {
     "cmd": "same meaning ('#' lines and '\\' continuations allowed)",
@@ -41,6 +42,7 @@ MODEL_SAME = {
     "concurrencyLimit": "requests beyond it wait in the queue instead of getting 429",
     "macros": "same meaning: they override top-level macros",
     "metadata": "shown in /v1/models as meta.llamaswap; macros expand, keeping their type",
+    "unloadTimeout": TOP_SAME["unloadTimeout"],
 }
 PEER_SAME = {
     "proxy": "same meaning",
@@ -58,7 +60,6 @@ TOP_IGNORED = {
     "performance": "there is no system performance monitor",
     "sendLoadingState": "start progress is published on GET /running and /api/events, not "
     "injected into responses",
-    "unloadTimeout": "a stopping server gets a fixed 5 s after SIGTERM (or cmdStop) before SIGKILL",
     "profiles": "there are no runtime model-id profiles",
     "matrix": "there is no matrix solver; use groups, or resources with each model's uses "
     "(memory budgets)",
@@ -69,7 +70,6 @@ TOP_IGNORED = {
 }
 MODEL_IGNORED = {
     "sendLoadingState": TOP_IGNORED["sendLoadingState"],
-    "unloadTimeout": TOP_IGNORED["unloadTimeout"],
     "capabilities": "/v1/models shows what the running backend reports, not declared capabilities",
     "compat": "there are no upstream compatibility switches",
     "cmd_stop": "llama-swap ignores this old spelling too; cmdStop is the stop command",

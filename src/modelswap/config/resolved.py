@@ -179,6 +179,9 @@ class ModelConfig:
     uses: Mapping[str, int] = field(default_factory=dict, hash=False)  # resource -> bytes
     evict_cost: float = 1.0
     priority: int = 0
+    # Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL; None: the
+    # gateway's default (llama-swap's unloadTimeout).
+    stop_grace: float | None = None
     concurrency_limit: int = 0  # 0: no limit
     sleep_mode: bool = False
     filters: Filters = NO_FILTERS

@@ -313,6 +313,13 @@ class RawModel(BaseModel):
         "choosing what to evict (higher: kept longer).",
     )
     priority: int = Field(0, description="Higher-priority models' waiters are served first.")
+    unload_timeout: float | None = Field(
+        None,
+        gt=0,
+        alias="unloadTimeout",
+        description="Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL "
+        "(default: top level, else 5).",
+    )
     sleep_mode: bool = Field(
         False,
         alias="sleepMode",
@@ -599,6 +606,13 @@ class RawConfig(BaseModel):
     )
     default_after: float = Field(
         300.0, gt=0, alias="defaultAfter", description="Idle seconds before defaultModel loads."
+    )
+    unload_timeout: float | None = Field(
+        None,
+        gt=0,
+        alias="unloadTimeout",
+        description="Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL "
+        "(default 5).",
     )
     include_aliases_in_list: bool = Field(
         False,

@@ -402,6 +402,13 @@ def test_peer_key_with_other_macros_is_a_problem() -> None:
     assert found == [("peers.p.apiKey", "environment variable K is not set")]
 
 
+def test_unload_timeout_is_the_stop_grace() -> None:
+    config = model(f"{SERVER}\nunloadTimeout: 3\n", top="unloadTimeout: 7\n")
+    assert (warned(config), config.models["m"].stop_grace) == ([], 3)
+    assert model(SERVER, top="unloadTimeout: 7\n").models["m"].stop_grace == 7
+    assert model(SERVER).models["m"].stop_grace is None  # the gateway's 5 s
+
+
 def test_include_aliases_in_list() -> None:
     listed = model(SERVER, top="includeAliasesInList: true\n")
     assert (warned(listed), listed.include_aliases_in_list) == ([], True)
@@ -415,11 +422,11 @@ def test_include_aliases_in_list() -> None:
 UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
     "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\nsendLoadingState: true\n"
-    "unloadTimeout: 3\nprofiles: {}\nmatrix: {}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
+    "profiles: {}\nmatrix: {}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
     "selectors: {}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
-    "sendLoadingState: true\nunloadTimeout: 3\ncapabilities: {tools: true}\n"
+    "sendLoadingState: true\ncapabilities: {tools: true}\n"
     "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\n"
     "timeouts: {keepalive: 1, tlsHandshake: 1, expectContinue: 1, idleConn: 1}\n"
 )
@@ -431,7 +438,7 @@ def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixtur
     keys = warned(config)
     top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"hooks"}
     assert top | {"hooks.on_request"} <= set(keys)
-    for key in ("sendLoadingState", "capabilities", "compat", "filters.policy", "unloadTimeout"):
+    for key in ("sendLoadingState", "capabilities", "compat", "filters.policy"):
         assert f"models.m.{key}" in keys
     for key in ("keepalive", "tlsHandshake", "expectContinue", "idleConn"):
         assert f"models.m.timeouts.{key}" in keys
@@ -449,7 +456,7 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
-    assert len(expected) == 26
+    assert len(expected) == 24  # unloadTimeout (twice) is read since issue 17
     assert [r.getMessage() for r in caplog.records] == expected
 
 
