@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import shlex
@@ -12,35 +11,17 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelswap import __version__
-from modelswap.audit import (
-    HIGH,
-    MEDIUM,
-    ReportUnavailable,
-    audit_config,
-    audit_url,
-    key_from_env,
-)
-from modelswap.backends.diagnose import diagnose_text, missing_tool_flags
-from modelswap.config import (
-    Config,
-    config_json_schema,
-    demo_config,
-    load_config,
-    override_listen,
-)
-from modelswap.config.compat import explain
-from modelswap.config.export import export_config
-from modelswap.config.preflight import check_runnable, missing_executables
-from modelswap.config.security import exposure_problem
-from modelswap.errors import ConfigError
-from modelswap.http.server.serving import host_port, serve
-from modelswap.observe.activity import ActivityLog
 from modelswap.planner import command as plan_command
-from modelswap.planner.configured import check_line
-from modelswap.redact import Redactor
-from modelswap.reload import Reloading
+
+if TYPE_CHECKING:
+    from modelswap.config import Config
+    from modelswap.redact import Redactor
+
+# Each subcommand imports only what it uses, inside its function: `diagnose` and `check` never
+# load the server (aiohttp, http/), and nothing loads numpy unless it plans a GGUF file.
 
 log = logging.getLogger("modelswap")
 
@@ -127,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema":
+        from modelswap.config import config_json_schema
+
         print(json.dumps(config_json_schema(), indent=2))
         return EXIT_OK
     if args.command == "diagnose":
@@ -137,6 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_audit(args)
     if args.command == "activity":
         return print_activity(args)
+    return check_or_serve(args)
+
+
+def check_or_serve(args: argparse.Namespace) -> int:
+    """``modelswap check`` (the resolved config, nothing started) and ``modelswap serve``."""
+    from modelswap.config import demo_config, load_config, override_listen
+    from modelswap.config.preflight import check_runnable, missing_executables
+    from modelswap.errors import ConfigError
+
     try:
         config = load_config(args.config) if args.config else demo_config()
         if args.listen:
@@ -150,15 +142,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {path}: {message}" if path else f"  {message}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "check":
-        for path, message in missing_executables(config):  # `serve` refuses these, here
-            print(f"modelswap: note: {path}: {message}", file=sys.stderr)
-        if args.show:
-            print(json.dumps(export_config(config, Redactor(config.secrets)), indent=2))
-        else:
-            print(describe(config))
-        if args.explain:
-            print(f"\n{explain(config.compat)}")
-        return EXIT_OK
+        return print_check(args, config, missing_executables(config))
+    return run_serve(args, config)
+
+
+def print_check(
+    args: argparse.Namespace, config: Config, missing: Iterable[tuple[str, str]]
+) -> int:
+    from modelswap.config.compat import explain
+    from modelswap.config.export import export_config
+    from modelswap.redact import Redactor
+
+    for path, message in missing:  # `serve` refuses these, here
+        print(f"modelswap: note: {path}: {message}", file=sys.stderr)
+    if args.show:
+        print(json.dumps(export_config(config, Redactor(config.secrets)), indent=2))
+    else:
+        print(describe(config))
+    if args.explain:
+        print(f"\n{explain(config.compat)}")
+    return EXIT_OK
+
+
+def run_serve(args: argparse.Namespace, config: Config) -> int:
+    from modelswap.config.security import exposure_problem
+    from modelswap.http.server.serving import serve
+    from modelswap.redact import Redactor
+    from modelswap.reload import Reloading
+
     allow = args.allow_unauthenticated_network or config.security.allow_unauthenticated_network
     refused = exposure_problem(config.listen_host, config.api_keys, allow)
     if refused:
@@ -172,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         on_applied=lambda new: log_filter.add_secrets(new.secrets),
     )
     try:
+        import asyncio
+
         return asyncio.run(serve(config, allow_unauthenticated_network=allow, reloading=reloading))
     except KeyboardInterrupt:
         return EXIT_OK
@@ -180,6 +193,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_audit(args: argparse.Namespace) -> int:
     """``modelswap audit``: findings one per line, high first; exit 1 if any is high, 2 if
     there was nothing to rate (an invalid config, an instance whose report cannot be read)."""
+    from modelswap.audit import (
+        HIGH,
+        MEDIUM,
+        ReportUnavailable,
+        audit_config,
+        audit_url,
+        key_from_env,
+    )
+    from modelswap.config import demo_config, load_config
+    from modelswap.errors import ConfigError
+
     if args.url:
         try:
             findings = audit_url(args.url, args.key or key_from_env())
@@ -203,6 +227,10 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def print_activity(args: argparse.Namespace) -> int:
     """``modelswap activity``: the newest requests as a table."""
+    from modelswap.config import demo_config, load_config
+    from modelswap.errors import ConfigError
+    from modelswap.observe.activity import ActivityLog
+
     path = args.db
     if path is None:
         try:
@@ -279,6 +307,8 @@ def _cell(value: object, digits: int = 0) -> str:
 
 def diagnose_file(path: str) -> int:
     """``modelswap diagnose FILE``: the Diagnosis of a saved log as JSON."""
+    from modelswap.backends.diagnose import diagnose_text
+
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(errors="replace")
     except OSError as exc:
@@ -295,6 +325,11 @@ def diagnose_file(path: str) -> int:
 def describe(config: Config) -> str:
     """The resolved configuration, one block per model (no process is started); secrets
     masked like every other surface."""
+    from modelswap.backends.diagnose import missing_tool_flags
+    from modelswap.config.security import host_port
+    from modelswap.planner.configured import check_line
+    from modelswap.redact import Redactor
+
     redactor = Redactor(config.secrets)
     lines = [
         f"config: {config.source}",

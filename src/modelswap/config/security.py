@@ -15,6 +15,11 @@ from modelswap.config.schema import RawApiKey, RawConfig
 Problems = list[tuple[str, str]]
 
 
+def host_port(host: str, port: int) -> str:
+    """A listen address as people write it (``[::1]:8080`` for IPv6)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def is_loopback_host(host: str) -> bool:
     """127.0.0.0/8, ::1 and ``localhost`` — traffic that never leaves this machine."""
     host = host.strip("[]").lower()

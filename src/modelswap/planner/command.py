@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from modelswap.config import load_config
 from modelswap.errors import ConfigError
 from modelswap.planner.configured import load_shape, plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
@@ -71,6 +70,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
     """The plan the arguments ask for (raises ModelReadError, ConfigError, ValueError)."""
     overrides = _overrides(args)
     if args.model:
+        from modelswap.config import load_config  # only with --config: `plan FILE` needs none
+
         config = load_config(args.config) if args.config else None
         if config is None:
             from modelswap.config import demo_config

@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf.constants import (
+from modelswap.planner._gguf_constants import (
     GGML_QUANT_SIZES,
     GGUF_MAGIC,
     GGMLQuantizationType,
     GGUFValueType,
     Keys,
 )
-
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.shape import Attention, LinearState, ModelShape, Weights
 
@@ -148,7 +147,9 @@ def _parse(buf: mmap.mmap) -> GGUFHeader:
 
 
 def _fallback(path: Path, exc: Exception) -> GGUFHeader:
-    """``gguf.GGUFReader`` (slow, but the reference) for files the fast walk trips over."""
+    """``gguf.GGUFReader`` (slow, but the reference) for files the fast walk trips over. The
+    only place the whole ``gguf`` package (and with it numpy) is loaded; its enums are its own
+    copies, hence the comparison by name."""
     from gguf import GGUFReader
 
     try:
@@ -157,7 +158,7 @@ def _fallback(path: Path, exc: Exception) -> GGUFHeader:
         raise ModelReadError(f"{path}: not a readable GGUF file ({exc}; {err})") from err
     metadata: dict[str, Any] = {}
     for key, field in reader.fields.items():
-        arrayish = field.types and field.types[0] is GGUFValueType.ARRAY
+        arrayish = field.types and field.types[0].name == GGUFValueType.ARRAY.name
         metadata[key] = (
             len(field.data) if arrayish and len(field.data) > MAX_KEPT_ARRAY else (field.contents())
         )

@@ -9,14 +9,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from modelswap.config.scheduling import parse_size
-
 MIB = 1024**2
 TIMEOUT = 2.0
 
 
 def parse_gpu(text: str) -> int:
     """Bytes from ``32GiB``, ``24 GB``, ``81559MiB`` or a plain number of bytes."""
+    # Here, not at the top: importing modelswap.config loads the whole config (pydantic, YAML),
+    # which `modelswap plan FILE` and `modelswap diagnose` (whose parser names plan's flags)
+    # do not need.
+    from modelswap.config.scheduling import parse_size
+
     value = parse_size(text.strip())
     if value <= 0:
         raise ValueError("GPU memory must be positive")

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from modelswap import __version__
 from modelswap.config import Config
-from modelswap.config.security import open_switches
+from modelswap.config.security import host_port, open_switches
 from modelswap.http.middleware.draining import DRAIN
 from modelswap.http.routes.observe import GatewayLogHandler
 from modelswap.http.server.app import create_app
@@ -45,10 +45,6 @@ def _reloader(runtime: Runtime, config: Config, reloading: Reloading | None) -> 
     if reloading.watch:
         log.info("watching %s for changes", reloading.path)
     return reloader.request
-
-
-def host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def serve(
