@@ -171,6 +171,8 @@ def test_request_id_is_kept_or_made_and_follows_the_request_end_to_end(
     finally:
         events.close()
     assert f"request {own} /v1/chat/completions box/beta -> 200" in gw.log()
+    [row] = gw.get_json(f"/api/activity?request_id={own}")["data"]  # type: ignore[misc]
+    assert (row["request_id"], row["model"], row["status"]) == (own, "box/beta", 200)
 
     made: set[str] = set()
     for bad in ("", "x" * 129, "two words", "a\u00e9b", "new\\nline"):

@@ -67,16 +67,24 @@ def _migrate_to_v3(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE requests SET first_byte = ttft")
 
 
+def _migrate_to_v4(conn: sqlite3.Connection) -> None:
+    # The X-Request-Id the client got; older rows have none (NULL).
+    conn.execute("ALTER TABLE requests ADD COLUMN request_id TEXT")
+    conn.execute("CREATE INDEX requests_request_id ON requests(request_id)")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
     _migrate_to_v3,
+    _migrate_to_v4,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _COLUMNS = (
     "at",
+    "request_id",
     "key_name",
     "model",
     "route",
@@ -104,6 +112,7 @@ _SELECT = f"SELECT id, {', '.join(_COLUMNS)} FROM requests"
 def _row_values(rec: RequestRecord) -> tuple[object, ...]:
     return (
         rec.at,
+        rec.request_id,
         rec.key_name,
         rec.model,
         rec.route,
@@ -396,6 +405,7 @@ class ActivityLog:
         self,
         *,
         model: str | None = None,
+        request_id: str | None = None,
         since: float | None = None,
         status: int | None = None,
         limit: int = 100,
@@ -411,6 +421,9 @@ class ActivityLog:
         if model is not None:
             clauses.append("model = ?")
             params.append(model)
+        if request_id is not None:
+            clauses.append("request_id = ?")
+            params.append(request_id)
         if since is not None:
             clauses.append("at >= ?")
             params.append(since)

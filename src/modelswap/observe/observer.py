@@ -43,7 +43,6 @@ class Observer:
                 for k, v in record.as_dict().items()
                 if k not in ("request_body", "response_body")
             }
-            summary["request_id"] = record.request_id
             self._events.publish("request.finished", **summary)
             # The request's own line, by its id: errors always, every request at debug level.
             level = logging.INFO if record.status >= 400 else logging.DEBUG

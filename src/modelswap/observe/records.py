@@ -77,6 +77,7 @@ class RequestRecord:
         """JSON-ready mapping of every field plus ``tokens_per_second``; ``None`` bodies omitted."""
         out: dict[str, object] = {
             "at": self.at,
+            "request_id": self.request_id,
             "key_name": self.key_name,
             "model": self.model,
             "route": self.route,

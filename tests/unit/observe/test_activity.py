@@ -326,13 +326,14 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 3
-    assert schema_version(path) == "3"
+    assert SCHEMA_VERSION == 4
+    assert schema_version(path) == "4"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
     assert {"tokens_per_second", "request_body", "response_body", "error_code"} <= set(columns)
-    assert {"requests_at", "requests_model"} <= indexes
+    assert "request_id" in columns  # v4
+    assert {"requests_at", "requests_model", "requests_request_id"} <= indexes
 
 
 def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> None:
@@ -340,11 +341,12 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "3"
+    assert schema_version(path) == "4"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
         "at": 100.0,
+        "request_id": None,  # before v4 there was none
         "key_name": "bob",
         "model": "llama",
         "route": "/v1/completions",
@@ -369,7 +371,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "3"
+    assert schema_version(path) == "4"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:
@@ -399,3 +401,14 @@ def test_activity_rejects_nonsense_limits() -> None:
         ActivityLog(":memory:", max_rows=0)
     with pytest.raises(ValueError, match="batch_seconds"):
         ActivityLog(":memory:", batch_seconds=0)
+
+
+def test_activity_finds_a_request_by_its_id(tmp_path: Path) -> None:
+    log = ActivityLog(tmp_path / "ids.db")
+    for index in range(3):
+        log.record(rec(at=NOW + index, request_id=f"req-{index}"))
+    log.flush_now()
+    [row] = log.query(request_id="req-1")
+    assert (row["request_id"], row["at"]) == ("req-1", NOW + 1)
+    assert log.query(request_id="nope") == []
+    log.close_now()

@@ -64,8 +64,8 @@ def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> f
 
 
 async def activity(request: web.Request) -> web.Response:
-    """Newest first; filters ``model``, ``since`` (unix time), ``status``; paging with
-    ``limit`` and ``before`` (the smallest ``id`` of the previous page)."""
+    """Newest first; filters ``model``, ``request_id``, ``since`` (unix time), ``status``;
+    paging with ``limit`` and ``before`` (the smallest ``id`` of the previous page)."""
     runtime = request.app[RUNTIME]
     if runtime.activity is None:
         return web.json_response({"object": "list", "data": [], "enabled": False})
@@ -79,6 +79,7 @@ async def activity(request: web.Request) -> web.Response:
         store.flush_now()
         return store.query(
             model=request.query.get("model"),
+            request_id=request.query.get("request_id"),
             since=since,
             status=int(status) if status is not None else None,
             limit=int(limit) if limit is not None else 100,
