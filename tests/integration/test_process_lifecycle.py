@@ -1,4 +1,4 @@
-"""ManagedProcess against real fake-backend processes (DESIGN §3).
+"""ManagedProcess against real fake-backend processes (docs/architecture.md, "Process lifecycle").
 
 Each test starts ``tests/fakes/openai_backend.py`` through a real ManagedProcess on a free
 loopback port. State changes are observed through the EventBus, never by sleeping.

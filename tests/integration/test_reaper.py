@@ -1,4 +1,5 @@
-"""The orphan reaper (DESIGN §3): no backend outlives the gateway, even a SIGKILLed gateway.
+"""The orphan reaper (docs/architecture.md, "Process lifecycle"): no backend outlives the
+gateway, even a SIGKILLed gateway.
 
 The main test runs ``tests/fakes/orphan_gateway.py`` (a real gateway-like program with a
 Reaper and several ManagedProcess backends), SIGKILLs it, and checks that every process it

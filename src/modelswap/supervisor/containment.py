@@ -1,4 +1,5 @@
-"""Which kernel mechanism keeps a backend's whole process tree within reach (DESIGN §3).
+"""Which kernel mechanism keeps a backend's whole process tree within reach
+(docs/architecture.md, "Process lifecycle").
 
 Every backend runs under a keeper (:mod:`modelswap.supervisor.keeper`), a child subreaper:
 orphans of the backend's tree reparent to it, and it ends them all before it exits. Where a

@@ -1,4 +1,5 @@
-"""Per-model ring buffer of the child's output lines (DESIGN §8: not the gateway log)."""
+"""Per-model ring buffer of the child's output lines, never the gateway log
+(docs/architecture.md, "Conventions")."""
 
 from __future__ import annotations
 

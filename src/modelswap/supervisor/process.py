@@ -1,4 +1,4 @@
-"""ManagedProcess: one backend server's whole lifecycle (DESIGN §3).
+"""ManagedProcess: one backend server's whole lifecycle (docs/architecture.md, "Process lifecycle").
 
 States: stopped → starting → ready → stopping → stopped, plus failed (carries a Diagnosis) and
 shutdown. Every transition goes through :meth:`ManagedProcess._set_state`, which checks the
@@ -163,11 +163,6 @@ class ManagedProcess:
         self.config = replace(config, **live)
         self._next_config = config
         return True
-
-    @property
-    def restart_pending(self) -> bool:
-        """A new command waits for the next start."""
-        return self._next_config is not None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
