@@ -123,6 +123,7 @@ def test_gateway_errors_are_anthropic_shaped(
             assert body["type"] == "error"
             assert set(body["error"]) <= {"type", "message", "details"}
             assert error.response.headers["x-modelswap-error"] == "1"
+            assert error.request_id == error.response.headers["x-request-id"]  # ours, as its own
     details = _fails_both_ways(client(gw), "smolm2")[0].body["error"]["details"]  # type: ignore[index]
     assert details["error_code"] == "model_not_found"
     assert "smollm2" in details["suggestions"]

@@ -14,6 +14,8 @@ import uuid
 
 from aiohttp import web
 
+from modelswap.http.errors import ANTHROPIC_PATHS
+
 HEADER = "X-Request-Id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
@@ -30,5 +32,9 @@ def request_id(request: web.Request) -> str:
 
 
 async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    """Every response carries the id (a backend's own id, if it sent one, is replaced)."""
-    response.headers[HEADER] = request_id(request)
+    """Every response carries the id (a backend's own id, if it sent one, is replaced); on
+    Anthropic's routes also as ``request-id``, the header its SDK reports (``e.request_id``)."""
+    chosen = request_id(request)
+    response.headers[HEADER] = chosen
+    if request.path in ANTHROPIC_PATHS:
+        response.headers["request-id"] = chosen
