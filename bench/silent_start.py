@@ -36,6 +36,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make the bench package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cold_start import unload
 from bench.procs import free_port, http_status, stop, wait_until
 
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "openai_backend.py"
@@ -80,15 +81,6 @@ def direct_round(load_delay: float) -> tuple[float, float]:
         return healthy, first_byte_seconds(port)
     finally:
         stop(proc)
-
-
-def unload(port: int) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", "/api/models/unload")
-        conn.getresponse().read()
-    finally:
-        conn.close()
 
 
 def start_gateway(tmp: str, load_delay: float) -> tuple[subprocess.Popen[bytes], int]:
