@@ -40,6 +40,27 @@ class Mutation:
 
 MUTATIONS = (
     Mutation(
+        "relabel-drops-type",  # relayed backend metrics without their TYPE lines (issue 18)
+        "src/modelswap/observe/relabel.py",
+        'lines.append(f"# TYPE {name} {family.type}")',
+        "pass",
+        ("tests/unit/observe/test_metrics.py",),
+    ),
+    Mutation(
+        "preflight-misses-auto",  # tool_choice "auto" let through to a start (issue 18)
+        "src/modelswap/backends/hints.py",
+        'return choice is None or choice == "auto" or choice == {"type": "auto"}',
+        "return choice is None",
+        ("tests/unit/backends/test_tool_preflight.py",),
+    ),
+    Mutation(
+        "anthropic-404-type",  # Anthropic's 404 type wrong (issue 18)
+        "src/modelswap/http/errors.py",
+        '404: "not_found_error",',
+        '404: "invalid_request_error",',
+        ("tests/unit/http/test_anthropic_errors.py",),
+    ),
+    Mutation(
         "capped-per-chunk",  # the probe's 64 KiB cap counted per chunk, not per body
         "src/modelswap/capped.py",
         "if len(body) > limit:",
