@@ -7,16 +7,30 @@ against ``python -m modelswap serve`` with the fake backend or the real llama.cp
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import re
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import HANG, Gateway, fake_cmd, llamacpp_cmd, request, stop_gateway
+from tests.e2e.conftest import (
+    HANG,
+    REPO,
+    Gateway,
+    fake_cmd,
+    held_cmd,
+    llamacpp_cmd,
+    request,
+    stop_gateway,
+)
 from tests.ui.conftest import screenshot
+from tests.ui.test_webui import vllm_receipt_cmd
 
 StartGateway = Callable[..., Gateway]
+MIB = 1024**2
 ADMIN_KEY = "sk-ui-admin-0123456789abcdef"
 READ_KEY = "sk-ui-monitor-0123456789abcdef"
 KEYS = (
@@ -318,3 +332,106 @@ def test_playground_error_is_part_of_the_conversation_not_history(
     assert page.locator(".msg.user.unsent").count() == 1
     page.locator("#pg-model option", has_text="broken · failed").wait_for(state="attached")
     screenshot(page, "playground-error")
+
+
+SMOL_LOG = REPO / "tests" / "data" / "startup-logs" / "llamacpp-cpu-smollm2.log"
+
+
+@ui
+def test_memory_page_colours_labels_limit_free_and_sources(
+    gateway: StartGateway, page: Any, tmp_path: Path
+) -> None:
+    """Finding 7: distinct colours; labels that never overlap (even for thin bands); the
+    limit's value on its line and in the legend; starting models are not free; each number
+    says where it came from, and llama.cpp's total-less-KV is not called measured weights."""
+    release = tmp_path / "release-slow"
+    gw = gateway(
+        f"  a:\n    cmd: {fake_cmd()}\n    uses: {{ram: 16MiB}}\n"
+        f"  b:\n    cmd: {fake_cmd()}\n    uses: {{ram: 16MiB}}\n"
+        f"  c:\n    cmd: {fake_cmd()}\n    uses: {{ram: 16MiB}}\n"
+        f"  smol:\n    cmd: {fake_cmd(f'--print-log {SMOL_LOG}')}\n    uses: {{ram: 600MiB}}\n"
+        f"  big:\n    cmd: {vllm_receipt_cmd()}\n    uses: {{gpu0: 84GiB}}\n"
+        f"  slow:\n    cmd: {held_cmd(release)}\n    uses: {{ram: 128MiB}}\n",
+        extra_top="resources: {ram: 1GiB, gpu0: 96GiB}\n",
+    )
+    for model in ("a", "b", "c", "smol", "big"):
+        assert gw.post(f"/api/models/load/{model}", b"")[0] == 200
+    loader = threading.Thread(target=gw.post, args=("/api/models/load/slow", b""), daemon=True)
+    loader.start()
+    gw.wait_for(lambda: gw.running().get("slow", {}).get("state") == "starting")
+    page.goto(gw.url("/ui/#/memory"))
+    ram = page.locator('svg[data-resource="ram"]')
+    ram.locator('rect.band[data-model="slow"]').wait_for()
+
+    colours = page.evaluate(
+        "[...document.querySelectorAll('.legend li[data-model] .swatch')]"
+        ".map(s => s.style.background)"
+    )
+    assert len(colours) == 6
+    assert len(set(colours)) == 6, colours  # no two models share a colour
+
+    boxes = ram.evaluate(
+        "(svg) => [...svg.querySelectorAll('text.label')].map(t => {"
+        " const b = t.getBBox(); return [b.y, b.y + b.height]; })"
+    )
+    assert len(boxes) == 5
+    boxes.sort()
+    for (_, bottom), (top, _) in itertools.pairwise(boxes):
+        assert bottom <= top + 0.5, boxes  # three 16 MiB bands: their labels do not overlap
+
+    free = page.locator('.basin[data-resource="ram"] [data-role="free"]')
+    expected_free = 1024 - (3 * 16 + 600 + 128)  # the starting model's share is not free
+    assert int(free.get_attribute("data-free-bytes") or 0) == expected_free * MIB
+    assert "starting" in (free.text_content() or "")
+
+    smol = page.locator('.basin[data-resource="ram"] li[data-model="smol"]')
+    smol_text = smol.text_content() or ""
+    assert "rest (declared − KV)" in smol_text, smol_text
+    assert "not a measured weights size" in smol_text
+    assert "weights" not in smol_text.replace("weights size", "")
+    big = page.locator('.basin[data-resource="gpu0"] li[data-model="big"]')
+    assert "receipt" in (big.text_content() or "")
+    assert "declared" in (page.locator('li[data-model="a"]').text_content() or "")
+
+    gpu = page.locator('svg[data-resource="gpu0"]')
+    assert "limit 86.4 GiB" in (gpu.locator("text.limit-label").text_content() or "")
+    limit_item = page.locator('.basin[data-resource="gpu0"] [data-role="limit"]')
+    assert "86.4 GiB" in (limit_item.text_content() or "")
+    assert "0.9" in (limit_item.text_content() or "")
+    screenshot(page, "memory", publish=True)
+    release.touch()
+    loader.join(timeout=HANG)
+
+
+@ui
+def test_context_cell_explains_slots_training_and_mismatch_in_words(
+    gateway: StartGateway, page: Any
+) -> None:
+    """Finding 8: per-slot context (-c 8192 -np 2 → 4096), n_ctx_train, and a mismatch said
+    in visible words (no hover needed on a touch screen)."""
+    gw = gateway(
+        f"  slots:\n    cmd: {fake_cmd('--ctx 4096 -c 8192 -np 2')}\n    uses: {{ram: 64MiB}}\n"
+        f"  short:\n    cmd: {fake_cmd('--flavor vllm --ctx 4096 --max-model-len 8192')}\n"
+        "    uses: {ram: 64MiB}\n",
+        extra_top="resources: {ram: 1GiB}\n",  # room for both: neither swaps the other out
+    )
+    for model in ("slots", "short"):
+        assert gw.post(f"/api/models/load/{model}", b"")[0] == 200
+    page.goto(gw.url("/ui/#/models"))
+    slots = card(page, "slots")
+    slots.locator('[data-role="ctx-reported"]').wait_for()
+    explained = slots.locator('[data-role="ctx-slots"]').inner_text()
+    assert "-c 8192" in explained, explained
+    assert "-np 2" in explained
+    assert "4096 each" in explained
+    assert slots.locator('[data-role="ctx-configured"]').text_content() == "configured 4096"
+    assert "trained for 8192" in slots.locator('[data-role="ctx-train"]').inner_text()
+    assert slots.locator('[data-role="ctx-warn"]').count() == 0
+    warn = card(page, "short").locator('[data-role="ctx-warn"]')
+    warn.wait_for()
+    assert warn.is_visible()
+    words = warn.inner_text()
+    assert "less context than asked" in words, words
+    assert "4096" in words
+    assert "8192" in words
+    screenshot(page, "models-context")

@@ -92,8 +92,15 @@ def memory_view(runtime: Runtime) -> dict[str, Any]:
                 row["bytes"] = used
                 row["source"] = "declared" if declared is not None else "measured"
                 if cap is not None and cap.kv_cache_mib is not None and used:
+                    # llama.cpp reports only its KV cache: the rest is the total less KV,
+                    # never a measured weights size (a 92 MiB file is not "0.54 GiB weights").
                     kv = min(used, int(cap.kv_cache_mib * MIB))
                     row.update(weights_bytes=used - kv, kv_bytes=kv)
+                    row["weights_label"] = f"rest ({row['source']} − KV)"
+                    row["source_note"] = (
+                        f"total {row['source']}; KV from the backend's receipt; the rest is "
+                        "the total less KV, not a measured weights size"
+                    )
             if not row["bytes"]:
                 continue  # nothing declared, nothing measured (yet): nothing to draw
             models.append(row)

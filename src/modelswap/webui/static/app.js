@@ -510,14 +510,32 @@ pages.models = async (state) => {
 
 /* ---- Memory ------------------------------------------------------------------------------ */
 
-const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#dc2626"];
-function colorFor(model) {
-  let h = 0;
-  for (const ch of model) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
-  return PALETTE[h % PALETTE.length];
+/* Colours by position among the models shown (never a hash: two models never share one). */
+const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#dc2626", "#4f46e5", "#0d9488"];
+const colors = {};
+function colorFor(model) { return colors[model] || "#6b7280"; }
+function assignColors(names) {
+  for (const k of Object.keys(colors)) delete colors[k];
+  [...new Set(names)].sort().forEach((name, i) => {
+    colors[name] = i < PALETTE.length ? PALETTE[i] : `hsl(${(i * 137.508) % 360} 65% 45%)`;
+  });
 }
 
-const BASIN = { w: 270, h: 320, top: 20, bottom: 20, left: 68, width: 150 };
+const SOURCE_WORDS = { receipt: "receipt: the backend's own allocator report", measured: "measured: peak seen while it ran", declared: "declared: uses: in the config" };
+const BASIN = { w: 430, h: 320, top: 20, bottom: 20, left: 70, width: 150, labelX: 236, gap: 13 };
+
+/* Labels beside the basin, each at its band's middle, pushed apart so none overlaps. */
+function placeLabels(items, minY, maxY) {
+  items.sort((a, b) => a.want - b.want);
+  let y = minY;
+  for (const it of items) { it.y = Math.max(it.want, y); y = it.y + BASIN.gap; }
+  let over = items.length ? items[items.length - 1].y - maxY : 0;
+  for (let i = items.length - 1; i >= 0 && over > 0; i--) {
+    const limit = i === items.length - 1 ? maxY : items[i + 1].y - BASIN.gap;
+    if (items[i].y > limit) items[i].y = limit;
+  }
+  return items;
+}
 
 function drawBasin(res) {
   const inner = BASIN.h - BASIN.top - BASIN.bottom;
@@ -527,11 +545,13 @@ function drawBasin(res) {
   const floor = BASIN.h - BASIN.bottom;
   const x = BASIN.left;
   const totalTop = floor - px(res.total_bytes);
+  const free = Math.max(0, res.total_bytes - used);
   const root = svg("svg", { viewBox: `0 0 ${BASIN.w} ${BASIN.h}`, role: "img", "aria-label": `${res.name}: ${gib(used)} of ${gib(res.total_bytes)}`, "data-resource": res.name, "data-total-bytes": res.total_bytes, "data-scale": (inner / scaleMax) });
-  root.append(svg("rect", { class: "free", x, y: totalTop, width: BASIN.width, height: floor - totalTop, "data-free-bytes": Math.max(0, res.total_bytes - used) }, svg("title", {}, `free ${gib(Math.max(0, res.total_bytes - used))}`)));
+  root.append(svg("rect", { class: "free", x, y: totalTop, width: BASIN.width, height: floor - totalTop, "data-free-bytes": free }, svg("title", {}, `free ${gib(free)}`)));
   root.append(svg("text", { x: x - 6, y: totalTop + 4, "text-anchor": "end" }, gib(res.total_bytes)));
   root.append(svg("text", { x: x - 6, y: floor + 4, "text-anchor": "end" }, "0"));
   let y = floor;
+  const labels = [];
   const ordered = [...res.models.filter((m) => m.state !== "starting"), ...res.models.filter((m) => m.state === "starting")];
   for (const m of ordered) {
     const h = px(m.bytes || 0);
@@ -543,7 +563,7 @@ function drawBasin(res) {
     if (!starting && m.weights_bytes !== undefined && m.kv_bytes !== undefined) {
       const hw = px(m.weights_bytes);
       g.append(svg("rect", { class: "part", "data-part": "weights", "data-model": m.model, "data-bytes": m.weights_bytes, x, y: y - hw, width: BASIN.width, height: hw, fill: color, "fill-opacity": 0.85 },
-        svg("title", {}, `${m.model} weights: ${gib(m.weights_bytes)}`)));
+        svg("title", {}, `${m.model} ${m.weights_label || "weights"}: ${gib(m.weights_bytes)}`)));
       g.append(svg("rect", { class: "part", "data-part": "kv", "data-model": m.model, "data-bytes": m.kv_bytes, x, y: top, width: BASIN.width, height: h - hw, fill: color, "fill-opacity": 0.45 },
         svg("title", {}, `${m.model} KV cache: ${gib(m.kv_bytes)}`)));
     }
@@ -555,20 +575,34 @@ function drawBasin(res) {
       stroke: starting ? color : "var(--card)", "stroke-width": starting ? 2 : 1,
       "stroke-dasharray": starting ? "6 4" : null,
     }, svg("title", {}, label)));
-    if (h >= 14) g.append(svg("text", { x: x + 6, y: top + 15, style: `fill:${starting ? color : "#fff"}` }, hasParts ? `${m.model} · KV` : m.model));
-    if (hasParts && px(m.weights_bytes) >= 14) g.append(svg("text", { x: x + 6, y: y - px(m.weights_bytes) + 15, style: "fill:#fff" }, `${m.model} · weights`));
     root.append(g);
+    labels.push({ want: top + h / 2 + 4, mid: top + h / 2, color, text: `${m.model} ${gib(m.bytes || 0)}${starting ? " (starting)" : ""}`, model: m.model });
     y = top;
+  }
+  for (const it of placeLabels(labels, BASIN.top + 4, floor)) {
+    root.append(svg("line", { class: "leader", x1: x + BASIN.width, y1: it.mid, x2: BASIN.labelX - 3, y2: it.y - 4, stroke: it.color }));
+    root.append(svg("text", { class: "label", "data-label-for": it.model, x: BASIN.labelX, y: it.y, style: `fill:${it.color}` }, it.text));
   }
   if (res.limit_bytes !== undefined) {
     const ly = floor - px(res.limit_bytes);
     const names = (res.limits || []).map((l) => `${l.model} ${l.fraction}`).join(", ");
     root.append(svg("line", { class: "limit", x1: x - 4, x2: x + BASIN.width + 4, y1: ly, y2: ly, "data-bytes": res.limit_bytes },
       svg("title", {}, `utilisation limit ${gib(res.limit_bytes)} (--gpu-memory-utilization ${names})`)));
-    root.append(svg("text", { x: x + BASIN.width + 6, y: ly + 4 }, "limit"));
+    root.append(svg("text", { class: "limit-label", x: x - 6, y: ly + 4, "text-anchor": "end" }, `limit ${gib(res.limit_bytes)}`));
   }
   root.append(svg("path", { class: "wall", d: `M${x} ${totalTop} V${floor} H${x + BASIN.width} V${totalTop}` }));
   return root;
+}
+
+function legendItem(m) {
+  const parts = [];
+  if (m.weights_bytes !== undefined) {
+    parts.push(`${m.weights_label || "weights"} ${gib(m.weights_bytes)} + KV ${gib(m.kv_bytes)}`);
+  }
+  return el("li", { "data-model": m.model },
+    el("span", { class: "swatch", style: `background:${colorFor(m.model)}` }),
+    el("strong", { text: m.model }), ` ${gib(m.bytes)}`, parts.length ? ` (${parts.join("")})` : "", " ",
+    el("span", { class: "muted small", "data-role": "source", text: `${m.state} · ${m.source_note || SOURCE_WORDS[m.source] || m.source}` }));
 }
 
 function renderMemory(data) {
@@ -578,15 +612,19 @@ function renderMemory(data) {
       el("code", { text: "resources:" }), " in the config), so there is nothing to draw."));
     return;
   }
+  assignColors(data.resources.flatMap((r) => r.models.map((m) => m.model)));
   box.replaceChildren(...data.resources.map((res) => {
-    const used = res.models.filter((m) => m.state !== "starting").reduce((s, m) => s + m.bytes, 0);
-    const legend = el("ul", { class: "legend" });
-    for (const m of res.models) {
-      const parts = m.weights_bytes !== undefined ? ` (weights ${gib(m.weights_bytes)} + KV ${gib(m.kv_bytes)})` : "";
-      legend.append(el("li", {}, el("span", { class: "swatch", style: `background:${colorFor(m.model)}` }),
-        `${m.model} — ${gib(m.bytes)}${parts} `, el("span", { class: "muted small", text: `${m.state}, ${m.source}` })));
+    // A starting model's memory is spoken for: it is not free.
+    const used = res.models.reduce((s, m) => s + m.bytes, 0);
+    const starting = res.models.filter((m) => m.state === "starting").reduce((s, m) => s + m.bytes, 0);
+    const legend = el("ul", { class: "legend" }, ...res.models.map(legendItem));
+    if (res.limit_bytes !== undefined) {
+      const names = (res.limits || []).map((l) => `${l.model} --gpu-memory-utilization ${l.fraction}`).join(", ");
+      legend.append(el("li", { "data-role": "limit" }, el("span", { class: "swatch limit-swatch" }), `limit ${gib(res.limit_bytes)} `,
+        el("span", { class: "muted small", text: `(${names})` })));
     }
-    legend.append(el("li", { class: "muted", text: `free ${gib(Math.max(0, res.total_bytes - used))} of ${gib(res.total_bytes)}` }));
+    legend.append(el("li", { class: "muted", "data-role": "free", "data-free-bytes": Math.max(0, res.total_bytes - used),
+      text: `free ${gib(Math.max(0, res.total_bytes - used))} of ${gib(res.total_bytes)}` + (starting ? ` (${gib(starting)} held for starting models)` : "") }));
     return el("div", { class: "basin", "data-resource": res.name },
       el("div", {}, el("h2", { text: res.name }), drawBasin(res)), legend);
   }));
