@@ -21,7 +21,7 @@ from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
 from modelswap.config import Config, ModelConfig
-from modelswap.config.resolved import ApiKey
+from modelswap.config.resolved import ApiKey, Selector
 from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
@@ -35,6 +35,7 @@ from modelswap.routing.peers import PeerDirectory, PeerRoute
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
+from modelswap.routing.selectors import TargetState, choose
 from modelswap.routing.swappers import (
     BudgetSwapper,
     CombinedSwapper,
@@ -352,9 +353,12 @@ class Runtime:
         return model
 
     def target(self, name: str, key: ApiKey | None = None) -> Target:
-        """Where ``name`` goes: a local model (ids and aliases win), else a peer's model
-        (``peerID/model``, or a bare name one peer serves). Raises ModelNotFoundError (also
-        for names the key may not use) or AmbiguousModelError."""
+        """Where ``name`` goes: a local model (ids and aliases win), else a selector's choice
+        now, else a peer's model (``peerID/model``, or a bare name one peer serves). Raises
+        ModelNotFoundError (also for names the key may not use) or AmbiguousModelError."""
+        selector = self.config.selectors.get(name)
+        if selector is not None:
+            return self.target(choose(selector, self._target_states(selector)), key)
         model = self.config.resolve(name)
         if model is not None and (key is None or key.allows(model)):
             return LocalTarget(model, name)
@@ -371,6 +375,18 @@ class Runtime:
             if route is not None and (key is None or key.allows_names((route.label, name))):
                 return route
         raise ModelNotFoundError(name, close_names(name, self.visible_names(key)))
+
+    def _target_states(self, selector: Selector) -> dict[str, TargetState]:
+        """What a selector chooses from: each target ready or not, and its requests in flight."""
+        states: dict[str, TargetState] = {}
+        for name in selector.targets:
+            model = self.config.resolve(name)
+            if model is None:
+                states[name] = TargetState(peer=True)
+                continue
+            ready = self.router.processes[model.id].state is ProcessState.READY
+            states[name] = TargetState(ready=ready, in_flight=self.router.in_flight(model.id))
+        return states
 
     def targets(self, name: str, key: ApiKey | None = None) -> list[Target]:
         """The target for ``name``, then its model's ``fallback`` targets the key may use."""

@@ -191,3 +191,26 @@ def test_unload_timeout_is_the_grace_before_sigkill(serve: Serve) -> None:
     assert gw.running() == {}
     logs = request(gw, "GET", "/logs/model1").body.decode()
     assert "no exit 1.5 s after the stop request: SIGKILL" in logs, logs
+
+
+# ---- selectors ------------------------------------------------------------------------------
+
+
+def test_selectors_are_listed_and_resolved_per_request(serve: Serve) -> None:
+    gw, _ = serve("../selectors.yaml")
+    rows = {row["id"]: row for row in request(gw, "GET", "/v1/models").json()["data"]}
+    assert rows["coding-model"]["selector"] == {"strategy": "warm", "targets": ["small", "big"]}
+    assert rows["coding-model"]["name"] == "Whatever coder is warm"
+    assert {"pinned", "spill"} <= set(rows)
+    # pin: always the first target; the backend gets the target's name
+    assert echoed(gw, {"model": "pinned", "input": "x"})["model"] == "big"
+    assert set(gw.running()) == {"big"}
+    # warm: the ready target, although another comes first (no swap)
+    assert echoed(gw, {"model": "coding-model", "input": "x"})["model"] == "big"
+    assert set(gw.running()) == {"big"}
+    assert request(gw, "GET", "/unload").body == b"OK"
+    # nothing ready: warm starts its first target
+    assert echoed(gw, {"model": "coding-model", "input": "x"})["model"] == "small"
+    assert set(gw.running()) == {"small"}
+    # spillover: room on the first target (2 reservations), so it serves
+    assert echoed(gw, {"model": "spill", "input": "x"})["model"] == "small"

@@ -37,6 +37,7 @@ from modelswap.config.security import (
     resolve_limits,
     resolve_security,
 )
+from modelswap.config.selectors import resolve_selectors
 from modelswap.errors import ConfigError
 from modelswap.redact import is_secret_name
 
@@ -89,6 +90,7 @@ def build_config(
     start_timeout = _start_timeout(raw, (), problems) or DEFAULT_START_TIMEOUT
     peers = resolve_peers(raw, environ, problems, secrets)
     resolve_fallbacks(raw, models, peers, problems)
+    selectors = resolve_selectors(raw, models, peers, problems)
     scheduling = resolve_scheduling(raw, models, problems, environ)
     if problems:
         raise ConfigError(problems)
@@ -121,6 +123,7 @@ def build_config(
         compat=compat,
         listen_given="listen" in raw.model_fields_set,
         include_aliases_in_list=raw.include_aliases_in_list,
+        selectors=MappingProxyType(selectors),
     )
 
 

@@ -42,6 +42,9 @@ Data = dict[Any, Any]
 Path = tuple[str | int, ...]
 
 SAME, REWRITTEN, IGNORED, DIFFERS = "same", "rewritten", "ignored", "differs"
+SELECTOR_KEYS = frozenset(
+    {"targets", "strategy", "reservations", "name", "description", "unlisted"}
+)
 _ENV_REF_RE = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -107,7 +110,7 @@ class _Translator:
     def __init__(self) -> None:
         self.mappings: dict[str, KeyMapping] = {}
         self.problems: Problems = []
-        self.selector_names: set[object] = set()
+        self.selectors_read: dict[str, Data] = {}
 
     # -- records ---------------------------------------------------------------------------
 
@@ -147,11 +150,11 @@ class _Translator:
         if "models" in data and data["models"] is None:
             del data["models"]  # llama-swap's `models:` left empty (merged -config-dir files)
             self.note(("models",), ("models",), "null: no models of its own")
-        selectors = data.get("selectors")
-        self.selector_names = set(selectors) if isinstance(selectors, dict) else set()
         for key, reason in TOP_IGNORED.items():
-            if key in data:
+            if key in data and key != "selectors":
                 self.ignore(data, key, (), reason)
+        if isinstance(data.get("selectors"), dict):
+            self.selectors(data["selectors"])
         for key, note in TOP_SAME.items():
             if key in data:
                 self.note((key,), (key,), note)
@@ -175,6 +178,18 @@ class _Translator:
                     self.ignore(peers, peer_id, ("peers",), TOP_IGNORED["tailcat"])
                 else:
                     self.peer(peer_id, peer)
+
+    def selectors(self, selectors: Data) -> None:
+        """Selectors modelswap reads are kept; one spelled otherwise warns and is dropped."""
+        for selector_id, entry in list(selectors.items()):
+            keys = set(entry) if isinstance(entry, dict) else {"?"}
+            strategy = entry.get("strategy", "warm") if isinstance(entry, dict) else None
+            if keys <= SELECTOR_KEYS and strategy in ("warm", "pin", "spillover"):
+                self.selectors_read[str(selector_id)] = entry
+                note = "a virtual model id, resolved per request to one of its targets"
+                self.note(("selectors", "*"), ("selectors", "*"), note)
+            else:
+                self.ignore(selectors, selector_id, ("selectors",), TOP_IGNORED["selectors"])
 
     def store(self, data: Data) -> None:
         store = self.mapping(data.pop("store"), ("store",))
@@ -286,10 +301,17 @@ class _Translator:
             if isinstance(name, str) and name not in models and name in owners:
                 preload[index] = owners[name]
                 self.note(source, ("models", owners[name]), f"the alias {name!r}: its model")
-            elif isinstance(name, str) and name not in models and name in self.selector_names:
-                del preload[index]
-                note = f"the selector {name!r} is not preloaded: {TOP_IGNORED['selectors']}"
-                self.note(source, None, note, IGNORED)
+            elif isinstance(name, str) and name not in models and name in self.selectors_read:
+                targets = self.selectors_read[name].get("targets")
+                first = targets[0] if isinstance(targets, list) and targets else None
+                first = owners.get(first, first) if isinstance(first, str) else None
+                if isinstance(first, str) and first in models:
+                    preload[index] = first
+                    self.note(source, ("models", first), f"the selector {name!r}: its first target")
+                else:
+                    del preload[index]
+                    note = f"the selector {name!r} has no local first target to preload"
+                    self.note(source, None, note, IGNORED)
 
     # -- models ----------------------------------------------------------------------------
 

@@ -66,7 +66,8 @@ TOP_IGNORED = {
     "policies": SPL,
     "tailcat": "there is no Tailcat listener",
     "upstream": "/upstream/<model> has no ignorePaths: every request to it is forwarded",
-    "selectors": "there are no selectors; give a model aliases, or a fallback list",
+    "selectors": "a selector with other keys than targets, strategy (warm, pin, spillover), "
+    "reservations, name, description, unlisted is not read",
 }
 MODEL_IGNORED = {
     "sendLoadingState": TOP_IGNORED["sendLoadingState"],

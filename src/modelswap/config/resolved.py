@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,23 @@ class Scheduling:
     default_after: float = 300.0
 
 
+SelectorStrategy = Literal["warm", "pin", "spillover"]
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A virtual model id resolved per request to one of ``targets`` (model ids, aliases or
+    peer models) by ``strategy`` (``routing/selectors.py``)."""
+
+    id: str
+    targets: tuple[str, ...]
+    strategy: SelectorStrategy = "warm"
+    reservations: int = 1  # spillover: requests in flight per target before the next
+    name: str | None = None
+    description: str | None = None
+    unlisted: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Observability:
     metrics_enabled: bool = True
@@ -254,6 +272,7 @@ class Config:
     listen_given: bool = False
     # GET /v1/models has a row per alias too (llama-swap's includeAliasesInList).
     include_aliases_in_list: bool = False
+    selectors: Mapping[str, Selector] = field(default_factory=dict, hash=False)
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

@@ -93,7 +93,7 @@ def resolve_scheduling(
                     (f"groups.{group.name}.members[{index}]", f"{member!r} is not a model id")
                 )
     _check_budgets(resources, models, problems)
-    preload = tuple(raw.hooks.on_startup.preload)
+    preload = tuple(dict.fromkeys(raw.hooks.on_startup.preload))  # a selector may repeat one
     for index, name in enumerate(preload):
         if name not in models:
             problems.append((f"hooks.onStartup.preload[{index}]", f"{name!r} is not a model id"))

@@ -13,7 +13,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import ComputedFieldInfo, FieldInfo
 from pydantic_core import PydanticCustomError
 
-from modelswap.config.schema_sched import RawActivity, RawGroup, RawHooks, RawMetrics, Size
+from modelswap.config.schema_sched import (
+    RawActivity,
+    RawGroup,
+    RawHooks,
+    RawMetrics,
+    RawSelector,
+    Size,
+)
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_PROXY = "http://127.0.0.1:${PORT}"
@@ -613,6 +620,11 @@ class RawConfig(BaseModel):
         alias="unloadTimeout",
         description="Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL "
         "(default 5).",
+    )
+    selectors: dict[str, RawSelector] = Field(
+        default_factory=dict,
+        description="Virtual model ids (llama-swap's selectors), each resolved per request to "
+        "one of its targets.",
     )
     include_aliases_in_list: bool = Field(
         False,

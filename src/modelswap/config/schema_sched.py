@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=False, strict=True)
@@ -71,3 +73,24 @@ class RawActivity(BaseModel):
         30.0, gt=0, alias="maxAgeDays", description="Records older than this are deleted."
     )
     max_rows: int = Field(100_000, ge=1, alias="maxRows", description="Newest rows kept.")
+
+
+class RawSelector(BaseModel):
+    """A virtual model id (llama-swap's selectors): each request goes to one of `targets`."""
+
+    model_config = ConfigDict(**_STRICT, title="Selector")
+
+    targets: list[str] = Field(
+        min_length=1, description="Model ids, aliases or peerID/model names, in order."
+    )
+    strategy: Literal["warm", "pin", "spillover"] = Field(
+        "warm",
+        description="warm: the first target that is ready, else the first; pin: the first; "
+        "spillover: the first with fewer than `reservations` requests in flight (peers: room).",
+    )
+    reservations: int = Field(
+        1, ge=1, description="spillover: requests in flight per target before the next is used."
+    )
+    name: str | None = Field(None, description="Shown in GET /v1/models.")
+    description: str | None = Field(None, description="Shown in GET /v1/models.")
+    unlisted: bool = Field(False, description="Hide it from GET /v1/models.")

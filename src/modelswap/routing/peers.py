@@ -361,7 +361,8 @@ class PeerDirectory:
 
 
 def parse_model_list(body: bytes) -> tuple[str, ...]:
-    """Model ids from an OpenAI ``/v1/models`` body; rows for the peer's own peers skipped."""
+    """Model ids from an OpenAI ``/v1/models`` body, and a modelswap peer's ``aliases`` (it
+    lists alias rows only with includeAliasesInList); rows for the peer's own peers skipped."""
     data = jsonsafe.loads(body)
     rows = data.get("data") if isinstance(data, dict) else None
     if not isinstance(rows, list):
@@ -370,7 +371,8 @@ def parse_model_list(body: bytes) -> tuple[str, ...]:
     for row in rows[:MAX_DISCOVERED]:
         if not isinstance(row, dict) or "peer" in row:
             continue
-        model_id = row.get("id")
-        if isinstance(model_id, str) and model_id and len(model_id) <= 256:
-            names.append(model_id)
-    return tuple(dict.fromkeys(names))
+        aliases = row.get("aliases")
+        for name in (row.get("id"), *(aliases if isinstance(aliases, list) else ())):
+            if isinstance(name, str) and name and len(name) <= 256:
+                names.append(name)
+    return tuple(dict.fromkeys(names))[:MAX_DISCOVERED]

@@ -423,7 +423,7 @@ UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
     "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\nsendLoadingState: true\n"
     "profiles: {}\nmatrix: {}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
-    "selectors: {}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
+    "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
     "sendLoadingState: true\ncapabilities: {tools: true}\n"
@@ -436,8 +436,8 @@ def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = model(f"{SERVER}\n{UNSUPPORTED_MODEL}", top=UNSUPPORTED_TOP)
     keys = warned(config)
-    top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"hooks"}
-    assert top | {"hooks.on_request"} <= set(keys)
+    top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"hooks", "selectors"}
+    assert top | {"hooks.on_request", "selectors.s"} <= set(keys)
     for key in ("sendLoadingState", "capabilities", "compat", "filters.policy"):
         assert f"models.m.{key}" in keys
     for key in ("keepalive", "tlsHandshake", "expectContinue", "idleConn"):
@@ -456,7 +456,7 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
-    assert len(expected) == 24  # unloadTimeout (twice) is read since issue 17
+    assert len(expected) == 23  # unloadTimeout (twice) and selectors are read since issue 17
     assert [r.getMessage() for r in caplog.records] == expected
 
 

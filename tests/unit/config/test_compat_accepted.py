@@ -112,13 +112,12 @@ def test_a_group_without_members_constrains_nothing() -> None:
     assert load("group-no-members.yaml").scheduling.groups == ()
 
 
-def test_preload_naming_a_selector_warns_and_preloads_the_rest(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with caplog.at_level(logging.WARNING):
-        config = load("preload-selector.yaml")
+def test_preload_naming_a_selector_preloads_its_first_target() -> None:
+    config = load("preload-selector.yaml")
     assert config.scheduling.preload == ("model1",)
-    assert "hooks.on_startup.preload[0]" in caplog.text
+    assert set(config.selectors) == {"coding-model"}
+    mapped = {m.source: m for m in config.compat}
+    assert mapped["hooks.on_startup.preload[0]"].target == "models.model1"
 
 
 def test_check_does_not_assume_the_default_listen_port(capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,3 +126,39 @@ def test_check_does_not_assume_the_default_listen_port(capsys: pytest.CaptureFix
     assert main(["check", "--listen", "127.0.0.1:9000", path]) == 0
     assert main(["check", "--listen", "127.0.0.1:8080", path]) == 2
     assert "own listen port" in capsys.readouterr().err
+
+
+def test_selectors_are_read_and_checked() -> None:
+    config = load_config_text(
+        (REPO / "tests" / "data" / "llamaswap" / "selectors.yaml").read_text(), environ=ENV
+    )
+    spill = config.selectors["spill"]
+    assert (spill.strategy, spill.targets, spill.reservations) == (
+        "spillover",
+        ("small", "box/remote-model"),
+        2,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config_text(
+            "selectors:\n  small: {targets: [small]}\n  s: {targets: [ghost, box/x, s]}\n"
+            "models:\n  small: {cmd: 'srv --port ${PORT}'}\n"
+            "peers:\n  box: {proxy: 'http://127.0.0.1:9', models: [y]}\n"
+        )
+    assert info.value.problems == [
+        ("selectors.small", "'small' is already a model, alias or peer"),
+        ("selectors.small.targets[0]", "a selector cannot name itself"),
+        ("selectors.s.targets[0]", "'ghost' is neither a model, an alias nor a peerID/model name"),
+        ("selectors.s.targets[1]", "peer 'box' does not list 'x'"),
+        ("selectors.s.targets[2]", "a selector cannot name itself"),
+    ]
+
+
+def test_a_selector_spelled_otherwise_warns_and_is_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        config = load_config_text(
+            "selectors:\n  s: {strategy: random, targets: [m]}\nmodels:\n  m: {cmd: 'x ${PORT}'}\n"
+        )
+    assert dict(config.selectors) == {}
+    assert "llama-swap key selectors.s is not implemented" in caplog.text

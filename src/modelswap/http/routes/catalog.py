@@ -47,6 +47,30 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         rows.append(row)
         if runtime.config.include_aliases_in_list:
             rows += alias_rows(row, model.aliases)
+    return rows + selector_rows(runtime, created, key)
+
+
+def selector_rows(runtime: Runtime, created: int, key: ApiKey | None) -> list[dict[str, Any]]:
+    """One row per listed selector (llama-swap's virtual model ids) whose targets ``key`` may
+    name: what it is and which targets it chooses from."""
+    rows: list[dict[str, Any]] = []
+    for selector in runtime.config.selectors.values():
+        if selector.unlisted or (
+            key is not None and not key.allows_names((selector.id, *selector.targets))
+        ):
+            continue
+        row: dict[str, Any] = {
+            "id": selector.id,
+            "object": "model",
+            "created": created,
+            "owned_by": "modelswap",
+            "selector": {"strategy": selector.strategy, "targets": list(selector.targets)},
+        }
+        if selector.name:
+            row["name"] = selector.name
+        if selector.description:
+            row["description"] = selector.description
+        rows.append(row)
     return rows
 
 
