@@ -214,3 +214,10 @@ def test_selectors_are_listed_and_resolved_per_request(serve: Serve) -> None:
     assert set(gw.running()) == {"small"}
     # spillover: room on the first target (2 reservations), so it serves
     assert echoed(gw, {"model": "spill", "input": "x"})["model"] == "small"
+
+
+def test_capabilities_are_shown_in_the_model_list(serve: Serve) -> None:
+    gw, _ = serve("capabilities.yaml")
+    rows = {row["id"]: row for row in request(gw, "GET", "/v1/models").json()["data"]}
+    assert rows["model1"]["capabilities"] == {"in": ["text", "image"], "tools": True}
+    assert "capabilities" not in rows["model2"]

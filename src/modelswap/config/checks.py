@@ -388,6 +388,7 @@ def _resolve_model(
         upstream_api_key=upstream_key,
         uses=resolve_uses(model.uses, key_path(*base, "uses"), problems),
         evict_cost=model.evict_cost,
+        capabilities=model.capabilities,
         stop_grace=model.unload_timeout if model.unload_timeout is not None else raw.unload_timeout,
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,

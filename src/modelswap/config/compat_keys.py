@@ -43,6 +43,7 @@ MODEL_SAME = {
     "macros": "same meaning: they override top-level macros",
     "metadata": "shown in /v1/models as meta.llamaswap; macros expand, keeping their type",
     "unloadTimeout": TOP_SAME["unloadTimeout"],
+    "capabilities": "shown as-is in /v1/models (capabilities)",
 }
 PEER_SAME = {
     "proxy": "same meaning",
@@ -71,7 +72,6 @@ TOP_IGNORED = {
 }
 MODEL_IGNORED = {
     "sendLoadingState": TOP_IGNORED["sendLoadingState"],
-    "capabilities": "/v1/models shows what the running backend reports, not declared capabilities",
     "compat": "there are no upstream compatibility switches",
     "cmd_stop": "llama-swap ignores this old spelling too; cmdStop is the stop command",
 }

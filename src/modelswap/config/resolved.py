@@ -207,6 +207,8 @@ class ModelConfig:
     fallback: tuple[str, ...] = ()  # targets tried when this one fails before a byte
     # Any JSON data, shown in /v1/models as meta.llamaswap (llama-swap's `metadata`).
     metadata: Mapping[str, object] = field(default_factory=dict, hash=False)
+    # Declared capabilities (llama-swap's), shown as-is in /v1/models.
+    capabilities: object = None
 
     def filters_for(self, name: str) -> tuple[Filters, ...]:
         """The filter layers for a request naming ``name``: the model's, then those given for

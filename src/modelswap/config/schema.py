@@ -403,6 +403,11 @@ class RawModel(BaseModel):
         description="Filters per name, an alias of this model or its own id, applied after "
         "the model's own when a client uses that name.",
     )
+    capabilities: JsonParam = Field(
+        None,
+        description="What the model can do, as llama-swap declares it (e.g. {tools: true, "
+        "vision: true} or [tools, vision]); shown as-is in GET /v1/models.",
+    )
     metadata: dict[str, JsonParam] = Field(
         default_factory=dict,
         description="Any data, shown in GET /v1/models as meta.llamaswap; macros expand in its "

@@ -426,7 +426,7 @@ UNSUPPORTED_TOP = (
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
-    "sendLoadingState: true\ncapabilities: {tools: true}\n"
+    "sendLoadingState: true\n"
     "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\n"
     "timeouts: {keepalive: 1, tlsHandshake: 1, expectContinue: 1, idleConn: 1}\n"
 )
@@ -438,7 +438,7 @@ def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixtur
     keys = warned(config)
     top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"hooks", "selectors"}
     assert top | {"hooks.on_request", "selectors.s"} <= set(keys)
-    for key in ("sendLoadingState", "capabilities", "compat", "filters.policy"):
+    for key in ("sendLoadingState", "compat", "filters.policy"):
         assert f"models.m.{key}" in keys
     for key in ("keepalive", "tlsHandshake", "expectContinue", "idleConn"):
         assert f"models.m.timeouts.{key}" in keys
@@ -456,7 +456,7 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
-    assert len(expected) == 23  # unloadTimeout (twice) and selectors are read since issue 17
+    assert len(expected) == 22  # unloadTimeout (twice), selectors, capabilities: read (issue 17)
     assert [r.getMessage() for r in caplog.records] == expected
 
 

@@ -38,6 +38,8 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
             row["description"] = model.description
         if model.aliases:
             row["aliases"] = list(model.aliases)
+        if model.capabilities is not None:  # declared, as llama-swap shows them
+            row["capabilities"] = runtime.redactor.data(model.capabilities)
         row.update(reported_context(runtime, model.id))
         if model.metadata:  # as llama-swap shows it, beside what the backend reported
             row["meta"] = {**row.get("meta", {}), "llamaswap": configured_metadata(runtime, model)}
