@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import ComputedFieldInfo, FieldInfo
 from pydantic_core import PydanticCustomError
 
+from modelswap.config.schema_compat import accept_llamaswap
 from modelswap.config.schema_sched import (
     RawActivity,
     RawGroup,
@@ -644,4 +645,5 @@ def config_json_schema() -> dict[str, Any]:
     Editors use it for completion and validation (e.g. `# yaml-language-server: $schema=...`).
     """
     schema = RawConfig.model_json_schema(by_alias=True, mode="validation")
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    # what compat and tree_macros read as well: a llama-swap file validates as written
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **accept_llamaswap(schema)}

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=False, strict=True)
 
-# A size: bytes as an integer, or text with a unit ("32GiB", "512 MiB", "1.5GB").
-Size = int | str
+# A size: bytes as an integer, or text with a unit ("32GiB", "512 MiB", "1.5GB"); parse_size
+# reads it (with its own messages), the pattern tells editors the same.
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([bB]|[kKmMgGtT]([bB]|[iI][bB])?)?\s*$"
+Size = (
+    Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0})]
+    | Annotated[str, WithJsonSchema({"type": "string", "pattern": SIZE_PATTERN})]
+)
 
 
 class RawGroup(BaseModel):
