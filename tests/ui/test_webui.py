@@ -244,7 +244,7 @@ def test_playground_streams_an_answer_and_activity_records_it(
 ) -> None:
     gw = gateway(f"  smollm2:\n    cmd: {llamacpp_cmd(2048)}\n")
     open_ui(page, gw, "playground")
-    page.get_by_label("Model", exact=True).select_option("smollm2")
+    page.locator("#pg-model").select_option("smollm2")
     page.get_by_label("Max tokens", exact=True).fill("48")
     page.get_by_label("Temperature", exact=True).fill("0")
     page.get_by_label("Message", exact=True).fill("Name three colours.")

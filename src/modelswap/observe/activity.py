@@ -73,11 +73,17 @@ def _migrate_to_v4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX requests_request_id ON requests(request_id)")
 
 
+def _migrate_to_v5(conn: sqlite3.Connection) -> None:
+    # The model the client asked for (bounded, redacted): what a 404 row names.
+    conn.execute("ALTER TABLE requests ADD COLUMN requested TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
     _migrate_to_v3,
     _migrate_to_v4,
+    _migrate_to_v5,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -95,6 +101,7 @@ _COLUMNS = (
     "ttft",
     "first_byte",
     "load",
+    "requested",
     "duration",
     "tokens_per_second",
     "bytes_in",
@@ -123,6 +130,7 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.ttft,
         rec.first_byte,
         rec.load,
+        rec.requested,
         rec.duration,
         rec.tokens_per_second,
         rec.bytes_in,

@@ -49,6 +49,8 @@ class RequestRecord:
     """Seconds from arrival to the backend's first byte (a cold start's load included)."""
     load: float | None = None
     """Seconds the request waited for its model to start; ``None`` when it was ready."""
+    requested: str | None = None
+    """The ``model`` the client asked for, bounded and redacted: what a 404 row names."""
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -88,6 +90,7 @@ class RequestRecord:
             "ttft": self.ttft,
             "first_byte": self.first_byte,
             "load": self.load,
+            "requested": self.requested,
             "duration": self.duration,
             "tokens_per_second": self.tokens_per_second,
             "bytes_in": self.bytes_in,

@@ -326,13 +326,14 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 4
-    assert schema_version(path) == "4"
+    assert SCHEMA_VERSION == 5
+    assert schema_version(path) == "5"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
     assert {"tokens_per_second", "request_body", "response_body", "error_code"} <= set(columns)
     assert "request_id" in columns  # v4
+    assert "requested" in columns  # v5
     assert {"requests_at", "requests_model", "requests_request_id"} <= indexes
 
 
@@ -341,7 +342,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "4"
+    assert schema_version(path) == "5"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
@@ -357,6 +358,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
         "ttft": 0.1,
         "first_byte": 0.1,  # before v3, ttft was the first byte
         "load": None,
+        "requested": None,  # before v5 the asked-for name was not kept
         "duration": 1.0,
         "tokens_per_second": None,
         "bytes_in": 10,
@@ -371,7 +373,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "4"
+    assert schema_version(path) == "5"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from modelswap.errors import echo
 from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.middleware.request_id import request_id
@@ -33,6 +34,7 @@ class RequestObs:
     started: float = field(default_factory=time.monotonic)
     at: float = field(default_factory=time.time)
     model: str | None = None
+    requested: str | None = None  # the body's `model`, as the client wrote it
     ttft: float | None = None  # the backend's first byte (RequestRecord.first_byte)
     first_token: float | None = None  # streamed: the first event carrying generated text
     bytes_in: int = 0
@@ -142,6 +144,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
                 ttft=max(0.0, first - (load or 0.0)) if first is not None else None,
                 first_byte=obs.ttft,
                 load=load,
+                requested=redact(echo(obs.requested)) if obs.requested is not None else None,
                 duration=time.monotonic() - obs.started,
                 bytes_in=obs.bytes_in,
                 bytes_out=obs.bytes_out,

@@ -8,6 +8,7 @@ from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.errors import BadRequestError, BodyTooLargeError
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.relay.extract import parse_request
 from modelswap.http.route_classes import INFERENCE_PATHS
@@ -42,6 +43,9 @@ async def inference(request: web.Request) -> web.StreamResponse:
     content_type = request.headers.get("Content-Type", "application/json")
     body = await read_body(request, body_limit(runtime, content_type))
     parsed = parse_request(content_type, body)
+    obs = request.get(OBS)
+    if obs is not None:  # the activity log names what was asked for, even a model that is not
+        obs.requested = parsed.model
     targets = runtime.targets(parsed.model, client_key(request))
     return await dispatch(request, runtime, targets, parsed)
 

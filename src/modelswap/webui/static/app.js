@@ -769,31 +769,46 @@ pages.logs = async (state) => {
 
 /* ---- Activity ---------------------------------------------------------------------------- */
 
+/* ``wide``: hidden below 600 px, so a phone sees status, tokens and speed without scrolling. */
 const COLUMNS = [
-  { key: "at", label: "time", fmt: (v) => new Date(v * 1000).toLocaleString() },
+  { key: "at", label: "time", fmt: (v) => new Date(v * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false }),
+    title: "arrival (local time)" },
   { key: "model", label: "model" },
-  { key: "route", label: "route" },
+  { key: "route", label: "route", wide: true },
   { key: "status", label: "status", num: true },
-  { key: "streamed", label: "stream", fmt: (v) => (v ? "yes" : "no") },
-  { key: "prompt_tokens", label: "prompt", num: true },
-  { key: "completion_tokens", label: "completion", num: true },
+  { key: "streamed", label: "stream", fmt: (v) => (v ? "yes" : "no"), wide: true },
+  { key: "prompt_tokens", label: "prompt", num: true, wide: true },
+  { key: "completion_tokens", label: "tokens", num: true, title: "completion tokens" },
   { key: "ttft", label: "TTFT", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms"),
     title: "first generated token after the model was ready (a cold start's load not counted)" },
-  { key: "first_byte", label: "first byte", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms"),
+  { key: "first_byte", label: "first byte", num: true, wide: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms"),
     title: "the backend's first byte after the request arrived (load included)" },
-  { key: "load", label: "load", num: true, fmt: (v) => (v == null ? "" : secs(v)),
+  { key: "load", label: "load", num: true, wide: true, fmt: (v) => (v == null ? "" : secs(v)),
     title: "time this request waited for its model to start" },
-  { key: "duration", label: "duration", num: true, fmt: (v) => (v == null ? "" : v.toFixed(2) + " s") },
+  { key: "duration", label: "duration", num: true, wide: true, fmt: (v) => (v == null ? "" : v.toFixed(2) + " s") },
   { key: "tokens_per_second", label: "tok/s", num: true, fmt: (v) => (v == null ? "" : v.toFixed(1)) },
-  { key: "key_name", label: "key" },
-  { key: "error_code", label: "error" },
+  { key: "key_name", label: "key", wide: true },
+  { key: "error_code", label: "error", wide: true },
 ];
-const activity = { rows: [], sort: "at", dir: -1 };
+const PAGE = 100;
+const activity = { rows: [], sort: "at", dir: -1, more: false, live: null, reload: null };
+
+/* A row that never reached a model names what was asked for instead (bounded, redacted). */
+function modelCell(r) {
+  if (r.model) return el("td", { text: r.model });
+  if (r.requested) return el("td", { class: "asked", title: "the model the request named" }, el("span", { text: r.requested }), el("span", { class: "muted small", text: r.status === 404 ? " (no such model)" : " (asked)" }));
+  return el("td", { class: "muted", text: "—" });
+}
+
+function activityFiltered() {
+  const outcome = $("#activity-outcome").value;
+  return activity.rows.filter((r) => !outcome || (outcome === "error" ? r.status >= 400 : r.status < 400));
+}
 
 function renderActivity() {
   const head = $("#activity-table thead tr");
   head.replaceChildren(...COLUMNS.map((c) => {
-    const th = el("th", { class: c.num ? "num" : "", scope: "col", title: c.title,
+    const th = el("th", { class: (c.num ? "num" : "") + (c.wide ? " wide" : ""), scope: "col", title: c.title,
       "aria-sort": activity.sort === c.key ? (activity.dir > 0 ? "ascending" : "descending") : "none" });
     th.append(el("button", { type: "button", text: c.label, "data-sort": c.key, onclick: () => {
       activity.dir = activity.sort === c.key ? -activity.dir : c.num || c.key === "at" ? -1 : 1;
@@ -802,17 +817,19 @@ function renderActivity() {
     } }));
     return th;
   }));
-  const rows = [...activity.rows].sort((a, b) => {
+  const rows = activityFiltered().sort((a, b) => {
     const x = a[activity.sort], y = b[activity.sort];
     if (x == null && y == null) return 0;
     if (x == null) return 1;
     if (y == null) return -1;
     return (x < y ? -1 : x > y ? 1 : 0) * activity.dir;
   });
-  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id },
-    ...COLUMNS.map((c) => el("td", { class: (c.num ? "num" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
+  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status },
+    ...COLUMNS.map((c) => c.key === "model" ? modelCell(r) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
       text: c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
-  $("#activity-empty").hidden = activity.rows.length > 0;
+  $("#activity-empty").hidden = rows.length > 0;
+  $("#activity-older").disabled = !activity.more;
+  $("#activity-range").textContent = activity.rows.length ? `${activity.rows.length} requests shown${activity.more ? " · older ones on the next page" : " · that is all"}` : "";
   renderCharts();
 }
 
@@ -822,16 +839,24 @@ function renderCharts() {
     if (r.tokens_per_second == null || !r.model) continue;
     (byModel[r.model] = byModel[r.model] || []).push(r);
   }
-  const W = 220, H = 60, P = 4;
+  // Axes: tok/s on the left (0 and the max), time below (first and last request).
+  const W = 260, H = 90, L = 34, R = 6, T = 6, B = 18;
   $("#activity-charts").replaceChildren(...Object.entries(byModel).map(([model, rs]) => {
     rs.sort((a, b) => a.at - b.at);
     const t0 = rs[0].at, t1 = rs[rs.length - 1].at;
     const vmax = Math.max(...rs.map((r) => r.tokens_per_second)) || 1;
-    const pts = rs.map((r) => [P + (t1 > t0 ? (r.at - t0) / (t1 - t0) : 0.5) * (W - 2 * P),
-      H - P - (r.tokens_per_second / vmax) * (H - 2 * P), r]);
+    const pts = rs.map((r) => [L + (t1 > t0 ? (r.at - t0) / (t1 - t0) : 0.5) * (W - L - R),
+      H - B - (r.tokens_per_second / vmax) * (H - T - B), r]);
+    const time = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
     const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${model} tokens per second over time` },
+      svg("path", { class: "axis", d: `M${L} ${T} V${H - B} H${W - R}` }),
+      svg("text", { class: "axis-label", x: L - 3, y: T + 8, "text-anchor": "end" }, vmax.toFixed(0)),
+      svg("text", { class: "axis-label", x: L - 3, y: H - B, "text-anchor": "end" }, "0"),
+      svg("text", { class: "axis-label", x: 2, y: (H - B) / 2 + 4 }, "tok/s"),
+      svg("text", { class: "axis-label", x: L, y: H - 4 }, time(t0)),
+      svg("text", { class: "axis-label", x: W - R, y: H - 4, "text-anchor": "end" }, time(t1)),
       svg("polyline", { class: "spark", points: pts.map((p) => `${p[0].toFixed(1)},${p[1].toFixed(1)}`).join(" ") }),
-      ...pts.map(([x, y, r]) => svg("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 2 },
+      ...pts.map(([x, y, r]) => svg("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 2.5 },
         svg("title", {}, `${new Date(r.at * 1000).toLocaleTimeString()}: ${r.tokens_per_second.toFixed(1)} tok/s`))));
     const last = rs[rs.length - 1].tokens_per_second;
     return el("figure", { class: "chart", "data-model": model, style: "margin:0" },
@@ -840,15 +865,43 @@ function renderCharts() {
   }));
 }
 
+async function loadActivity(state, { older = false } = {}) {
+  const params = new URLSearchParams({ limit: String(PAGE) });
+  const model = $("#activity-model").value;
+  if (model) params.set("model", model);
+  if (older && activity.rows.length) params.set("before", String(Math.min(...activity.rows.map((r) => r.id))));
+  const data = await apiJSON("/api/activity?" + params);
+  if (current !== state) return;
+  const rows = data.data || [];
+  activity.rows = older ? activity.rows.concat(rows) : rows;
+  activity.more = rows.length === PAGE;
+  const models = new Set([...$("#activity-model").options].map((o) => o.value));
+  for (const r of rows) if (r.model && !models.has(r.model)) { models.add(r.model); $("#activity-model").append(el("option", { value: r.model, text: r.model })); }
+  renderActivity();
+}
+
 pages.activity = async (state) => {
-  const load = async () => {
-    const data = await apiJSON("/api/activity?limit=500");
-    if (current !== state) return;
-    activity.rows = data.data || [];
-    renderActivity();
+  if (!can("read")) { scopeNote($("#activity-charts"), "read", "The activity log"); return; }
+  const fail = (err) => { if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(String(err.message || err)); };
+  $("#activity-refresh").onclick = () => loadActivity(state).catch(fail);
+  $("#activity-older").onclick = () => loadActivity(state, { older: true }).catch(fail);
+  $("#activity-model").onchange = () => loadActivity(state).catch(fail);
+  $("#activity-outcome").onchange = () => renderActivity();
+  let stop = null;
+  const live = () => {
+    if (stop) { stop(); stop = null; }
+    $("#activity-status").textContent = "";
+    if (!$("#activity-live").checked) return;
+    // Live: each finished request reloads the first page (at most every half second).
+    stop = liveStream("/api/events", (kind) => {
+      if (kind !== "request.finished" || activity.reload) return;
+      activity.reload = setTimeout(() => { activity.reload = null; loadActivity(state).catch(() => {}); }, 500);
+    }, (s) => { $("#activity-status").textContent = s === "live" ? "● live" : s; });
   };
-  $("#activity-refresh").onclick = () => load().catch((err) => notice(String(err.message || err)));
-  await load();
+  $("#activity-live").onchange = live;
+  await loadActivity(state);
+  live();
+  state.leave = () => { if (stop) stop(); if (activity.reload) clearTimeout(activity.reload); activity.reload = null; };
 };
 
 /* ---- Playground -------------------------------------------------------------------------- */
