@@ -79,6 +79,12 @@ bench: $(STAMP)
 	sh bench/setup.sh
 	$(BIN)/python bench/suite.py --json $(BENCH_JSON) --markdown build/bench/results.md $(ARGS)
 
+# docs/screenshots/: every web UI page, desktop and 390 px, light and dark (Debian's chromium);
+# fails when a page scrolls sideways on a phone or logs a console error.
+.PHONY: screenshots
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.ui.screenshots
+
 # The container image (Containerfile, deploy/container/build.sh; README, "Deploying"): wheels
 # are built here, installed in the image without an index. IMAGE_BASE is a Debian bookworm
 # image; the default is made with debootstrap when absent (no registry serves images here) —

@@ -221,3 +221,13 @@ def test_capabilities_are_shown_in_the_model_list(serve: Serve) -> None:
     rows = {row["id"]: row for row in request(gw, "GET", "/v1/models").json()["data"]}
     assert rows["model1"]["capabilities"] == {"in": ["text", "image"], "tools": True}
     assert "capabilities" not in rows["model2"]
+
+
+def test_a_string_key_serves_and_startup_says_how_to_grant_read_and_admin(serve: Serve) -> None:
+    gw, _ = serve("string-key.yaml")
+    key = {"Authorization": f"Bearer {ENV['PEER_API_KEY']}", "Content-Type": "application/json"}
+    body = chat_body("model1", max_tokens=2)
+    assert request(gw, "POST", "/v1/chat/completions", body, key).status == 200
+    assert request(gw, "GET", "/running", headers=key).status == 403
+    assert gw.log().count("no apiKeys entry has the read or admin scope") == 1
+    assert ENV["PEER_API_KEY"] not in gw.log()

@@ -98,7 +98,29 @@ def explain(mappings: Sequence[KeyMapping]) -> str:
     if warned:
         lines += ["", f"warnings ({len(warned)}):"]
         lines += [f"  {warning_text(m)}" for m in warned]
+    ignored = not_acted_on(mappings)
+    if ignored:
+        lines += ["", f"not acted on ({len(ignored)} keys, each once):"]
+        lines += [f"  {key}: {why}" for key, why in ignored.items()]
     return "\n".join(lines)
+
+
+def not_acted_on(mappings: Sequence[KeyMapping]) -> dict[str, str]:
+    """Each llama-swap key modelswap ignores, once (``models.*.x`` for every model's ``x``),
+    with why."""
+    found: dict[str, str] = {}
+    for mapping in mappings:
+        if mapping.kind == IGNORED:
+            found.setdefault(_generic_text(mapping.source), mapping.note)
+    return found
+
+
+def _generic_text(path: str) -> str:
+    """``models.qwen.timeouts.keepalive`` -> ``models.*.timeouts.keepalive``; list indexes go."""
+    parts = re.sub(r"\[\d+\]", "", path).split(".")
+    if len(parts) > 2 and parts[0] in ("models", "peers", "selectors"):
+        parts[1] = "*"
+    return ".".join(parts)
 
 
 def _generic(path: Path) -> Path:

@@ -195,6 +195,19 @@ def open_switches(config: Config, *, allow_flag: bool = False) -> list[str]:
     return found
 
 
+def scope_hint(config: Config) -> str | None:
+    """Said once at startup when keys exist but none may read or administer: llama-swap's
+    string keys open every route, modelswap's the model routes only."""
+    if not config.api_keys or any({"read", "admin"} & key.scopes for key in config.api_keys):
+        return None
+    return (
+        "no apiKeys entry has the read or admin scope, so /running, /logs, /api/events, "
+        "unload and /upstream answer 403 to every key (a string key may use the model routes "
+        "only); to grant them, give a key its scopes, e.g. apiKeys: [{keyEnv: ADMIN_KEY, "
+        "scopes: [inference, read, admin]}]"
+    )
+
+
 def security_report(config: Config, *, allow_flag: bool = False) -> dict[str, object]:
     """What ``GET /api/security`` shows: exposure, keys (names, never values), switches."""
     host = config.listen_host

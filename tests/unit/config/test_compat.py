@@ -517,8 +517,25 @@ def test_explain_lists_keys_by_how_they_were_read() -> None:
         "progress is published on GET /running and /api/events, not injected into responses",
         "  llama-swap key models.m.timeouts.connect (read as models.m.timeouts.connect): 0 "
         "disables this timeout in llama-swap; modelswap keeps its default",
+        "",
+        "not acted on (1 keys, each once):",
+        "  models.*.sendLoadingState: start progress is published on GET /running and "
+        "/api/events, not injected into responses",
     ]
     assert explain(()) == "llama-swap keys: none found"
+
+
+def test_explain_lists_each_key_not_acted_on_once() -> None:
+    text = (
+        "models:\n"
+        "  a: {cmd: 'srv ${PORT}', sendLoadingState: true, timeouts: {keepalive: 1}}\n"
+        "  b: {cmd: 'srv ${PORT}', sendLoadingState: false, timeouts: {keepalive: 2}}\n"
+    )
+    summary = explain(load(text).compat).split("not acted on (2 keys, each once):\n", 1)[1]
+    assert [line.split(":")[0].strip() for line in summary.splitlines()] == [
+        "models.*.sendLoadingState",
+        "models.*.timeouts.keepalive",
+    ]
 
 
 def test_check_explain_prints_the_mapping(

@@ -162,3 +162,15 @@ def test_a_selector_spelled_otherwise_warns_and_is_dropped(
         )
     assert dict(config.selectors) == {}
     assert "llama-swap key selectors.s is not implemented" in caplog.text
+
+
+def test_scope_hint_only_when_no_key_may_read_or_administer() -> None:
+    from modelswap.config.security import scope_hint
+
+    assert scope_hint(load("string-key.yaml")) is not None
+    assert scope_hint(load("alias-is-own-id.yaml")) is None  # no keys at all
+    keyed = load_config_text(
+        "apiKeys: [{key: k-123456789, scopes: [inference, read]}]\n"
+        "models:\n  m: {cmd: 'srv ${PORT}'}\n"
+    )
+    assert scope_hint(keyed) is None

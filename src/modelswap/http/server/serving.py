@@ -16,7 +16,7 @@ from aiohttp import web
 
 from modelswap import __version__
 from modelswap.config import Config
-from modelswap.config.security import host_port, open_switches
+from modelswap.config.security import host_port, open_switches, scope_hint
 from modelswap.http.middleware.draining import DRAIN
 from modelswap.http.routes.observe import GatewayLogHandler
 from modelswap.http.server.app import create_app
@@ -97,6 +97,8 @@ async def serve(
     loop.add_signal_handler(signal.SIGHUP, _reloader(runtime, config, reloading))
     for switch in open_switches(config, allow_flag=allow_unauthenticated_network):
         log.warning("open switch on: %s", switch)
+    if (hint := scope_hint(config)) is not None:
+        log.info("%s", hint)
     if not config.api_keys:
         log.info("no apiKeys configured: every route is open to whoever can reach %s", where)
     log.info(
