@@ -504,3 +504,18 @@ def test_activity_filters_pages_updates_live_and_fits_a_phone(
     finally:
         context.close()
     assert not errors, errors
+
+
+@ui
+def test_every_page_fits_a_phone_and_logs_no_console_error(browser: Any, tmp_path: Path) -> None:
+    """The screenshot script's checks as a test: at 390 px no page scrolls sideways, light or
+    dark, and no page logs a console error (a ready, a failed and a starting model)."""
+    from tests.ui.screenshots import PHONE, demo_gateway, prepare, shoot
+
+    with demo_gateway(tmp_path) as (gw, release):
+        starter = prepare(gw)
+        problems = shoot(browser, gw, dark=False, size=PHONE, out=tmp_path)
+        problems += shoot(browser, gw, dark=True, size=PHONE, out=tmp_path)
+        release.touch()
+        starter.join(timeout=HANG)
+    assert not problems, problems
