@@ -32,6 +32,7 @@ from modelswap.planner.receipt import PlanCache
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
 from modelswap.routing.peers import PeerDirectory, PeerRoute
+from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
@@ -94,6 +95,7 @@ class Runtime:
         )
         self.events.add_listener(self.plans.on_event)
         self._stop_grace = stop_grace
+        self.active_profile = config.scheduling.profile  # its models are pinned
         self._reaper = Reaper() if use_reaper else None
         self._health_session: aiohttp.ClientSession | None = None
         self._proxy_session: aiohttp.ClientSession | None = None
@@ -201,7 +203,28 @@ class Runtime:
             )
             # With budgets and no groups, the budgets alone decide what runs together.
             swapper = CombinedSwapper(swapper, budget) if groups else budget
-        return swapper
+        return PinnedSwapper(swapper, self.pinned) if sched.profiles else swapper
+
+    def pinned(self) -> frozenset[str]:
+        """The active profile's models: never evicted while it is active."""
+        return frozenset(self._profile_models(self.active_profile))
+
+    def _profile_models(self, name: str | None) -> tuple[str, ...]:
+        pins = self.config.scheduling.profiles.get(name or "", {})
+        return tuple(dict.fromkeys(m for m in pins.values() if m is not None))
+
+    async def switch_profile(self, name: str | None) -> tuple[str, ...]:
+        """Make ``name`` the active profile (None: none) and load its models; what the last
+        one pinned may be evicted again. Raises KeyError for an unknown profile."""
+        profiles = self.config.scheduling.profiles
+        if name is not None and name not in profiles:
+            raise KeyError(name)
+        self.active_profile = name
+        log.info("active profile: %s", name or "(none)")
+        models = self._profile_models(name)
+        for model_id in models:
+            await self.router.load(model_id)
+        return models
 
     def _sleeping(self) -> frozenset[str]:
         if self._router is None:
@@ -274,7 +297,8 @@ class Runtime:
     async def _keep_warm(self) -> None:
         """Preload at startup; load defaultModel when nothing runs and all is quiet."""
         sched = self.config.scheduling
-        for model_id in sched.preload:
+        pinned = self._profile_models(self.active_profile)
+        for model_id in (*sched.preload, *(m for m in pinned if m not in sched.preload)):
             try:
                 await self.router.load(model_id)
                 log.info("preloaded %s", model_id)
@@ -360,6 +384,8 @@ class Runtime:
         if selector is not None:
             return self.target(choose(selector, self._target_states(selector)), key)
         model = self.config.resolve(name)
+        if model is None and (pinned := self._pin(name)) is not None:
+            return self.target(pinned, key)  # a pin name of the active profile
         if model is not None and (key is None or key.allows(model)):
             return LocalTarget(model, name)
         if model is None:
@@ -375,6 +401,11 @@ class Runtime:
             if route is not None and (key is None or key.allows_names((route.label, name))):
                 return route
         raise ModelNotFoundError(name, close_names(name, self.visible_names(key)))
+
+    def _pin(self, name: str) -> str | None:
+        """The model the active profile pins under ``name``, if any."""
+        pins = self.config.scheduling.profiles.get(self.active_profile or "", {})
+        return pins.get(name)
 
     def _target_states(self, selector: Selector) -> dict[str, TargetState]:
         """What a selector chooses from: each target ready or not, and its requests in flight."""

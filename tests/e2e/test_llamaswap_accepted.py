@@ -231,3 +231,46 @@ def test_a_string_key_serves_and_startup_says_how_to_grant_read_and_admin(serve:
     assert request(gw, "GET", "/running", headers=key).status == 403
     assert gw.log().count("no apiKeys entry has the read or admin scope") == 1
     assert ENV["PEER_API_KEY"] not in gw.log()
+
+
+# ---- profiles -------------------------------------------------------------------------------
+
+
+def put_profile(gw: Gateway, name: object) -> Reply:
+    body = json.dumps({"name": name}).encode()
+    return request(gw, "PUT", "/api/profiles/active", body, {"Content-Type": "application/json"})
+
+
+def ready(gw: Gateway) -> set[str]:
+    return {m for m, row in gw.running().items() if row["state"] == "ready"}
+
+
+def test_profiles_pin_their_models_and_switch_at_runtime(serve: Serve) -> None:
+    gw, _ = serve("../profiles.yaml")
+    gw.wait_for(lambda: ready(gw) == {"small", "big"})  # the startup profile, side by side
+    listing = request(gw, "GET", "/api/profiles").json()
+    assert listing == {
+        "profiles": [
+            {
+                "name": "pair",
+                "description": "two at once",
+                "pins": {"chat": "small", "code": "big"},
+            },
+            {"name": "solo", "pins": {"other": "other"}},
+        ],
+        "active": "pair",
+    }
+    assert echoed(gw, {"model": "code", "input": "x"})["model"] == "big"  # a pin name
+    assert chat(gw, "other").status == 200  # pinned models are kept
+    assert set(gw.running()) == {"small", "big", "other"}
+    reply = put_profile(gw, "solo")
+    assert reply.status == 200, reply.body
+    assert reply.json()["active"] == "solo"
+    assert request(gw, "GET", "/api/profiles/active").json() == {"active": "solo"}
+    assert chat(gw, "code").status == 404  # not a pin of the active profile
+    assert chat(gw, "extra").status == 200  # small, big no longer pinned: evicted; other kept
+    assert set(gw.running()) == {"extra", "other"}
+    bad = put_profile(gw, "ghost")
+    assert bad.status == 400
+    assert bad.json()["error"]["param"] == "name"
+    assert put_profile(gw, None).json()["active"] is None

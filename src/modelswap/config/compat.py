@@ -300,8 +300,8 @@ class _Translator:
         hooks["onStartup"] = startup
         if isinstance(startup, dict):
             if "profile" in startup:
-                reason = TOP_IGNORED["profiles"]
-                self.ignore(startup, "profile", ("hooks", "on_startup"), reason)
+                target = ("hooks", "onStartup", "profile")
+                self.note(("hooks", "on_startup", "profile"), target, "active at startup")
             if "preload" in startup:
                 target = ("hooks", "onStartup", "preload")
                 self.note(("hooks", "on_startup", "preload"), target, "models loaded at startup")

@@ -26,6 +26,8 @@ TOP_SAME = {
     "groups": "members, swap, exclusive, persistent: same meaning",
     "includeAliasesInList": "same meaning: each alias is a row of GET /v1/models (alias_for)",
     "unloadTimeout": "seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL",
+    "profiles": "named sets of models; the active one (PUT /api/profiles/active) is loaded and "
+    "pinned",
 }
 MODEL_SAME = {
     "cmd": "same meaning ('#' lines and '\\' continuations allowed)",
@@ -61,7 +63,6 @@ TOP_IGNORED = {
     "performance": "there is no system performance monitor",
     "sendLoadingState": "start progress is published on GET /running and /api/events, not "
     "injected into responses",
-    "profiles": "there are no runtime model-id profiles",
     "matrix": "there is no matrix solver; use groups, or resources with each model's uses "
     "(memory budgets)",
     "policies": SPL,

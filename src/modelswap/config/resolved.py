@@ -132,6 +132,11 @@ class Scheduling:
     max_in_flight: int = 0  # 0: no limit
     state_dir: str = "~/.local/state/modelswap"
     preload: tuple[str, ...] = ()
+    # llama-swap's profiles: name -> {pin name -> model id or None}; the active one's models
+    # are kept loaded and its pin names served
+    profiles: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict, hash=False)
+    profile_descriptions: Mapping[str, str] = field(default_factory=dict, hash=False)
+    profile: str | None = None  # active at startup (hooks.onStartup.profile)
     default_model: str | None = None
     default_after: float = 300.0
 

@@ -31,6 +31,31 @@ _UNITS = {
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
+def _profiles(
+    raw: RawConfig, models: Mapping[str, ModelConfig], problems: Problems
+) -> tuple[dict[str, Mapping[str, str | None]], dict[str, str]]:
+    """Each profile's pins as pin name -> model id (an alias read as its model)."""
+    owner = {n: m.id for m in models.values() for n in (m.id, *m.aliases)}
+    profiles: dict[str, Mapping[str, str | None]] = {}
+    descriptions: dict[str, str] = {}
+    for name, entry in raw.profiles.items():
+        if isinstance(entry, list):
+            given: dict[str, str | None] = {m: m for m in entry}
+            where = [f"profiles.{name}[{i}]" for i in range(len(entry))]
+        else:
+            given = dict(entry.pins)
+            where = [f"profiles.{name}.pins.{pin}" for pin in given]
+            if entry.description:
+                descriptions[name] = entry.description
+        pins: dict[str, str | None] = {}
+        for path, (pin, target) in zip(where, given.items(), strict=True):
+            if target is not None and target not in owner:
+                problems.append((path, f"{target!r} is not a model id or alias"))
+            pins[pin] = None if target is None else owner.get(target, target)
+        profiles[name] = MappingProxyType(pins)
+    return profiles, descriptions
+
+
 def parse_size(value: Size) -> int:
     """Bytes from ``34359738368``, ``"32GiB"``, ``"512 MiB"`` or ``"1.5GB"``."""
     if isinstance(value, bool):
@@ -97,6 +122,10 @@ def resolve_scheduling(
     for index, name in enumerate(preload):
         if name not in models:
             problems.append((f"hooks.onStartup.preload[{index}]", f"{name!r} is not a model id"))
+    profiles, descriptions = _profiles(raw, models, problems)
+    profile = raw.hooks.on_startup.profile
+    if profile is not None and profile not in profiles:
+        problems.append(("hooks.onStartup.profile", f"{profile!r} is not a profile"))
     if raw.default_model is not None and raw.default_model not in models:
         problems.append(("defaultModel", f"{raw.default_model!r} is not a model id"))
     return Scheduling(
@@ -108,6 +137,9 @@ def resolve_scheduling(
         max_in_flight=raw.max_in_flight,
         state_dir=raw.state_dir or default_state_dir(environ or {}),
         preload=preload,
+        profiles=MappingProxyType(profiles),
+        profile_descriptions=MappingProxyType(descriptions),
+        profile=profile,
         default_model=raw.default_model,
         default_after=raw.default_after,
     )

@@ -19,6 +19,7 @@ from modelswap.config.schema_sched import (
     RawGroup,
     RawHooks,
     RawMetrics,
+    RawProfile,
     RawSelector,
     Size,
 )
@@ -626,6 +627,12 @@ class RawConfig(BaseModel):
         alias="unloadTimeout",
         description="Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL "
         "(default 5).",
+    )
+    profiles: dict[str, RawProfile | list[str]] = Field(
+        default_factory=dict,
+        description="Named sets of pins (llama-swap's profiles): {description, pins: {name: "
+        "model}}, or a list of model ids (each its own pin). The active one, switched at "
+        "runtime (PUT /api/profiles/active), serves its pin names and keeps its models loaded.",
     )
     selectors: dict[str, RawSelector] = Field(
         default_factory=dict,

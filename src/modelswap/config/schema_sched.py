@@ -38,6 +38,9 @@ class RawPreload(BaseModel):
     preload: list[str] = Field(
         default_factory=list, description="Models loaded when modelswap starts."
     )
+    profile: str | None = Field(
+        None, description="The profile active at startup (its models are loaded and pinned)."
+    )
 
 
 class RawHooks(BaseModel):
@@ -99,3 +102,16 @@ class RawSelector(BaseModel):
     name: str | None = Field(None, description="Shown in GET /v1/models.")
     description: str | None = Field(None, description="Shown in GET /v1/models.")
     unlisted: bool = Field(False, description="Hide it from GET /v1/models.")
+
+
+class RawProfile(BaseModel):
+    """A named set of pins (llama-swap's profiles): while it is active, each pin name is served
+    by its model, and those models are loaded and never evicted."""
+
+    model_config = ConfigDict(**_STRICT, title="Profile")
+
+    description: str | None = Field(None, description="Shown by GET /api/profiles.")
+    pins: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Pin name -> model id or alias (null: the pin is not served in this one).",
+    )

@@ -51,10 +51,12 @@ _READ_EXACT = frozenset(
         "/api/memory",
         "/api/plan",
         "/api/peers",
+        "/api/profiles",
     }
 )
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/")
-_ADMIN_EXACT = frozenset({"/api/config", "/unload", "/upstream"})  # the last two: llama-swap's
+# llama-swap's: /unload, /upstream, and switching the active profile
+_ADMIN_EXACT = frozenset({"/api/config", "/unload", "/upstream", "/api/profiles/active"})
 
 
 def route_class(path: str) -> str:

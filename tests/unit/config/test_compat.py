@@ -292,6 +292,8 @@ def test_hooks_on_startup_preload_and_its_aliases() -> None:
         models:
           a: {{cmd: 'srv --port ${{PORT}}', aliases: [alias-a]}}
           b: {SERVER_FLOW}
+        profiles:
+          coding: {{pins: {{code: a}}}}
         hooks:
           on_startup:
             profile: coding
@@ -299,10 +301,11 @@ def test_hooks_on_startup_preload_and_its_aliases() -> None:
         """
     )
     assert config.scheduling.preload == ("a", "b")
+    assert config.scheduling.profile == "coding"
     kinds = mapped(config)
     assert kinds["hooks.on_startup.preload"] == ("hooks.onStartup.preload", "rewritten")
     assert kinds["hooks.on_startup.preload[0]"] == ("models.a", "rewritten")
-    assert warned(config) == ["hooks.on_startup.profile"]
+    assert warned(config) == []
     found = problems(
         f"models:\n  a: {SERVER_FLOW}\nhooks: {{on_startup: {{preload: [a]}}, onStartup: {{}}}}\n"
     )
@@ -422,7 +425,7 @@ def test_include_aliases_in_list() -> None:
 UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
     "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\nsendLoadingState: true\n"
-    "profiles: {}\nmatrix: {}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
+    "matrix: {}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
@@ -456,7 +459,8 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
-    assert len(expected) == 22  # unloadTimeout (twice), selectors, capabilities: read (issue 17)
+    # unloadTimeout (twice), selectors, capabilities, profiles: read since issue 17
+    assert len(expected) == 20
     assert [r.getMessage() for r in caplog.records] == expected
 
 

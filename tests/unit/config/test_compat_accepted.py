@@ -174,3 +174,22 @@ def test_scope_hint_only_when_no_key_may_read_or_administer() -> None:
         "models:\n  m: {cmd: 'srv ${PORT}'}\n"
     )
     assert scope_hint(keyed) is None
+
+
+def test_profiles_are_read_and_checked() -> None:
+    config = load_config_text(
+        (REPO / "tests" / "data" / "llamaswap" / "profiles.yaml").read_text(), environ=ENV
+    )
+    profiles = {name: dict(pins) for name, pins in config.scheduling.profiles.items()}
+    assert profiles == {"pair": {"chat": "small", "code": "big"}, "solo": {"other": "other"}}
+    assert dict(config.scheduling.profile_descriptions) == {"pair": "two at once"}
+    assert config.scheduling.profile == "pair"
+    with pytest.raises(ConfigError) as info:
+        load_config_text(
+            "profiles: {p: [m, ghost]}\nhooks: {on_startup: {profile: q}}\n"
+            "models:\n  m: {cmd: 'srv ${PORT}'}\n"
+        )
+    assert info.value.problems == [
+        ("profiles.p[1]", "'ghost' is not a model id or alias"),
+        ("hooks.onStartup.profile", "'q' is not a profile"),
+    ]

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from modelswap import __version__
+from modelswap import __version__, jsonsafe
 from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS
@@ -56,6 +56,49 @@ async def unload_one(request: web.Request) -> web.Response:
     model = runtime.resolve(request.match_info["model"])
     unloaded = await runtime.router.unload([model.id])
     return web.json_response({"msg": "ok", "unloaded": unloaded})
+
+
+def _profiles_body(request: web.Request) -> dict[str, object]:
+    runtime = request.app[RUNTIME]
+    sched = runtime.config.scheduling
+    rows = []
+    for name, pins in sched.profiles.items():
+        row: dict[str, object] = {"name": name, "pins": dict(pins)}
+        if name in sched.profile_descriptions:
+            row["description"] = sched.profile_descriptions[name]
+        rows.append(row)
+    return {"profiles": rows, "active": runtime.active_profile}
+
+
+async def profiles(request: web.Request) -> web.Response:
+    """llama-swap's profiles: each with its models, and the active one."""
+    return web.json_response(_profiles_body(request))
+
+
+async def active_profile(request: web.Request) -> web.Response:
+    return web.json_response({"active": request.app[RUNTIME].active_profile})
+
+
+async def switch_profile(request: web.Request) -> web.Response:
+    """``PUT /api/profiles/active`` with ``{"name": NAME}`` (or null for none): its models are
+    loaded and pinned; the last profile's may be evicted again."""
+    runtime = request.app[RUNTIME]
+    body = await read_body(request, 4096)
+    try:
+        data = jsonsafe.loads(body)
+    except ValueError as exc:
+        raise BadRequestError('The body must be JSON: {"name": PROFILE}.') from exc
+    name = data.get("name") if isinstance(data, dict) else ""
+    if name is not None and not isinstance(name, str):
+        raise BadRequestError("`name` must be a profile name or null.", param="name")
+    try:
+        await runtime.switch_profile(name)
+    except KeyError:
+        known = ", ".join(runtime.config.scheduling.profiles) or "none"
+        raise BadRequestError(
+            f"{name!r} is not a profile (profiles: {known}).", param="name"
+        ) from None
+    return web.json_response(_profiles_body(request))
 
 
 async def version(request: web.Request) -> web.Response:
@@ -180,6 +223,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/version", version)
     app.router.add_get("/upstream", upstream_index)
     app.router.add_get("/props", props)
+    app.router.add_get("/api/profiles", profiles)
+    app.router.add_get("/api/profiles/active", active_profile)
+    app.router.add_put("/api/profiles/active", switch_profile)
     app.router.add_post("/api/models/unload", unload_all)
     app.router.add_post("/api/models/unload/{model:.+}", unload_one)
     app.router.add_post("/api/models/load/{model:.+}", load_one)
