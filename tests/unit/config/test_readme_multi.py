@@ -44,3 +44,13 @@ def test_changing_the_config_live_example() -> None:
     # … a context edit changes the command (so the model restarts when idle).
     assert bigger.models["qwen"].cmd != model.cmd
     assert "16384" in bigger.models["qwen"].cmd
+
+
+def test_many_gateways_one_dns_name_example() -> None:
+    (example,) = examples("Deploying")
+    config = load_config_text(example, environ={"MODELSWAP_PEER_KEY": "peer-secret"})
+    pool = config.peers["cluster"]
+    assert pool.dns is not None
+    assert (pool.dns.name, pool.dns.port, pool.dns.interval) == ("modelswap-headless", 8080, 10)
+    assert pool.api_key == "peer-secret"
+    assert config.models["qwen3-8b"].fallback == ("cluster/qwen3-8b",)
