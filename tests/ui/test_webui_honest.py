@@ -469,7 +469,7 @@ def test_activity_filters_pages_updates_live_and_fits_a_phone(
         assert len(asked) < 120, asked  # bounded, never the whole 214 characters
         # A phone: no sideways scroll, and the columns that matter are on screen.
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        wrap = page.locator(".table-wrap")
+        wrap = page.locator("#page-activity .table-wrap")
         assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth")
         for label in ("status", "tokens", "tok/s", "TTFT"):
             box = page.locator(f'#activity-table th button:text-is("{label}")').bounding_box()
@@ -519,3 +519,79 @@ def test_every_page_fits_a_phone_and_logs_no_console_error(browser: Any, tmp_pat
         release.touch()
         starter.join(timeout=HANG)
     assert not problems, problems
+
+
+SECRET = "sk-upstream-secret-0123456789abcdef"
+
+
+@ui
+@pytest.mark.parametrize("capture", [True, False])
+def test_model_page_unload_all_capture_dialog_and_log_filters(
+    gateway: StartGateway, page: Any, capture: bool
+) -> None:
+    """llama-swap parity: a page per model (details, log, requests); Unload all with a ready
+    count; a request's bodies in a dialog only with activity.capture (redacted); Logs regex
+    and wrap."""
+    gw = gateway(
+        f"  tiny:\n    cmd: {fake_cmd()}\n    uses: {{ram: 64MiB}}\n"
+        "    aliases: [small]\n"
+        f"  other:\n    cmd: {fake_cmd()}\n    uses: {{ram: 64MiB}}\n"
+        f"    env: ['HF_TOKEN={SECRET}']\n",
+        extra_top=f"resources: {{ram: 1GiB}}\nactivity: {{capture: {str(capture).lower()}}}\n",
+    )
+    for model in ("tiny", "other"):
+        assert gw.post(f"/api/models/load/{model}", b"")[0] == 200
+    assert chat(gw, "tiny", messages=[{"role": "user", "content": f"say {SECRET}"}]).status == 200
+
+    page.goto(gw.url("/ui/#/models"))
+    summary = page.locator("#models-summary")
+    page.wait_for_function(
+        "document.querySelector('#models-summary').textContent.startsWith('2 of 2')"
+    )
+    card(page, "tiny").get_by_role("link", name="tiny").click()
+    page.locator("#page-model").wait_for()
+    assert page.locator("#model-title").text_content() == "tiny"
+    page.locator('#model-card [data-role="details"]', has_text="small").wait_for()
+    page.locator("#model-log .line").first.wait_for()
+    page.locator("#model-activity tbody tr").first.wait_for()
+    screenshot(page, "model-page")
+
+    page.goto(gw.url("/ui/#/activity"))
+    page.locator("#activity-table tbody tr").first.wait_for()
+    page.locator("button.row-open").first.click()
+    dialog = page.locator("dialog#capture")
+    dialog.wait_for()
+    text = dialog.inner_text()
+    assert SECRET not in text  # never, captured or not
+    if capture:
+        body = dialog.locator('[data-role="request-body"]').inner_text()
+        assert "say" in body
+        assert dialog.locator('[data-role="no-capture"]').count() == 0
+    else:
+        assert dialog.locator('[data-role="request-body"]').count() == 0
+        assert "activity.capture" in dialog.locator('[data-role="no-capture"]').inner_text()
+    page.get_by_role("button", name="Close request details").click()
+    assert dialog.is_hidden()
+
+    page.goto(gw.url("/ui/#/logs?source=tiny"))
+    view = page.locator("#logs-view")
+    view.locator(".line").first.wait_for()
+    page.locator("#logs-regex").check()
+    page.locator("#logs-search").fill("n_ctx\\s*=")
+    view.locator(".line").first.wait_for()
+    assert all(re.search(r"n_ctx\s*=", t) for t in view.locator(".line").all_text_contents())
+    page.locator("#logs-search").fill("(")
+    page.locator("#logs-regex-error", has_text="not a regular expression").wait_for()
+    page.locator("#logs-wrap").uncheck()
+    assert page.evaluate("document.querySelector('#logs-view').classList.contains('nowrap')")
+
+    page.goto(gw.url("/ui/#/models"))
+    page.wait_for_function(
+        "document.querySelector('#models-summary').textContent.startsWith('2 of 2')"
+    )
+    page.get_by_role("button", name="Unload all").click()
+    page.wait_for_function(
+        "document.querySelector('#models-summary').textContent.startsWith('0 of 2')"
+    )
+    page.wait_for_function("document.querySelector('#unload-all').disabled")  # nothing runs
+    assert "0 of 2 ready" in (summary.text_content() or "")

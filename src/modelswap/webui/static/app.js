@@ -268,7 +268,7 @@ function modelCard(id) {
   const card = el("article", { class: "card", "data-model": id, "aria-label": id });
   card.innerHTML = `
     <div class="card-head">
-      <span class="name"></span>
+      <a class="name" data-role="name"></a>
       <span class="badge" data-role="badge"></span>
       <span class="actions">
         <button type="button" data-role="load" data-needs-link>Load</button>
@@ -295,6 +295,7 @@ function modelCard(id) {
       <div class="small"><span data-role="fail-retry"></span> · <a data-role="fail-log" href="#/logs">its log</a></div>
     </div>`;
   $(".name", card).textContent = id;
+  $(".name", card).href = `#/model?id=${encodeURIComponent(id)}`;
   role(card, "fail-log").href = `#/logs?source=${encodeURIComponent(id)}`;
   role(card, "load").setAttribute("aria-label", `Load ${id}`);
   role(card, "unload").setAttribute("aria-label", `Unload ${id}`);
@@ -359,7 +360,19 @@ function capacityText(cap) {
   return parts.join(" · ");
 }
 
+function renderSummary() {
+  const ready = models.list.filter((m) => (models.running[m.id] || m).state === "ready").length;
+  const starting = models.list.filter((m) => (models.running[m.id] || {}).state === "starting").length;
+  $("#models-summary").textContent = `${ready} of ${models.list.length} ready` + (starting ? ` · ${starting} starting` : "");
+  const all = $("#unload-all");
+  const busy = Object.values(models.running).some((r) => r.state !== "stopped");
+  all.dataset.blocked = !can("admin") || !busy ? "1" : "0";
+  all.disabled = link.offline || all.dataset.blocked === "1";
+  all.title = can("admin") ? (busy ? "stop every running model" : "nothing is running") : `Unload all ${needs("admin")}`;
+}
+
 function renderModels() {
+  renderSummary();
   const list = $("#models-list");
   if (!models.list.length) {
     list.replaceChildren(el("p", { class: "muted", text: "No models are listed." }));
@@ -496,7 +509,18 @@ function onModelEvent(kind, text) {
   if (["process.state", "process.metadata", "swap", "request.finished"].includes(kind)) scheduleModelsRefresh();
 }
 
+async function unloadAll() {
+  try {
+    const resp = await api("/api/models/unload", { method: "POST" });
+    if (!resp.ok) notice(`unload all: ${resp.status}`);
+  } catch (err) {
+    if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(`unload all: ${err.message || err}`);
+  }
+  scheduleModelsRefresh(0);
+}
+
 pages.models = async (state) => {
+  $("#unload-all").onclick = unloadAll;
   $("#events-status").textContent = can("read") ? "connecting…" : "not live: " + needs("read");
   await fetchModels();
   if (current !== state) return;
@@ -506,6 +530,61 @@ pages.models = async (state) => {
   const tick = setInterval(renderModels, 1000);
   const poll = setInterval(() => scheduleModelsRefresh(0), 5000);
   state.leave = () => { stop(); clearInterval(tick); clearInterval(poll); };
+};
+
+/* ---- One model: its card, its log, its requests ------------------------------------------- */
+
+pages.model = async (state) => {
+  const id = hashQuery().get("id") || "";
+  $("#model-title").textContent = id || "Model";
+  const box = $("#model-card");
+  const logView = $("#model-log");
+  logView.replaceChildren();
+  $("#model-logs-link").href = `#/logs?source=${encodeURIComponent(id)}`;
+  await fetchModels();
+  const model = models.list.find((m) => m.id === id);
+  if (!model) { box.replaceChildren(el("p", { class: "muted", text: `No model named “${id}” is listed for this key.` })); return; }
+  const card = modelCard(id);
+  box.replaceChildren(card);
+  const details = el("dl", { class: "kv", "data-role": "details" });
+  const add = (k, v) => { if (v !== undefined && v !== null && v !== "") details.append(el("dt", { text: k }), el("dd", { text: String(v) })); };
+  add("name", model.name);
+  add("description", model.description);
+  add("aliases", (model.aliases || []).join(", "));
+  add("capabilities", (model.capabilities || []).join(", "));
+  box.append(details);
+  const draw = () => {
+    const m = models.list.find((x) => x.id === id) || model;
+    updateCard(card, m, models.running[id]);
+  };
+  draw();
+  const rowsBox = $("#model-activity");
+  const loadRows = async () => {
+    if (!can("read")) { scopeNote(rowsBox, "read", "Its requests"); return; }
+    const data = await apiJSON(`/api/activity?limit=20&model=${encodeURIComponent(id)}`);
+    if (current !== state) return;
+    const rows = data.data || [];
+    rowsBox.replaceChildren(rows.length ? el("table", {},
+      el("thead", {}, el("tr", {}, ...["time", "status", "tokens", "TTFT", "tok/s"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, ...rows.map((r) => el("tr", { "data-id": r.id },
+        el("td", { text: new Date(r.at * 1000).toLocaleTimeString() }), el("td", { text: String(r.status) }),
+        el("td", { class: "num", text: r.completion_tokens == null ? "" : String(r.completion_tokens) }),
+        el("td", { class: "num", text: r.ttft == null ? "" : (r.ttft * 1000).toFixed(0) + " ms" }),
+        el("td", { class: "num", text: r.tokens_per_second == null ? "" : r.tokens_per_second.toFixed(1) })))))
+      : el("p", { class: "muted", text: "No requests recorded for this model yet." }));
+  };
+  await loadRows();
+  let stop = null;
+  if (can("read")) {
+    stop = liveStream(`/logs/stream/${encodeURIComponent(id)}`, (_k, data) => {
+      logView.append(el("div", { class: "line" }, ...ansiNodes(data)));
+      while (logView.childNodes.length > 200) logView.firstChild.remove();
+      logView.scrollTop = logView.scrollHeight;
+    });
+  } else scopeNote(logView, "read", "Its log");
+  const tick = setInterval(draw, 1000);
+  const poll = setInterval(() => { fetchModels().then(draw).catch(() => {}); loadRows().catch(() => {}); }, 3000);
+  state.leave = () => { if (stop) stop(); clearInterval(tick); clearInterval(poll); };
 };
 
 /* ---- Memory ------------------------------------------------------------------------------ */
@@ -642,7 +721,7 @@ pages.memory = async (state) => {
 
 /* ---- Logs -------------------------------------------------------------------------------- */
 
-const logs = { lines: [], paused: false, filter: "", max: 3000, pending: false };
+const logs = { lines: [], paused: false, filter: "", regex: null, max: 3000, pending: false };
 
 const ANSI_RE = /\x1b\[([0-9;]*)m/g;
 function ansiNodes(text) {
@@ -676,7 +755,27 @@ function progressKey(text) {
   return key.length >= 3 ? key : null;
 }
 
-function lineMatches(text) { return !logs.filter || plain(text).toLowerCase().includes(logs.filter); }
+/* The search is a case-insensitive regular expression when "regex" is ticked (an invalid one
+   is said so, and matches nothing), else plain text. */
+function lineMatches(text) {
+  if (!logs.filter) return true;
+  if (logs.regex) return logs.regex.test(plain(text));
+  return plain(text).toLowerCase().includes(logs.filter);
+}
+function setLogFilter() {
+  const raw = $("#logs-search").value.trim();
+  logs.filter = raw.toLowerCase();
+  logs.regex = null;
+  $("#logs-regex-error").hidden = true;
+  if (raw && $("#logs-regex").checked) {
+    try { logs.regex = new RegExp(raw, "i"); } catch (err) {
+      logs.regex = /(?!)/;
+      $("#logs-regex-error").textContent = `not a regular expression: ${err.message}`;
+      $("#logs-regex-error").hidden = false;
+    }
+  }
+  renderLogs();
+}
 
 function lineNode(entry) {
   const node = el("div", { class: "line" });
@@ -754,7 +853,9 @@ pages.logs = async (state) => {
     });
   };
   select.onchange = connect;
-  $("#logs-search").oninput = (e) => { logs.filter = e.target.value.trim().toLowerCase(); renderLogs(); };
+  $("#logs-search").oninput = setLogFilter;
+  $("#logs-regex").onchange = setLogFilter;
+  $("#logs-wrap").onchange = (e) => $("#logs-view").classList.toggle("nowrap", !e.target.checked);
   $("#logs-pause").onclick = (e) => {
     logs.paused = !logs.paused;
     e.target.textContent = logs.paused ? "Resume" : "Pause";
@@ -800,6 +901,23 @@ function modelCell(r) {
   return el("td", { class: "muted", text: "—" });
 }
 
+/* One request in a dialog: its fields, and the bodies only when activity.capture recorded them
+   (already bounded and redacted by the gateway). */
+function showCapture(r) {
+  const dlg = $("#capture");
+  const fields = el("dl", { class: "kv" });
+  for (const [k, v] of Object.entries(r)) {
+    if (k === "request_body" || k === "response_body" || v === null || v === undefined) continue;
+    fields.append(el("dt", { text: k }), el("dd", { text: String(v) }));
+  }
+  const bodies = r.request_body !== undefined || r.response_body !== undefined
+    ? [el("h3", { text: "request body (redacted)" }), el("pre", { class: "body", "data-role": "request-body", text: r.request_body || "" }),
+       el("h3", { text: "response body (redacted)" }), el("pre", { class: "body", "data-role": "response-body", text: r.response_body || "" })]
+    : [el("p", { class: "muted", "data-role": "no-capture", text: "No bodies: they are recorded only with activity.capture: true in the config (bounded by captureBytes, redacted)." })];
+  $("#capture-body").replaceChildren(fields, ...bodies);
+  dlg.showModal();
+}
+
 function activityFiltered() {
   const outcome = $("#activity-outcome").value;
   return activity.rows.filter((r) => !outcome || (outcome === "error" ? r.status >= 400 : r.status < 400));
@@ -825,7 +943,8 @@ function renderActivity() {
     return (x < y ? -1 : x > y ? 1 : 0) * activity.dir;
   });
   $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status },
-    ...COLUMNS.map((c) => c.key === "model" ? modelCell(r) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
+    ...COLUMNS.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
+      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
       text: c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
   $("#activity-empty").hidden = rows.length > 0;
   $("#activity-older").disabled = !activity.more;
