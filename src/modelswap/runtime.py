@@ -31,6 +31,7 @@ from modelswap.observe.observer import Observer
 from modelswap.planner.receipt import PlanCache
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
+from modelswap.routing.matrix import MatrixSwapper
 from modelswap.routing.peers import PeerDirectory, PeerRoute
 from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
@@ -196,13 +197,17 @@ class Runtime:
             for g in sched.groups
         ]
         swapper: Swapper = GroupSwapper(groups, list(cfg.models)) if groups else ExclusiveSwapper()
+        if sched.matrix is not None:  # llama-swap's matrix decides instead of groups
+            swapper = MatrixSwapper(sched.matrix, sched.evict_costs)
         if sched.resources:
             persistent = {m for g in sched.groups if g.persistent for m in g.members}
             budget = BudgetSwapper(
                 sched.resources, self.uses, self.evict_cost, persistent, self._sleeping
             )
-            # With budgets and no groups, the budgets alone decide what runs together.
-            swapper = CombinedSwapper(swapper, budget) if groups else budget
+            # With budgets and no groups, the budgets alone decide what runs together; a
+            # matrix first, then the budgets over what it leaves running.
+            combine = bool(groups) or sched.matrix is not None
+            swapper = CombinedSwapper(swapper, budget) if combine else budget
         return PinnedSwapper(swapper, self.pinned) if sched.profiles else swapper
 
     def pinned(self) -> frozenset[str]:

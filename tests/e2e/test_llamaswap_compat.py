@@ -260,12 +260,17 @@ def test_routing_groups_and_preload(serve: Serve) -> None:
     assert "llama-swap key" not in gw.log()
 
 
-def test_matrix_warns_once_and_models_swap_one_at_a_time(serve: Serve) -> None:
+def test_matrix_keeps_the_least_cost_set_running(serve: Serve) -> None:
+    """sets: standard (g | q) & v, full g; evict_costs: v 50 (issue 17)."""
     gw = serve("matrix.yaml")
     assert chat(gw, "gemma-model").status == 200
-    assert chat(gw, "voxtral-model").status == 200
-    gw.wait_for(lambda: running(gw) == {"voxtral-model"})
-    assert_warned_once(gw, "matrix.yaml")
+    assert chat(gw, "voxtral-model").status == 200  # {g, v}: together
+    gw.wait_for(lambda: running(gw) == {"gemma-model", "voxtral-model"})
+    assert chat(gw, "qwen-model").status == 200  # {q, v}: gemma goes (cost 1)
+    gw.wait_for(lambda: running(gw) == {"qwen-model", "voxtral-model"})
+    assert chat(gw, "gemma-model").status == 200  # {g, v} (cost 1) beats {g} (cost 51)
+    gw.wait_for(lambda: running(gw) == {"gemma-model", "voxtral-model"})
+    assert "llama-swap key matrix" not in gw.log()  # read, not warned about
 
 
 @pytest.fixture

@@ -173,8 +173,10 @@ class _Translator:
             del data["models"]  # llama-swap's `models:` left empty (merged -config-dir files)
             self.note(("models",), ("models",), "null: no models of its own")
         for key, reason in TOP_IGNORED.items():
-            if key in data and key != "selectors":
+            if key in data and key not in ("selectors", "matrix"):
                 self.ignore(data, key, (), reason)
+        if "matrix" in data:
+            self.matrix(data, data["matrix"], ("matrix",))
         if isinstance(data.get("selectors"), dict):
             self.selectors(data["selectors"])
         for key, note in TOP_SAME.items():
@@ -213,6 +215,14 @@ class _Translator:
             else:
                 self.ignore(selectors, selector_id, ("selectors",), TOP_IGNORED["selectors"])
 
+    def matrix(self, data: Data, value: object, source: Path) -> None:
+        """A matrix modelswap reads is kept; one spelled otherwise warns and is dropped."""
+        if isinstance(value, dict) and set(value) <= {"vars", "sets", "evict_costs"}:
+            self.note(source, ("matrix",), TOP_SAME["matrix"])
+        else:
+            del data["matrix"]
+            self.note(source, None, TOP_IGNORED["matrix"], IGNORED)
+
     def store(self, data: Data) -> None:
         store = self.mapping(data.pop("store"), ("store",))
         if store is None:
@@ -247,7 +257,7 @@ class _Translator:
         base: Path = ("routing", "router")
         use = router.get("use", "group")
         if use == "matrix":
-            self.note((*base, "use"), None, TOP_IGNORED["matrix"], IGNORED)
+            self.note((*base, "use"), ("matrix",), "the least-cost matrix replaces groups")
         elif use == "group":
             self.note((*base, "use"), ("groups",), "groups are modelswap's swap rules")
         else:
@@ -261,7 +271,11 @@ class _Translator:
                     data["groups"] = value
                     self.note((*base, "settings", key), ("groups",), TOP_SAME["groups"])
             elif key == "matrix":
-                self.note((*base, "settings", key), None, TOP_IGNORED["matrix"], IGNORED)
+                if "matrix" in data:
+                    self.problem((*base, "settings", key), "matrix is set too: keep one")
+                else:
+                    data["matrix"] = value
+                    self.matrix(data, value, (*base, "settings", key))
             else:
                 self.problem((*base, "settings", key), "unknown key (known: groups, matrix)")
 

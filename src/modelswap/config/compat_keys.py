@@ -26,6 +26,7 @@ TOP_SAME = {
     "groups": "members, swap, exclusive, persistent: same meaning",
     "includeAliasesInList": "same meaning: each alias is a row of GET /v1/models (alias_for)",
     "unloadTimeout": "seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL",
+    "matrix": "vars, sets, evict_costs: the least-cost set of models that may run together",
     "profiles": "named sets of models; the active one (PUT /api/profiles/active) is loaded and "
     "pinned",
 }
@@ -63,8 +64,8 @@ TOP_IGNORED = {
     "performance": "there is no system performance monitor",
     "sendLoadingState": "start progress is published on GET /running and /api/events, not "
     "injected into responses",
-    "matrix": "there is no matrix solver; use groups, or resources with each model's uses "
-    "(memory budgets)",
+    "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
+    "and resources budgets apply instead)",
     "policies": SPL,
     "tailcat": "there is no Tailcat listener",
     "upstream": "/upstream/<model> has no ignorePaths: every request to it is forwarded",

@@ -137,6 +137,9 @@ class Scheduling:
     profiles: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict, hash=False)
     profile_descriptions: Mapping[str, str] = field(default_factory=dict, hash=False)
     profile: str | None = None  # active at startup (hooks.onStartup.profile)
+    # llama-swap's matrix: the sets of model ids that may run together, and eviction costs
+    matrix: tuple[frozenset[str], ...] | None = None
+    evict_costs: Mapping[str, float] = field(default_factory=dict, hash=False)
     default_model: str | None = None
     default_after: float = 300.0
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from modelswap.config.matrix import MatrixError, expand
 from modelswap.config.resolved import Group, ModelConfig, Scheduling
 from modelswap.config.schema import RawConfig
 from modelswap.config.schema_sched import Size
@@ -29,6 +30,35 @@ _UNITS = {
     "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def _matrix(
+    raw: RawConfig, models: Mapping[str, ModelConfig], problems: Problems
+) -> tuple[tuple[frozenset[str], ...] | None, dict[str, float]]:
+    """The matrix's alternatives (each set expanded) and its costs by model id."""
+    if raw.matrix is None:
+        return None, {}
+    m = raw.matrix
+    for name, model_id in m.vars.items():
+        if model_id not in models:
+            problems.append((f"matrix.vars.{name}", f"{model_id!r} is not a model id"))
+    costs: dict[str, float] = {}
+    for name, cost in m.evict_costs.items():
+        if name not in m.vars:
+            problems.append((f"matrix.evict_costs.{name}", f"{name!r} is not one of the vars"))
+        elif cost < 0:
+            problems.append((f"matrix.evict_costs.{name}", "a cost cannot be negative"))
+        else:
+            costs[m.vars[name]] = cost
+    found: list[frozenset[str]] = []
+    for name, expression in m.sets.items():
+        try:
+            alternatives = expand(expression, m.vars, m.sets, (name,))
+        except MatrixError as exc:
+            problems.append((f"matrix.sets.{name}", str(exc)))
+            continue
+        found += [alt for alt in alternatives if alt not in found]
+    return tuple(found), costs
 
 
 def _profiles(
@@ -123,6 +153,7 @@ def resolve_scheduling(
         if name not in models:
             problems.append((f"hooks.onStartup.preload[{index}]", f"{name!r} is not a model id"))
     profiles, descriptions = _profiles(raw, models, problems)
+    matrix, evict_costs = _matrix(raw, models, problems)
     profile = raw.hooks.on_startup.profile
     if profile is not None and profile not in profiles:
         problems.append(("hooks.onStartup.profile", f"{profile!r} is not a profile"))
@@ -139,6 +170,8 @@ def resolve_scheduling(
         preload=preload,
         profiles=MappingProxyType(profiles),
         profile_descriptions=MappingProxyType(descriptions),
+        matrix=matrix,
+        evict_costs=MappingProxyType(evict_costs),
         profile=profile,
         default_model=raw.default_model,
         default_after=raw.default_after,

@@ -18,6 +18,7 @@ from modelswap.config.schema_sched import (
     RawActivity,
     RawGroup,
     RawHooks,
+    RawMatrix,
     RawMetrics,
     RawProfile,
     RawSelector,
@@ -627,6 +628,11 @@ class RawConfig(BaseModel):
         alias="unloadTimeout",
         description="Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL "
         "(default 5).",
+    )
+    matrix: RawMatrix | None = Field(
+        None,
+        description="llama-swap's swap matrix (instead of groups): vars, sets, evict_costs; a "
+        "model starts in the set that costs least to reach.",
     )
     profiles: dict[str, RawProfile | list[str]] = Field(
         default_factory=dict,

@@ -56,6 +56,7 @@ def accept_llamaswap(generated: Schema) -> Schema:
     top["selectors"]["additionalProperties"] = {
         "anyOf": [{"$ref": "#/$defs/RawSelector"}, {"type": "object"}]  # others warn
     }
+    top["matrix"] = _widen(top["matrix"], {"type": "object"})  # spelled otherwise: warns
     schema["patternProperties"] = {ANCHOR_KEYS: {"description": "YAML anchors only"}}
     model = defs["RawModel"]["properties"]
     for key, reason in MODEL_IGNORED.items():

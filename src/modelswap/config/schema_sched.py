@@ -115,3 +115,22 @@ class RawProfile(BaseModel):
         default_factory=dict,
         description="Pin name -> model id or alias (null: the pin is not served in this one).",
     )
+
+
+class RawMatrix(BaseModel):
+    """llama-swap's swap matrix: which models may run together, chosen at least cost."""
+
+    model_config = ConfigDict(**_STRICT, title="Matrix")
+
+    vars: dict[str, str] = Field(
+        default_factory=dict, description="Short names for model ids, used in the sets."
+    )
+    sets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named expressions of models that may run together: & (together), "
+        "| (one or the other), parentheses, +name (another set).",
+    )
+    evict_costs: dict[str, float] = Field(
+        default_factory=dict,
+        description="Cost of evicting a var's model (default 1); the cheapest set is chosen.",
+    )

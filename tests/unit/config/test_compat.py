@@ -368,9 +368,15 @@ def test_routing_problems_name_their_key(routing: str, expected: list[tuple[str,
     assert problems(f"routing: {routing}\nmodels:\n  m: {SERVER_FLOW}\n") == expected
 
 
-def test_routing_matrix_warns() -> None:
-    config = model(SERVER, top="routing: {router: {use: matrix, settings: {matrix: {sets: {}}}}}\n")
-    assert warned(config) == ["routing.router.use", "routing.router.settings.matrix"]
+def test_routing_matrix_is_read() -> None:
+    matrix = "{vars: {a: m}, sets: {s: a}}"
+    config = model(
+        SERVER, top=f"routing: {{router: {{use: matrix, settings: {{matrix: {matrix}}}}}}}\n"
+    )
+    assert warned(config) == []
+    assert config.scheduling.matrix == (frozenset({"m"}),)
+    spelled_otherwise = model(SERVER, top="matrix: {solver: x}\n")
+    assert (warned(spelled_otherwise), spelled_otherwise.scheduling.matrix) == (["matrix"], None)
 
 
 def test_peers_key_from_the_environment_and_tailcat_peers() -> None:
@@ -425,7 +431,7 @@ def test_include_aliases_in_list() -> None:
 UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
     "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\nsendLoadingState: true\n"
-    "matrix: {}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
+    "matrix: {solver: x}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
@@ -474,7 +480,7 @@ def test_a_failed_load_logs_no_warnings(caplog: pytest.LogCaptureFixture) -> Non
     ("text", "expected"),
     [
         ("sendLoadingStat: true\n", ("sendLoadingStat", "unknown key")),
-        ("matrixx: {}\n", ("matrixx", "unknown key")),
+        ("matrixx: {}\n", ("matrixx", "unknown key (did you mean matrix?)")),
         ("globalTtl: 5\n", ("globalTtl", "unknown key (did you mean globalTTL?)")),
     ],
 )
@@ -494,7 +500,10 @@ def test_translate_leaves_its_input_alone() -> None:
     data = {"models": {"m": {"cmd": "x", "filters": {"strip_params": "a"}}}, "matrix": {}}
     result = translate(data)
     assert data == {"models": {"m": {"cmd": "x", "filters": {"strip_params": "a"}}}, "matrix": {}}
-    assert result.data == {"models": {"m": {"cmd": "x", "filters": {"stripParams": ["a"]}}}}
+    assert result.data == {
+        "models": {"m": {"cmd": "x", "filters": {"stripParams": ["a"]}}},
+        "matrix": {},  # read (an empty matrix: every model runs alone)
+    }
 
 
 # --- explain --------------------------------------------------------------------------------
@@ -551,6 +560,6 @@ def test_check_explain_prints_the_mapping(
     out = capsys.readouterr().out
     assert "gemma-model" in out
     assert "\nllama-swap keys: " in out
-    assert "  llama-swap key matrix is not implemented and is ignored: " in out
+    assert "  matrix: vars, sets, evict_costs" in out
     assert main(["check", str(FIXTURES / "matrix.yaml")]) == 0
     assert "llama-swap keys" not in capsys.readouterr().out
