@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from tests.e2e.conftest import (
     FAKE_BACKEND,
@@ -274,3 +275,32 @@ def test_profiles_pin_their_models_and_switch_at_runtime(serve: Serve) -> None:
     assert bad.status == 400
     assert bad.json()["error"]["param"] == "name"
     assert put_profile(gw, None).json()["active"] is None
+
+
+# ---- sendLoadingState -----------------------------------------------------------------------
+
+
+def test_send_loading_state_is_reasoning_content_for_the_openai_sdk(serve: Serve) -> None:
+    gw, _ = serve("send-loading-state.yaml")
+    client = openai.OpenAI(base_url=gw.url("/v1"), api_key="none", timeout=120)
+    reasoning, content = [], []
+    for chunk in client.chat.completions.create(
+        model="slow", messages=[{"role": "user", "content": "hi"}], stream=True
+    ):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        extra = delta.model_extra or {}
+        if extra.get("reasoning_content"):
+            reasoning.append(extra["reasoning_content"])
+        if delta.content:
+            content.append(delta.content)
+    assert reasoning, "no loading state arrived"
+    assert reasoning[0].startswith("loading model slow")
+    assert content  # then the answer itself
+    quiet = client.chat.completions.create(
+        model="quiet", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    chunks = [c for c in quiet if c.choices]
+    assert chunks
+    assert not any((c.choices[0].delta.model_extra or {}).get("reasoning_content") for c in chunks)

@@ -389,6 +389,9 @@ def _resolve_model(
         uses=resolve_uses(model.uses, key_path(*base, "uses"), problems),
         evict_cost=model.evict_cost,
         capabilities=model.capabilities,
+        send_loading_state=(
+            raw.send_loading_state if model.send_loading_state is None else model.send_loading_state
+        ),
         stop_grace=model.unload_timeout if model.unload_timeout is not None else raw.unload_timeout,
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,

@@ -26,6 +26,8 @@ TOP_SAME = {
     "groups": "members, swap, exclusive, persistent: same meaning",
     "includeAliasesInList": "same meaning: each alias is a row of GET /v1/models (alias_for)",
     "unloadTimeout": "seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL",
+    "sendLoadingState": "while a model starts, a chat stream gets the progress as "
+    "reasoning_content",
     "matrix": "vars, sets, evict_costs: the least-cost set of models that may run together",
     "profiles": "named sets of models; the active one (PUT /api/profiles/active) is loaded and "
     "pinned",
@@ -47,6 +49,7 @@ MODEL_SAME = {
     "metadata": "shown in /v1/models as meta.llamaswap; macros expand, keeping their type",
     "unloadTimeout": TOP_SAME["unloadTimeout"],
     "capabilities": "shown as-is in /v1/models (capabilities)",
+    "sendLoadingState": TOP_SAME["sendLoadingState"],
 }
 PEER_SAME = {
     "proxy": "same meaning",
@@ -62,8 +65,6 @@ TOP_IGNORED = {
     "captureBuffer": "request and response capture is activity.capture with activity.captureBytes",
     "ui": "the web UI has no settings",
     "performance": "there is no system performance monitor",
-    "sendLoadingState": "start progress is published on GET /running and /api/events, not "
-    "injected into responses",
     "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
     "and resources budgets apply instead)",
     "policies": SPL,
@@ -73,7 +74,6 @@ TOP_IGNORED = {
     "reservations, name, description, unlisted is not read",
 }
 MODEL_IGNORED = {
-    "sendLoadingState": TOP_IGNORED["sendLoadingState"],
     "compat": "there are no upstream compatibility switches",
     "cmd_stop": "llama-swap ignores this old spelling too; cmdStop is the stop command",
 }

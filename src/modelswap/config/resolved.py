@@ -215,6 +215,8 @@ class ModelConfig:
     fallback: tuple[str, ...] = ()  # targets tried when this one fails before a byte
     # Any JSON data, shown in /v1/models as meta.llamaswap (llama-swap's `metadata`).
     metadata: Mapping[str, object] = field(default_factory=dict, hash=False)
+    # While it starts, a chat stream gets its progress as reasoning_content (sendLoadingState).
+    send_loading_state: bool = False
     # Declared capabilities (llama-swap's), shown as-is in /v1/models.
     capabilities: object = None
 

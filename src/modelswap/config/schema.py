@@ -406,6 +406,12 @@ class RawModel(BaseModel):
         description="Filters per name, an alias of this model or its own id, applied after "
         "the model's own when a client uses that name.",
     )
+    send_loading_state: bool | None = Field(
+        None,
+        alias="sendLoadingState",
+        description="While the model starts, a streamed chat answer gets the progress as "
+        "reasoning_content deltas (llama-swap's; default: top level, else SSE comments).",
+    )
     capabilities: JsonParam = Field(
         None,
         description="What the model can do, as llama-swap declares it (e.g. {tools: true, "
@@ -644,6 +650,12 @@ class RawConfig(BaseModel):
         default_factory=dict,
         description="Virtual model ids (llama-swap's selectors), each resolved per request to "
         "one of its targets.",
+    )
+    send_loading_state: bool = Field(
+        False,
+        alias="sendLoadingState",
+        description="While a model starts, streamed chat answers get the progress as "
+        "reasoning_content deltas, for chat UIs that show thinking (else SSE comments).",
     )
     include_aliases_in_list: bool = Field(
         False,

@@ -83,7 +83,9 @@ def test_readme_examples_load_as_documented() -> None:
     examples = readme_examples()
     assert len(examples) == 2
     first = load(examples[0])
-    assert warned(first) == ["sendLoadingState", "models.nomic-embed.sendLoadingState"]
+    assert warned(first) == ["logRequests"]
+    assert first.models["qwen3-30b"].send_loading_state is True
+    assert first.models["nomic-embed"].send_loading_state is False
     qwen = first.models["qwen3-30b"]
     assert qwen.cmd[-2:] == ("--ctx-size", "16384")
     assert qwen.filters.strip_params == ("temperature", "top_p", "top_k")
@@ -430,12 +432,11 @@ def test_include_aliases_in_list() -> None:
 
 UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
-    "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\nsendLoadingState: true\n"
+    "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\n"
     "matrix: {solver: x}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
-    "sendLoadingState: true\n"
     "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\n"
     "timeouts: {keepalive: 1, tlsHandshake: 1, expectContinue: 1, idleConn: 1}\n"
 )
@@ -447,7 +448,7 @@ def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixtur
     keys = warned(config)
     top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"hooks", "selectors"}
     assert top | {"hooks.on_request", "selectors.s"} <= set(keys)
-    for key in ("sendLoadingState", "compat", "filters.policy"):
+    for key in ("compat", "filters.policy"):
         assert f"models.m.{key}" in keys
     for key in ("keepalive", "tlsHandshake", "expectContinue", "idleConn"):
         assert f"models.m.timeouts.{key}" in keys
@@ -465,21 +466,25 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
-    # unloadTimeout (twice), selectors, capabilities, profiles: read since issue 17
-    assert len(expected) == 20
+    # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles: read
+    # since issue 17
+    assert len(expected) == 18
     assert [r.getMessage() for r in caplog.records] == expected
 
 
 def test_a_failed_load_logs_no_warnings(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING), pytest.raises(ConfigError):
-        load("sendLoadingState: true\nmodels:\n  m: {cmd: srv}\n")  # no ${PORT}: invalid
+        load("logRequests: true\nmodels:\n  m: {cmd: srv}\n")  # no ${PORT}: invalid
     assert caplog.records == []
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("sendLoadingStat: true\n", ("sendLoadingStat", "unknown key")),
+        (
+            "sendLoadingStat: true\n",
+            ("sendLoadingStat", "unknown key (did you mean sendLoadingState?)"),
+        ),
         ("matrixx: {}\n", ("matrixx", "unknown key (did you mean matrix?)")),
         ("globalTtl: 5\n", ("globalTtl", "unknown key (did you mean globalTTL?)")),
     ],
@@ -511,7 +516,7 @@ def test_translate_leaves_its_input_alone() -> None:
 
 def test_explain_lists_keys_by_how_they_were_read() -> None:
     config = model(
-        f"{SERVER}\nttl: -1\nsendLoadingState: true\ntimeouts: {{connect: 0}}",
+        f"{SERVER}\nttl: -1\ncompat: {{x: 1}}\ntimeouts: {{connect: 0}}",
         top="logLevel: info\n",
     )
     assert explain(config.compat).splitlines() == [
@@ -526,14 +531,13 @@ def test_explain_lists_keys_by_how_they_were_read() -> None:
         "  models.m.ttl -> globalTTL: -1: the model uses globalTTL",
         "",
         "warnings (2):",
-        "  llama-swap key models.m.sendLoadingState is not implemented and is ignored: start "
-        "progress is published on GET /running and /api/events, not injected into responses",
+        "  llama-swap key models.m.compat is not implemented and is ignored: there are no "
+        "upstream compatibility switches",
         "  llama-swap key models.m.timeouts.connect (read as models.m.timeouts.connect): 0 "
         "disables this timeout in llama-swap; modelswap keeps its default",
         "",
         "not acted on (1 keys, each once):",
-        "  models.*.sendLoadingState: start progress is published on GET /running and "
-        "/api/events, not injected into responses",
+        "  models.*.compat: there are no upstream compatibility switches",
     ]
     assert explain(()) == "llama-swap keys: none found"
 
@@ -541,12 +545,12 @@ def test_explain_lists_keys_by_how_they_were_read() -> None:
 def test_explain_lists_each_key_not_acted_on_once() -> None:
     text = (
         "models:\n"
-        "  a: {cmd: 'srv ${PORT}', sendLoadingState: true, timeouts: {keepalive: 1}}\n"
-        "  b: {cmd: 'srv ${PORT}', sendLoadingState: false, timeouts: {keepalive: 2}}\n"
+        "  a: {cmd: 'srv ${PORT}', compat: {x: 1}, timeouts: {keepalive: 1}}\n"
+        "  b: {cmd: 'srv ${PORT}', compat: {x: 2}, timeouts: {keepalive: 2}}\n"
     )
     summary = explain(load(text).compat).split("not acted on (2 keys, each once):\n", 1)[1]
     assert [line.split(":")[0].strip() for line in summary.splitlines()] == [
-        "models.*.sendLoadingState",
+        "models.*.compat",
         "models.*.timeouts.keepalive",
     ]
 

@@ -4,6 +4,8 @@ A streaming request that has waited more than a second for its model gets its 20
 headers, then SSE comment lines — ``: loading model X — autotuning 7/16 (95 s)`` — whenever the
 phase changes and every few seconds otherwise. OpenAI clients ignore comments, so no fake
 content ever enters the answer; a client (or proxy) with a read timeout sees a live connection.
+A model with ``sendLoadingState`` (llama-swap's) gets, on ``/v1/chat/completions``, the same
+text as ``reasoning_content`` chunks instead, which chat UIs show as thinking.
 Non-streaming requests simply wait.
 """
 
@@ -48,8 +50,8 @@ class WaitingStream:
                 now = time.monotonic()
                 if label != last_label or now - last_sent >= KEEPALIVE:
                     response = await self._open()
-                    line = f": loading model {model} — {label} ({now - started:.0f} s)\n\n"
-                    await response.write(line.encode())
+                    text = f"loading model {model} — {label} ({now - started:.0f} s)"
+                    await response.write(self._progress(router, model, text))
                     last_label, last_sent = label, now
                 done, _ = await asyncio.wait({future}, timeout=TICK)
             return future.result()
@@ -58,6 +60,27 @@ class WaitingStream:
             # was granted: leave the queue, or give the unused lease back.
             router.withdraw(pending)
             raise
+
+    def _progress(self, router: LocalRouter, model: str, text: str) -> bytes:
+        """An SSE comment; with ``sendLoadingState`` on a chat stream, llama-swap's chunk with
+        the text as ``reasoning_content`` instead, for chat UIs that show thinking."""
+        wanted = router.processes[model].config.send_loading_state
+        if not wanted or self._request.path != "/v1/chat/completions":
+            return f": {text}\n\n".encode()
+        chunk = {
+            "id": f"loading-{model}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "reasoning_content": f"{text}\n"},
+                    "finish_reason": None,
+                }
+            ],
+        }
+        return f"data: {json.dumps(chunk)}\n\n".encode()
 
     async def _open(self) -> web.StreamResponse:
         if self.response is None:
