@@ -34,7 +34,7 @@ from tests.e2e.conftest import (
 from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS
 
 OUT = REPO / "docs" / "screenshots"
-PAGES = ("models", "memory", "logs", "activity", "playground")
+PAGES = ("models", "memory", "logs", "activity", "playground", "settings")
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 900}
 

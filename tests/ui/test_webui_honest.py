@@ -386,6 +386,7 @@ def test_memory_page_colours_labels_limit_free_and_sources(
     assert "starting" in (free.text_content() or "")
 
     smol = page.locator('.basin[data-resource="ram"] li[data-model="smol"]')
+    smol.filter(has_text="rest").wait_for()  # once the receipt's KV line has been read
     smol_text = smol.text_content() or ""
     assert "rest (declared − KV)" in smol_text, smol_text
     assert "not a measured weights size" in smol_text
@@ -595,3 +596,28 @@ def test_model_page_unload_all_capture_dialog_and_log_filters(
     )
     page.wait_for_function("document.querySelector('#unload-all').disabled")  # nothing runs
     assert "0 of 2 ready" in (summary.text_content() or "")
+
+
+@ui
+def test_capability_tags_and_settings_theme_and_build(gateway: StartGateway, page: Any) -> None:
+    """llama-swap parity: declared capabilities as tags on the card; Settings switches the
+    theme (kept in the browser) and shows the build and the key in use."""
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n    capabilities: [vision, tools]\n")
+    page.goto(gw.url("/ui/#/models"))
+    tags = card(page, "tiny").locator('[data-role="tags"] .tag')
+    tags.first.wait_for()
+    assert tags.all_text_contents() == ["vision", "tools"]
+    page.get_by_role("link", name="Settings").click()
+    page.locator('#settings-build [data-role="version"]').wait_for()
+    assert "modelswap" in page.locator('#settings-build [data-role="version"]').inner_text()
+    assert "full access" in page.locator('#settings-build [data-role="key"]').inner_text()
+    page.locator("#settings-theme").select_option("dark")
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(18, 20, 23)", background
+    page.reload()
+    page.locator("#page-settings").wait_for()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"  # kept
+    screenshot(page, "settings-dark")
+    page.locator("#settings-theme").select_option("auto")
+    assert page.evaluate("document.documentElement.dataset.theme") is None

@@ -275,6 +275,7 @@ function modelCard(id) {
         <button type="button" data-role="unload" data-needs-link>Unload</button>
       </span>
     </div>
+    <div class="tags" data-role="tags" hidden></div>
     <div class="progress" data-role="progress" hidden>
       <div><span data-role="phase"></span> · <span data-role="elapsed" class="muted"></span></div>
       <div class="progress-track"><div class="progress-fill" data-role="fill"></div></div>
@@ -318,6 +319,13 @@ async function modelAction(kind, id) {
 }
 
 function role(card, name) { return card.querySelector(`[data-role="${name}"]`); }
+
+/* Declared capabilities (llama-swap's): a list of names, or an object whose true keys count. */
+function capTags(caps) {
+  if (Array.isArray(caps)) return caps.map(String);
+  if (caps && typeof caps === "object") return Object.entries(caps).filter(([, v]) => v).map(([k, v]) => (v === true ? k : `${k}: ${v}`));
+  return caps ? [String(caps)] : [];
+}
 
 function renderContext(dd, model, run) {
   dd.replaceChildren();
@@ -403,6 +411,13 @@ function updateCard(card, model, run) {
   badge.dataset.state = state;
   const name = $(".name", card);
   name.textContent = model.name ? `${model.id} — ${model.name}` : model.id;
+  const tags = capTags(model.capabilities);
+  const tagBox = role(card, "tags");
+  tagBox.hidden = !tags.length;
+  if (tagBox.dataset.shown !== tags.join("|")) {
+    tagBox.dataset.shown = tags.join("|");
+    tagBox.replaceChildren(...tags.map((t) => el("span", { class: "tag", text: t })));
+  }
   const admin = can("admin");
   const load = role(card, "load"), unload = role(card, "unload");
   load.dataset.blocked = !admin || state === "ready" || state === "starting" ? "1" : "0";
@@ -551,7 +566,7 @@ pages.model = async (state) => {
   add("name", model.name);
   add("description", model.description);
   add("aliases", (model.aliases || []).join(", "));
-  add("capabilities", (model.capabilities || []).join(", "));
+  add("capabilities", capTags(model.capabilities).join(", "));
   box.append(details);
   const draw = () => {
     const m = models.list.find((x) => x.id === id) || model;
@@ -1223,8 +1238,37 @@ pages.playground = async (state) => {
   state.leave = () => clearInterval(poll);
 };
 
+/* ---- Settings ---------------------------------------------------------------------------- */
+
+const THEME_STORE = "modelswap.theme";
+function applyTheme() {
+  const theme = localStorage.getItem(THEME_STORE) || "auto";
+  if (theme === "auto") delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = theme;
+}
+
+pages.settings = async () => {
+  const select = $("#settings-theme");
+  select.value = localStorage.getItem(THEME_STORE) || "auto";
+  select.onchange = () => { localStorage.setItem(THEME_STORE, select.value); applyTheme(); };
+  const build = $("#settings-build");
+  build.replaceChildren();
+  const add = (k, v) => build.append(el("dt", { text: k }), el("dd", { "data-role": k, text: v }));
+  add("key", auth.keysConfigured ? `“${auth.name}” · ${auth.scopes.join(", ")}` : "no keys configured · full access");
+  add("gateway", location.origin);
+  try {
+    const v = await apiJSON("/api/version");
+    add("version", `${v.name || "modelswap"} ${v.version}`);
+    if (v.commit && v.commit !== "unknown") add("commit", v.commit);
+  } catch (err) {
+    if (err instanceof AuthError) throw err;
+    add("version", "unknown (the gateway did not say)");
+  }
+};
+
 /* ---- wiring ------------------------------------------------------------------------------ */
 
+applyTheme();
 document.addEventListener("DOMContentLoaded", () => {
   $("#login-form").addEventListener("submit", (e) => {
     e.preventDefault();
