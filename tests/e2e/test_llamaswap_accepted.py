@@ -304,3 +304,13 @@ def test_send_loading_state_is_reasoning_content_for_the_openai_sdk(serve: Serve
     chunks = [c for c in quiet if c.choices]
     assert chunks
     assert not any((c.choices[0].delta.model_extra or {}).get("reasoning_content") for c in chunks)
+
+
+def test_ignore_paths_never_start_a_model(serve: Serve) -> None:
+    gw, _ = serve("ignore-paths.yaml")
+    reply = request(gw, "GET", "/upstream/model1/props")
+    assert reply.status == 503, reply.body
+    assert reply.json()["error"]["code"] == "model_not_ready"
+    assert gw.running() == {}  # nothing started
+    assert chat(gw, "model1").status == 200
+    assert request(gw, "GET", "/upstream/model1/props").status == 200  # ready: forwarded

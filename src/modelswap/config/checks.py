@@ -6,6 +6,7 @@ shared problem list instead of raising, so one load reports every problem at onc
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -123,8 +124,19 @@ def build_config(
         compat=compat,
         listen_given="listen" in raw.model_fields_set,
         include_aliases_in_list=raw.include_aliases_in_list,
+        upstream_ignore_paths=_ignore_paths(raw.upstream.ignore_paths, problems),
         selectors=MappingProxyType(selectors),
     )
+
+
+def _ignore_paths(patterns: list[str], problems: Problems) -> tuple[str, ...]:
+    """``upstream.ignorePaths``: regular expressions, as in llama-swap; each must compile."""
+    for index, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append((f"upstream.ignorePaths[{index}]", f"not a regular expression: {exc}"))
+    return tuple(patterns)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

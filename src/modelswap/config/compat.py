@@ -184,6 +184,10 @@ class _Translator:
                 self.note((key,), (key,), note)
         if "store" in data:
             self.store(data)
+        if isinstance(data.get("upstream"), dict):
+            upstream = data["upstream"]
+            for key in [k for k in upstream if k != "ignorePaths"]:
+                self.ignore(upstream, key, ("upstream",), "only upstream.ignorePaths is read")
         if "routing" in data:
             self.routing(data)
         models = data.get("models")

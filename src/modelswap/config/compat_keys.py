@@ -26,6 +26,7 @@ TOP_SAME = {
     "groups": "members, swap, exclusive, persistent: same meaning",
     "includeAliasesInList": "same meaning: each alias is a row of GET /v1/models (alias_for)",
     "unloadTimeout": "seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL",
+    "upstream": "ignorePaths: /upstream/<model>/<path> paths that never start a model",
     "sendLoadingState": "while a model starts, a chat stream gets the progress as "
     "reasoning_content",
     "matrix": "vars, sets, evict_costs: the least-cost set of models that may run together",
@@ -69,7 +70,6 @@ TOP_IGNORED = {
     "and resources budgets apply instead)",
     "policies": SPL,
     "tailcat": "there is no Tailcat listener",
-    "upstream": "/upstream/<model> has no ignorePaths: every request to it is forwarded",
     "selectors": "a selector with other keys than targets, strategy (warm, pin, spillover), "
     "reservations, name, description, unlisted is not read",
 }

@@ -282,6 +282,8 @@ class Config:
     compat: tuple[KeyMapping, ...] = ()
     # The file (or --listen) names the listen address; else it is the default, 127.0.0.1:8080.
     listen_given: bool = False
+    # /upstream/<model>/<path> paths (globs) that never start a model (upstream.ignorePaths)
+    upstream_ignore_paths: tuple[str, ...] = ()
     # GET /v1/models has a row per alias too (llama-swap's includeAliasesInList).
     include_aliases_in_list: bool = False
     selectors: Mapping[str, Selector] = field(default_factory=dict, hash=False)

@@ -22,6 +22,7 @@ from modelswap.config.schema_sched import (
     RawMetrics,
     RawProfile,
     RawSelector,
+    RawUpstream,
     Size,
 )
 
@@ -634,6 +635,9 @@ class RawConfig(BaseModel):
         alias="unloadTimeout",
         description="Seconds a stopping server gets after SIGTERM (or cmdStop) before SIGKILL "
         "(default 5).",
+    )
+    upstream: RawUpstream = Field(
+        default_factory=RawUpstream, description="/upstream/<model>/<path> passthrough."
     )
     matrix: RawMatrix | None = Field(
         None,

@@ -134,3 +134,16 @@ class RawMatrix(BaseModel):
         default_factory=dict,
         description="Cost of evicting a var's model (default 1); the cheapest set is chosen.",
     )
+
+
+class RawUpstream(BaseModel):
+    """llama-swap's ``upstream`` settings for ``/upstream/<model>/<path>``."""
+
+    model_config = ConfigDict(**_STRICT, title="Upstream")
+
+    ignore_paths: list[str] = Field(
+        default_factory=list,
+        alias="ignorePaths",
+        description="Regular expressions (e.g. '.*\\\\.(js|css|png)$', '^/slots'): paths that "
+        "never start or swap a model: forwarded only while it is ready, else 503.",
+    )

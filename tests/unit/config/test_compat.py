@@ -433,7 +433,7 @@ def test_include_aliases_in_list() -> None:
 UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
     "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\n"
-    "matrix: {solver: x}\npolicies: {}\ntailcat: {}\nupstream: {}\n"
+    "matrix: {solver: x}\npolicies: {}\ntailcat: {}\n"
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
@@ -466,9 +466,9 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
-    # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles: read
-    # since issue 17
-    assert len(expected) == 18
+    # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles,
+    # upstream.ignorePaths: read since issue 17
+    assert len(expected) == 17
     assert [r.getMessage() for r in caplog.records] == expected
 
 

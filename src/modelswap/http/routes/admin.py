@@ -10,6 +10,7 @@ from aiohttp import web
 
 from modelswap import __version__, jsonsafe
 from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
+from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay import proxy
@@ -17,6 +18,7 @@ from modelswap.http.routes.catalog import running_rows
 from modelswap.http.routes.openai import read_body
 from modelswap.http.routes.plan import add_plan_fields
 from modelswap.routing.resolve import close_names
+from modelswap.states import ProcessState
 
 
 async def health(request: web.Request) -> web.Response:
@@ -180,6 +182,13 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     else:
         raise ModelNotFoundError(parts[0], close_names(parts[0], runtime.config.names()))
     path = "/" + "/".join(parts[cut:])
+    ignored = any(re.search(p, path) for p in runtime.config.upstream_ignore_paths)
+    if ignored and runtime.router.processes[model.id].state is not ProcessState.READY:
+        return error_response(  # upstream.ignorePaths: never a reason to start or swap
+            f"{path} does not load a model (upstream.ignorePaths) and {model.id} is not ready.",
+            503,
+            code="model_not_ready",
+        )
     if request.query_string:
         path += "?" + request.query_string
     body = await read_body(request, runtime.config.max_request_body_bytes)
