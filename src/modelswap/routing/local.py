@@ -275,8 +275,11 @@ class LocalRouter:
             error = exc
         self._swap_tasks.pop(target, None)
         self._aborted.discard(target)
-        self._swap_receipt(target, evict, began, stopped, error)
         self.scheduler.on_swap_done(target, error)
+        try:  # the receipt is a report: it must never keep waiters from their answer
+            self._swap_receipt(target, evict, began, stopped, error)
+        except Exception:
+            log.exception("swap to %s: no receipt", target)
         if error is None:
             self._maybe_arm_idle_timer(target)
 

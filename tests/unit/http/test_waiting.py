@@ -39,6 +39,9 @@ class InstantProcess:
     async def shutdown(self) -> None:
         self.state = ProcessState.STOPPED
 
+    def start_clock(self) -> tuple[float | None, float | None]:
+        return None, None
+
 
 def make_router() -> tuple[LocalRouter, InstantProcess]:
     process = InstantProcess("m")
