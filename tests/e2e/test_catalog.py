@@ -12,14 +12,21 @@ import functools
 import http.client
 import json
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from tests.e2e.conftest import Gateway, Reply, chat, chat_body, fake_cmd, llamacpp_cmd
+from tests.e2e.conftest import (
+    Gateway,
+    Reply,
+    chat,
+    chat_body,
+    fake_cmd,
+    held_cmd,
+    llamacpp_cmd,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -234,15 +241,12 @@ def test_slow_metadata_never_delays_the_first_request(gateway: StartGateway) -> 
     cmd: {fake_cmd("--flavor vllm --ctx 4096 --metadata-delay 5")}
 """
     )
-    started = time.monotonic()
     ok_chat(gw, "slow")
-    elapsed = time.monotonic() - started
+    # Answered while the probe still waited (the order of events): not after the probe's
+    # 2-second bound (nor the 5 s delay).
+    assert "model slow: metadata unavailable" not in gw.log()
     running = gw.running()["slow"]
-    start_seconds = running["start_seconds"]
-    assert isinstance(start_seconds, float)
-    # Answered right after READY, not after the probe's 2-second bound (nor the 5 s delay).
-    assert elapsed - start_seconds < 1.0, (elapsed, start_seconds)
-    assert elapsed < 4.0
+    assert isinstance(running["start_seconds"], float)
     assert "max_model_len" not in running
     # The probe gives up within its bound; the model stays ready and reports nothing.
     gw.wait_for(lambda: "model slow: metadata unavailable: no answer within 2 s" in gw.log())
@@ -259,11 +263,14 @@ def test_slow_metadata_never_delays_the_first_request(gateway: StartGateway) -> 
 # ---- starting and failed rows omit ------------------------------------------------------------
 
 
-def test_starting_and_failed_rows_omit_reported_fields(gateway: StartGateway) -> None:
+def test_starting_and_failed_rows_omit_reported_fields(
+    gateway: StartGateway, tmp_path: Path
+) -> None:
+    release = tmp_path / "release-loading"  # its start waits for it: starting while we look
     gw = gateway(
         f"""
   loading:
-    cmd: {fake_cmd("--load-delay 1.5 --ctx 3072")}
+    cmd: {held_cmd(release, "--ctx 3072")}
   broken:
     cmd: {fake_cmd("--fail-start --max-model-len 4096")}
     failureBackoff: 0
@@ -276,6 +283,7 @@ def test_starting_and_failed_rows_omit_reported_fields(gateway: StartGateway) ->
         row = gw.running()["loading"]
         assert row["state"] == "starting"
         assert_omitted(row)
+        release.touch()
         reply = read_reply_of(conn)
     finally:
         conn.close()
@@ -330,7 +338,7 @@ def test_real_llamacpp_reports_the_per_slot_context(gateway: StartGateway) -> No
 
     for model, slots in (("ctx2048", 1), ("ctx4096np2", 2)):
         ok_chat(gw, model)
-        gw.wait_for(functools.partial(reported_in, gw, model), timeout=10)
+        gw.wait_for(functools.partial(reported_in, gw, model))
         row = models(gw)[model]
         assert row["max_model_len"] == row["context_length"] == row["meta"]["n_ctx"] == 2048
         assert row["meta"]["n_ctx_train"] == 8192  # SmolLM2's trained context

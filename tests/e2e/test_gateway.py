@@ -20,15 +20,18 @@ import aiohttp
 import psutil
 import pytest
 from tests.e2e.conftest import (
+    HANG,
     Gateway,
     Reply,
     chat,
     chat_body,
     fake_cmd,
     fake_cmd_text,
+    held_cmd,
     next_event,
     open_stream,
     pid_alive,
+    queue_depth,
     request,
     stream_tokens,
     wait_dead,
@@ -121,8 +124,12 @@ async def test_concurrent_requests_for_a_stopped_model_start_it_once(
     assert stats["completed"] == 8
 
 
-def test_swap_stops_the_old_backend_and_collates_a_b_a_b(gateway: StartGateway) -> None:
-    gw = gateway(model("a") + model("b") + model("c", delay=1.0))
+def test_swap_stops_the_old_backend_and_collates_a_b_a_b(
+    gateway: StartGateway, tmp_path: Path
+) -> None:
+    release = tmp_path / "release-c"
+    held_c = f"  c:\n    cmd: {held_cmd(release, '--load-delay', '0.2')}\n"
+    gw = gateway(model("a") + model("b") + held_c)
     pid_a = fake_pid(chat(gw, "a"))
     pid_b = fake_pid(chat(gw, "b"))
     assert pid_a != pid_b
@@ -131,12 +138,14 @@ def test_swap_stops_the_old_backend_and_collates_a_b_a_b(gateway: StartGateway) 
     assert set(gw.running()) == {"b"}
     assert gw.running()["b"]["state"] == "ready"
 
-    # c starts (slowly); A B A B arrive while it is starting.
+    # c starts (held until the test lets it go); A B A B arrive while it is starting.
     conn_c = send_only(gw, chat_body("c"))
     gw.wait_for(lambda: gw.running().get("c", {}).get("state") == "starting")
     order = ("a", "b", "a", "b")
     conns = [send_only(gw, chat_body(name)) for name in order]
+    gw.wait_for(lambda: (queue_depth(gw, "a"), queue_depth(gw, "b")) == (2, 2))
     assert gw.running()["c"]["state"] == "starting", "the test needs A B A B queued during c"
+    release.touch()
     reply_c = read_reply(conn_c)
     replies = [read_reply(conn) for conn in conns]
 
@@ -154,8 +163,12 @@ def test_swap_stops_the_old_backend_and_collates_a_b_a_b(gateway: StartGateway) 
     assert starts(gw, "c") == 1
 
 
-def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway) -> None:
-    gw = gateway(model("a", "--tps", "20", "--tokens", "20") + model("b"))
+def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway, tmp_path: Path) -> None:
+    # a's stream stops after 18 tokens until the test lets it go: it is surely in flight
+    # while the test looks, however slowly a loaded machine lets the test look.
+    release = tmp_path / "release-a"
+    held = ("--stall-after", "18", "--stall-until", shlex.quote(str(release)))
+    gw = gateway(model("a", "--tps", "20", "--tokens", "20", *held) + model("b"))
     answered: list[tuple[float, Reply]] = []
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
@@ -171,7 +184,7 @@ def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway) -> None:
         waiter.start()
         try:
             tokens: list[str] = []
-            for i in range(18):  # until the last tokens, a is surely still streaming
+            for i in range(18):  # until the stall, a is surely still streaming
                 event = next_event(resp)
                 assert event is not None
                 assert f'"tok{i} "' in event
@@ -179,6 +192,10 @@ def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway) -> None:
                 running = gw.running()
                 assert set(running) == {"a"}, "b started while a was serving"
                 assert running["a"]["in_flight"] == 1
+            gw.wait_for(lambda: queue_depth(gw, "b") == 1)
+            assert set(gw.running()) == {"a"}, "b started while a was serving"
+            assert answered == [], "b was answered while a was serving"
+            release.touch()
             rest, events = stream_tokens(resp)
             finished = time.monotonic()
         finally:
@@ -193,29 +210,37 @@ def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway) -> None:
     assert set(gw.running()) == {"b"}
 
 
-def test_ttl_unloads_after_the_last_request_ends_not_during_it(gateway: StartGateway) -> None:
-    gw = gateway(model("a", "--tps", "10", "--tokens", "15", ttl="1"))
+def test_ttl_unloads_after_the_last_request_ends_not_during_it(
+    gateway: StartGateway, tmp_path: Path
+) -> None:
+    release = tmp_path / "release-a"
+    held = ("--stall-after", "14", "--stall-until", shlex.quote(str(release)))
+    gw = gateway(model("a", "--tps", "10", "--tokens", "15", *held, ttl="1"))
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid = int(resp.headers["X-Fake-Pid"])
-        # Tokens come every 0.1 s; until the last one the request is surely in flight.
+        # The stream stops after 14 tokens until the test lets it go: until then the request
+        # is surely in flight.
         for i in range(14):
             event = next_event(resp)
             while event is not None and "tok" not in event:  # the role chunk
                 event = next_event(resp)
             assert event is not None
             assert f"tok{i} " in event
+            asked = time.monotonic()  # before the gateway answers: it was in flight then
             row = gw.running()["a"]
             assert row["state"] == "ready"
             assert row["in_flight"] == 1
             assert "unload_in" not in row, "the idle timer runs while a request is in flight"
+            busy_at = asked
+        release.touch()
         tokens, events = stream_tokens(resp)
-        ended = time.monotonic()
     assert tokens == ["tok14 "]
     assert events[-1] == "[DONE]"
-    gw.wait_for(lambda: "a" not in gw.running(), timeout=5)
-    idle = time.monotonic() - ended
-    assert 0.8 <= idle <= 3.0, idle
+    gw.wait_for(lambda: "a" not in gw.running())
+    # Unloaded, and not before the ttl had passed since a moment the request was in flight
+    # (a lower bound: the behaviour itself, which load cannot break).
+    assert time.monotonic() - busy_at >= 1.0
     assert not pid_alive(pid)
 
 
@@ -479,11 +504,9 @@ def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway, tmp_pat
     assert starts(gw, "bad") == 2
     # Within the backoff, the next request gets the same diagnosis at once: no start loop.
     first = gateway_error(chat(gw, "again"), 503, "model_load_error")
-    began = time.monotonic()
     second = gateway_error(chat(gw, "again"), 503, "model_load_error")
-    assert time.monotonic() - began < 0.5
     assert second["diagnosis"] == first["diagnosis"]
-    assert starts(gw, "again") == 1
+    assert starts(gw, "again") == 1  # answered from memory, without a start
 
     error = gateway_error(chat(gw, "ghost"), 503, "executable_not_found")
     assert str(ghost) in str(error["message"])
@@ -502,7 +525,7 @@ def test_backend_crash_mid_response_is_a_502_then_the_next_request_restarts_it(
     error = gateway_error(chat(gw, "plain"), 502, "upstream_error")
     assert "plain" in str(error["message"])
     assert set(error) == ENVELOPE_KEYS
-    gw.wait_for(lambda: gw.running()["plain"]["state"] == "failed", timeout=5)
+    gw.wait_for(lambda: gw.running()["plain"]["state"] == "failed")
     assert not pid_alive(first)
     again = fake_pid(chat(gw, "plain"))
     assert again != first
@@ -514,11 +537,9 @@ def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
 ) -> None:
     gw = gateway(model("streamy", "--crash-after", "2", "--tokens", "6"))
     first = fake_pid(chat(gw, "streamy"))
-    began = time.monotonic()
-    with open_stream(gw, "streamy", timeout=10) as resp:
+    with open_stream(gw, "streamy") as resp:  # a stream left hanging fails on its timeout
         assert resp.status == 200
         tokens, events = stream_tokens(resp)
-    assert time.monotonic() - began < 5, "the stream did not end promptly"
     assert tokens == ["tok0 ", "tok1 ", "tok2 "]
     assert "[DONE]" not in events
     last = json.loads(events[-1])
@@ -526,7 +547,7 @@ def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
     assert set(last["error"]) >= ENVELOPE_KEYS
     assert last["error"]["code"] == "upstream_error"
     assert "streamy" in last["error"]["message"]
-    gw.wait_for(lambda: gw.running()["streamy"]["state"] == "failed", timeout=5)
+    gw.wait_for(lambda: gw.running()["streamy"]["state"] == "failed")
     again = fake_pid(chat(gw, "streamy"))
     assert again != first
     assert starts(gw, "streamy") == 2
@@ -541,7 +562,7 @@ def test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend(
     gw = gateway(f"  helper:\n    cmd: {json.dumps(f'bash -c {shlex.quote(inner)}')}\n")
     first = fake_pid(chat(gw, "helper"))
     gateway_error(chat(gw, "helper"), 502, "upstream_error")
-    wait_dead([first], timeout=2)  # (its exit may take a few ms to complete)
+    wait_dead([first])  # (its exit may take a few ms to complete)
     # The client retries at once, as clients do: the dead server must be started again.
     again = chat(gw, "helper")
     assert again.status == 200, f"request right after the crash: {again.status} {again.body!r}"
@@ -554,7 +575,7 @@ def test_upstream_first_byte_timeout_is_504_and_frees_the_lease(gateway: StartGa
     began = time.monotonic()
     error = gateway_error(chat(gw, "hung"), 504, "upstream_timeout")
     took = time.monotonic() - began
-    assert 0.9 <= took <= 3.0, took
+    assert took >= 0.9, took  # the clock fired (the 504), and not before its second was up
     assert "hung" in str(error["message"])
     row = gw.running()["hung"]
     assert row["in_flight"] == 0
@@ -639,8 +660,8 @@ def test_sigterm_finishes_the_stream_then_exits_0(gateway: StartGateway) -> None
         tokens, events = stream_tokens(resp)
     assert tokens == EXPECTED_20
     assert events[-1] == "[DONE]"
-    assert gw.proc.wait(timeout=15) == 0
-    wait_dead([pid], timeout=5)
+    assert gw.proc.wait(timeout=HANG) == 0
+    wait_dead([pid])
 
 
 def test_sigkill_of_the_gateway_leaves_no_backend(gateway: StartGateway, tmp_path: Path) -> None:
@@ -665,5 +686,5 @@ def test_sigkill_of_the_gateway_leaves_no_backend(gateway: StartGateway, tmp_pat
     assert len(reapers) == 1
 
     gw.proc.send_signal(signal.SIGKILL)
-    gw.proc.wait(timeout=5)
-    wait_dead([fake, bash, grandchild, *reapers], timeout=5)
+    gw.proc.wait(timeout=HANG)
+    wait_dead([fake, bash, grandchild, *reapers])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import (
+    HANG,
     REPO,
     Gateway,
     Reply,
@@ -113,7 +115,7 @@ def read_frame(resp: http.client.HTTPResponse) -> tuple[str | None, str | None] 
 
 
 @contextlib.contextmanager
-def get_stream(gw: Gateway, path: str, timeout: float = 10.0) -> Iterator[http.client.HTTPResponse]:
+def get_stream(gw: Gateway, path: str, timeout: float = HANG) -> Iterator[http.client.HTTPResponse]:
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)
     try:
         conn.request("GET", path)
@@ -158,9 +160,13 @@ def table_rows(text: str) -> list[list[str]]:
 # ------------------------------------------------------------------------------- metrics
 
 
-def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway) -> None:
+def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway, tmp_path: Path) -> None:
+    # The first stream stops after 40 of its 80 tokens until the test lets it go: it is surely
+    # in flight while the test looks (the later requests ask for fewer tokens: never held).
+    release = tmp_path / "release-a"
+    held = ("--stall-after", "40", "--stall-until", shlex.quote(str(release)))
     gw = gateway(
-        model("a", "--tps", "100", delay=1.3) + model("b"),
+        model("a", "--tps", "100", *held, delay=1.3) + model("b"),
         extra_top="metrics:\n  scrapeBackends: true\n",  # the fake has no /metrics: no harm
     )
     prompt = {"a": 0, "b": 0}
@@ -168,7 +174,7 @@ def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway) -> No
 
     # 1. A stream that waits for the start (queued; > 1 s, so its event stream opens early
     # with progress comments), then runs (in flight); the client did not ask for usage.
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
     try:
         conn.request("POST", CHAT, chat_body("a", stream=True, max_tokens=80), JSON)
 
@@ -179,8 +185,9 @@ def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway) -> No
                 and value(m, "modelswap_model_state", model="a", state="starting") == 1
             )
 
-        gw.wait_for(queued_while_starting, timeout=5)
-        gw.wait_for(lambda: value(scrape(gw), "modelswap_in_flight", model="a") == 1, timeout=5)
+        gw.wait_for(queued_while_starting)
+        gw.wait_for(lambda: value(scrape(gw), "modelswap_in_flight", model="a") == 1)
+        release.touch()
         resp = conn.getresponse()
         assert resp.status == 200
         raw = resp.read()
@@ -318,7 +325,7 @@ def test_activity_rows_for_success_errors_and_disconnect(
         assert resp.status == 200
         assert next_event(resp) is not None
         assert next_event(resp) is not None
-    gw.wait_for(lambda: len(activity(gw, "?status=499")) == 1, timeout=10)
+    gw.wait_for(lambda: len(activity(gw, "?status=499")) == 1)
 
     rows = activity(gw)
     assert [(r["model"], r["status"]) for r in rows] == [
@@ -412,7 +419,8 @@ LOADING = "load_tensors: loading model tensors"
 
 
 def test_model_log_stream_history_then_live_lines(gateway: StartGateway) -> None:
-    gw = gateway(model("logger", "--progress-interval", "0.05", delay=1.0))
+    # A 3 s start: its first lines surely reach the stream while it is still under way.
+    gw = gateway(model("logger", "--progress-interval", "0.05", delay=3.0))
     # Before the start: no history; the stream shows the start as it happens.
     with get_stream(gw, "/logs/stream/logger") as resp:
         starter = threading.Thread(target=lambda: chat(gw, "logger"), daemon=True)
@@ -422,7 +430,7 @@ def test_model_log_stream_history_then_live_lines(gateway: StartGateway) -> None
             assert starter.is_alive(), "the loading line arrived only after the start"
             rest = data_lines(resp, lambda line: LISTENING in line)
         finally:
-            starter.join(30)
+            starter.join(HANG)
     live = first + rest
     assert sum(LOADING in line for line in live) >= 5
 

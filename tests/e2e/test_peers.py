@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.e2e.conftest import (
+    HANG,
     REPO,
     Gateway,
     chat,
@@ -52,7 +53,7 @@ class Recorder:
         return [row for row in rows if row["path"] == path]
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = HANG) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the recording peer exited"
@@ -77,9 +78,13 @@ def recorder(tmp_path: Path) -> Iterator[Callable[..., Recorder]]:
         return Recorder(proc, port, record)
 
     yield start
-    for proc in started:
+    for proc in started:  # by handle: only what this fixture started
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def refusing_port() -> socket.socket:
@@ -202,7 +207,7 @@ def test_the_peer_gets_its_key_and_never_the_clients(
     assert CLIENT_KEY not in json.dumps(received)
     # The peer's key is in no listing, export, status or log of this gateway.
     for path in ("/v1/models", "/api/peers", "/api/config", "/running", "/api/security"):
-        got = request(gw, "GET", path, headers=_auth(CLIENT_KEY), timeout=5)
+        got = request(gw, "GET", path, headers=_auth(CLIENT_KEY))
         assert PEER_KEY not in got.body.decode(errors="replace"), path
     assert PEER_KEY not in gw.log()
 
@@ -270,14 +275,14 @@ def test_breaker_opens_after_failures_and_a_probe_closes_it(
         f"  local:\n    cmd: {fake_cmd()}\n",
         extra_top=(
             f"peers:\n  flaky:\n    proxy: http://127.0.0.1:{port}\n    models: [m]\n"
-            "    breaker: {failures: 2, cooldown: 1}\n"
+            # The cooldown must not run out before the test has seen the breaker open, however
+            # loaded the machine: several seconds (the test then waits for it, as it must).
+            "    breaker: {failures: 2, cooldown: 5}\n"
         ),
     )
     assert [chat(gw, "flaky/m").status for _ in range(2)] == [502, 502]
-    started = time.monotonic()
-    fast = chat(gw, "flaky/m")
+    fast = chat(gw, "flaky/m")  # answered by the open breaker, without a try
     assert fast.status == 503
-    assert time.monotonic() - started < 1.0
     assert fast.json()["error"]["code"] == "peer_unavailable"
     assert int(fast.headers["Retry-After"]) >= 1
     (row,) = gw.get_json("/api/peers")["peers"]  # type: ignore[misc]
@@ -286,7 +291,7 @@ def test_breaker_opens_after_failures_and_a_probe_closes_it(
 
     refusing.close()
     peer = recorder("--models", "m", port=port)  # the peer comes back
-    gw.wait_for(lambda: chat(gw, "flaky/m").status == 200, timeout=5)  # half-open probe
+    gw.wait_for(lambda: chat(gw, "flaky/m").status == 200)  # half-open probe
     (row,) = gw.get_json("/api/peers")["peers"]  # type: ignore[misc]
     assert row["breaker"] == "closed"
     assert row["consecutive_failures"] == 0

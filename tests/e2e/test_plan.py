@@ -20,7 +20,7 @@ def test_plan_against_the_real_llamacpp_receipt(gateway: Callable[[str], Gateway
 
     reply = chat(gw, "smollm2", max_tokens=2)
     assert reply.status == 200, reply.body
-    gw.wait_for(lambda: "plan_error_pct" in gw.running()["smollm2"], timeout=10)
+    gw.wait_for(lambda: "plan_error_pct" in gw.running()["smollm2"])
     row = gw.running()["smollm2"]
     # llama.cpp logged "llama_kv_cache: size = 45.00 MiB (2048 cells, 30 layers, 1/1 seqs)";
     # the plan read 30 layers × 3 KV heads × 64 from the GGUF header.

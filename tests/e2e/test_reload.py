@@ -9,11 +9,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from tests.e2e.conftest import (
+    HANG,
     Gateway,
     Reply,
     chat,
@@ -45,12 +48,18 @@ def edit(gw: Gateway, old: str, new: str) -> None:
     gw.config_path.write_text(text.replace(old, new))
 
 
-def wait_log(gw: Gateway, line: str, count: int = 1, timeout: float = 10.0) -> None:
+def wait_log(gw: Gateway, line: str, count: int = 1, timeout: float = HANG) -> None:
     gw.wait_for(lambda: gw.log().count(line) >= count, timeout=timeout)
 
 
 def model_ids(gw: Gateway) -> set[str]:
     return {str(row["id"]) for row in gw.get_json("/v1/models")["data"]}  # type: ignore[union-attr]
+
+
+def held(release: Path) -> str:
+    """Fake-backend flags: a stream stops after 15 tokens until ``release`` exists, so it is
+    surely still in flight while the test looks, on a loaded machine too."""
+    return f"--stall-after 15 --stall-until {shlex.quote(str(release))}"
 
 
 def states(gw: Gateway) -> dict[str, object]:
@@ -74,36 +83,40 @@ def test_an_alias_change_applies_without_restarting_the_model(
 
 
 def test_a_changed_command_restarts_the_model_once_its_request_finished(
-    gateway: Callable[..., Gateway],
+    gateway: Callable[..., Gateway], tmp_path: Path
 ) -> None:
+    release = tmp_path / "release"
     gw = gateway(
-        f"  m:\n    cmd: {fake_cmd('--tokens', '30', '--tps', '30')}\n", args=("--watch-config",)
+        f"  m:\n    cmd: {fake_cmd(held(release), '--tokens', '30', '--tps', '30')}\n",
+        args=("--watch-config",),
     )
-    before = pid_of(chat(gw, "m"))
+    before = pid_of(chat(gw, "m"))  # (not a stream: never held)
     with open_stream(gw, "m") as resp:
         assert next_event(resp) is not None  # the answer is under way
         edit(gw, "--tps 30", "--tps 30 -c 1234")
         wait_log(gw, APPLIED)
         assert pid_alive(before)  # busy: not restarted under its request
+        release.touch()
         tokens, events = stream_tokens(resp)
     assert events[-1] == "[DONE]"  # the answer completed
     assert tokens[-1] == "tok29 "  # every token arrived
-    wait_dead([before], timeout=10)  # stopped once idle …
-    gw.wait_for(lambda: states(gw).get("m") == "ready", timeout=10)  # … and started again
+    wait_dead([before])  # stopped once idle …
+    gw.wait_for(lambda: states(gw).get("m") == "ready")  # … and started again
     after = pid_of(chat(gw, "m"))
     assert after != before
     assert gw.running()["m"]["configured"]["context"] == 1234  # type: ignore[index]
 
 
 def test_a_removed_model_finishes_its_request_then_stops(
-    gateway: Callable[..., Gateway],
+    gateway: Callable[..., Gateway], tmp_path: Path
 ) -> None:
+    release = tmp_path / "release"
     gw = gateway(
         f"  keep:\n    cmd: {fake_cmd()}\n"
-        f"  drop:\n    cmd: {fake_cmd('--tokens', '30', '--tps', '30')}\n",
+        f"  drop:\n    cmd: {fake_cmd(held(release), '--tokens', '30', '--tps', '30')}\n",
         args=("--watch-config",),
     )
-    drop_pid = pid_of(chat(gw, "drop"))
+    drop_pid = pid_of(chat(gw, "drop"))  # (not a stream: never held)
     with open_stream(gw, "drop") as resp:
         assert next_event(resp) is not None
         assert gw.config_path is not None
@@ -113,10 +126,11 @@ def test_a_removed_model_finishes_its_request_then_stops(
         assert chat(gw, "drop").status == 404  # no new request, at once
         assert "drop" not in model_ids(gw)
         assert pid_alive(drop_pid)
+        release.touch()
         _, events = stream_tokens(resp)
     assert events[-1] == "[DONE]"  # the request in flight completed
-    wait_dead([drop_pid], timeout=10)
-    gw.wait_for(lambda: "drop" not in gw.running(), timeout=10)
+    wait_dead([drop_pid])
+    gw.wait_for(lambda: "drop" not in gw.running())
     assert chat(gw, "keep").status == 200  # unaffected
 
 
@@ -126,7 +140,7 @@ def test_an_invalid_edit_is_rejected_and_the_old_config_stays_live(
     gw = gateway(f"  m:\n    cmd: {fake_cmd()}\n    aliases: [old-alias]\n")  # no watching
     pid = pid_of(chat(gw, "m"))
     edit(gw, "aliases: [old-alias]", "aliases: [new-alias]\n    ttl: -5")
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
     try:
         conn.request("GET", "/api/events")
         events = conn.getresponse()

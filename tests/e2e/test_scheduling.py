@@ -12,6 +12,7 @@ import contextlib
 import http.client
 import json
 import random
+import shlex
 import statistics
 import sys
 import threading
@@ -23,15 +24,18 @@ from pathlib import Path
 import aiohttp
 import pytest
 from tests.e2e.conftest import (
+    HANG,
     REPO,
     Gateway,
     Reply,
     chat,
     chat_body,
     fake_cmd,
+    held_cmd,
     next_event,
     open_stream,
     pid_alive,
+    queue_depth,
     request,
     stream_tokens,
 )
@@ -71,7 +75,7 @@ def fake_pid(reply: Reply) -> int:
 
 def send_only(gw: Gateway, body: bytes) -> http.client.HTTPConnection:
     """Send a request now; read its response later with :func:`read_reply`."""
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
     conn.request("POST", "/v1/chat/completions", body, JSON)
     return conn
 
@@ -99,7 +103,7 @@ def reply_in_background(gw: Gateway, body: bytes) -> Iterator[list[tuple[float, 
     try:
         yield answered
     finally:
-        thread.join(timeout=30)
+        thread.join(timeout=HANG)
         conn.close()
 
 
@@ -133,7 +137,7 @@ async def run_load(
     for name in models:
         todo.put_nowait(name)
     results: list[tuple[str, int, float, int]] = []
-    timeout = aiohttp.ClientTimeout(total=30)
+    timeout = aiohttp.ClientTimeout(total=2 * HANG)  # ends a hang; the time is only printed
 
     async def worker(session: aiohttp.ClientSession) -> None:
         while not todo.empty():
@@ -197,9 +201,7 @@ async def test_mixed_load_under_a_budget_completes_with_the_predicted_starts(
         f"client-side wait p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
         f"max {max(waits) * 1000:.0f} ms"
     )
-    assert len(results) == 200
-    assert p95 < 5.0
-    assert max(waits) < 15.0
+    assert len(results) == 200  # how fast is bench/'s question, not this test's
     assert "to fit big within ram 2.0 GiB" in gw.log()  # the committed swap's reason
 
 
@@ -237,16 +239,23 @@ def test_budget_co_residence_is_visible_in_running(gateway: StartGateway) -> Non
     assert set(gw.running()) == {"big"}
 
 
-def test_a_swap_never_cuts_a_streaming_answer(gateway: StartGateway) -> None:
-    gw = gateway(
-        budget_models(delay=0.1, big_flags=("--tps", "20", "--tokens", "20")), extra_top=BUDGET
-    )
+def test_a_swap_never_cuts_a_streaming_answer(gateway: StartGateway, tmp_path: Path) -> None:
+    # big's stream stops after 10 tokens until the test lets it go: s1 surely arrives, and
+    # waits, while it is in flight.
+    release = tmp_path / "release-big"
+    held = ("--stall-after", "10", "--stall-until", shlex.quote(str(release)))
+    big_flags = ("--tps", "20", "--tokens", "20", *held)
+    gw = gateway(budget_models(delay=0.1, big_flags=big_flags), extra_top=BUDGET)
     with open_stream(gw, "big") as resp:
         assert resp.status == 200
         pid_big = int(resp.headers["X-Fake-Pid"])
         first = next_event(resp)
         assert first is not None
         with reply_in_background(gw, chat_body("s1")) as answered:
+            gw.wait_for(lambda: queue_depth(gw, "s1") == 1)
+            assert answered == [], "s1 was answered while big was streaming"
+            assert ready(gw) == {"big"}
+            release.touch()
             tokens, events = stream_tokens(resp)
             finished = time.monotonic()
         assert len(answered) == 1
@@ -269,17 +278,14 @@ def test_drain_timeout_lets_the_swap_proceed_and_ends_the_stream_with_an_error(
         model("a", "--tps", "5", "--tokens", "200", delay=0.1) + model("b", delay=0.1),
         extra_top="drainTimeout: 1\n",
     )
-    with open_stream(gw, "a", timeout=20) as resp:
+    with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid_a = int(resp.headers["X-Fake-Pid"])
         assert next_event(resp) is not None
-        began = time.monotonic()
         with reply_in_background(gw, chat_body("b")) as answered:
             tokens, events = stream_tokens(resp)
-            cut = time.monotonic() - began
         assert len(answered) == 1
-    assert cut < 10, cut  # 200 tokens at 5/s would take 40 s
-    assert len(tokens) < 200
+    assert len(tokens) < 200  # cut by the drain timeout (200 tokens at 5/s take 40 s)
     error = json.loads(events[-1])["error"]
     assert error["code"] == "upstream_error"
     fake_pid(answered[0][1])
@@ -287,8 +293,9 @@ def test_drain_timeout_lets_the_swap_proceed_and_ends_the_stream_with_an_error(
     assert "drain timeout" in gw.log()
 
 
-def test_queue_limit_answers_429_with_retry_after(gateway: StartGateway) -> None:
-    gw = gateway(model("a", delay=2.0), extra_top="queueLimit: 1\n")
+def test_queue_limit_answers_429_with_retry_after(gateway: StartGateway, tmp_path: Path) -> None:
+    release = tmp_path / "release-a"  # a's start waits for it: the first request stays queued
+    gw = gateway(f"  a:\n    cmd: {held_cmd(release)}\n", extra_top="queueLimit: 1\n")
     with reply_in_background(gw, chat_body("a")) as answered:
         gw.wait_for(lambda: gw.running().get("a", {}).get("queued") == 1)
         refused = chat(gw, "a")
@@ -298,6 +305,7 @@ def test_queue_limit_answers_429_with_retry_after(gateway: StartGateway) -> None
         retry_after = refused.headers["Retry-After"]
         assert retry_after.isdigit()
         assert int(retry_after) >= 1
+        release.touch()
     assert len(answered) == 1
     fake_pid(answered[0][1])
     fake_pid(chat(gw, "a"))  # room again once served
@@ -326,12 +334,12 @@ def test_preload_at_startup_then_default_model_when_idle(gateway: StartGateway) 
         model("a") + model("d"),
         extra_top="hooks:\n  onStartup:\n    preload: [a]\ndefaultModel: d\ndefaultAfter: 0.5\n",
     )
-    gw.wait_for(lambda: ready(gw) == {"a"}, timeout=15)
+    gw.wait_for(lambda: ready(gw) == {"a"})
     assert "preloaded a" in gw.log()
     assert request(gw, "GET", "/upstream/a/stats").json()["requests"] == 0
 
     assert request(gw, "POST", "/api/models/unload/a").status == 200
-    gw.wait_for(lambda: ready(gw) == {"d"}, timeout=15)  # nothing runs, idle: d loads
+    gw.wait_for(lambda: ready(gw) == {"d"})  # nothing runs, idle: d loads
     assert starts(gw, "d") == 1
 
 
@@ -355,9 +363,9 @@ def test_memory_of_a_model_without_uses_is_measured_into_stats(
             return 0
         return int(data.get("models", {}).get("m", {}).get("peak_bytes", {}).get("ram", 0))
 
-    gw.wait_for(lambda: measured() >= 64 * MIB, timeout=20)
+    gw.wait_for(lambda: measured() >= 64 * MIB)
     data = json.loads(stats_file.read_text())
     entry = data["models"]["m"]
     assert entry["peak_bytes"]["ram"] < 1024 * MIB
     assert len(entry["start_seconds"]) == 1
-    assert 0 < entry["start_seconds"][0] < 30
+    assert 0 < entry["start_seconds"][0] < HANG  # seconds (not ms), one start's worth

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.integration.conftest import free_port
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "openai_backend.py"
-DEADLINE = 5.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+# The ceiling of every wait here (a state, a line, an exit): it only ends a hang.
+DEADLINE = 60.0
+# A load long enough that a test surely looks while the fake is still loading, however loaded
+# the machine (the look itself takes milliseconds).
+LOADING = "4"
 
 
 @dataclass
@@ -159,7 +156,7 @@ CHAT = {"model": "fake", "messages": [{"role": "user", "content": "hello there w
 async def test_llamacpp_loading_503_then_ready(
     spawn: SpawnFn, session: aiohttp.ClientSession
 ) -> None:
-    fake = spawn("--flavor", "llamacpp", "--load-delay", "0.8", "--ctx", "4096")
+    fake = spawn("--flavor", "llamacpp", "--load-delay", LOADING, "--ctx", "4096")
     deadline = time.monotonic() + DEADLINE
     while True:  # the port is bound immediately, before the model is loaded
         try:
@@ -200,7 +197,7 @@ async def test_llamacpp_loading_503_then_ready(
 async def test_vllm_refuses_while_loading_then_empty_health(
     spawn: SpawnFn, session: aiohttp.ClientSession
 ) -> None:
-    fake = spawn("--flavor", "vllm", "--load-delay", "0.8", "--ctx", "1024", "--model", "m1")
+    fake = spawn("--flavor", "vllm", "--load-delay", LOADING, "--ctx", "1024", "--model", "m1")
     await fake.wait_stderr("Starting to load model m1")
     with pytest.raises(aiohttp.ClientConnectorError):
         async with session.get(f"{fake.url}/health"):
@@ -428,17 +425,15 @@ async def test_crash_after_non_stream(spawn: SpawnFn, session: aiohttp.ClientSes
 @pytest.mark.integration
 async def test_sigterm_exits_promptly(spawn: SpawnFn, session: aiohttp.ClientSession) -> None:
     fake = await ready_fake(spawn, session)
-    start = time.monotonic()
     fake.proc.send_signal(signal.SIGTERM)
-    assert await fake.wait_exit() == 0
-    assert time.monotonic() - start < 1.0
+    assert await fake.wait_exit() == 0  # it exits on its own, cleanly (how fast is not asked)
 
 
 @pytest.mark.integration
 async def test_ignore_sigterm(spawn: SpawnFn, session: aiohttp.ClientSession) -> None:
     fake = await ready_fake(spawn, session, "--ignore-sigterm")
     fake.proc.send_signal(signal.SIGTERM)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # a negative check: it is still there after a while
     assert fake.proc.poll() is None
     async with session.get(f"{fake.url}/health") as resp:
         assert resp.status == 200

@@ -32,6 +32,9 @@ from modelswap.receipts import CapacityReceipt, ModelMetadata
 from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
 
+# The ceiling of a wait for an event: it only ends a hang.
+HANG = 60.0
+
 pytestmark = pytest.mark.integration
 
 S = ProcessState
@@ -148,7 +151,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fakes]:
                     stderr=subprocess.STDOUT,
                 )
             started[name] = Fake(port, proc, log)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG
         for name, fake in started.items():
             while not _healthy(fake.port):
                 assert fake.proc.poll() is None, f"fake {name} exited:\n{fake.log.read_text()}"
@@ -505,11 +508,8 @@ async def test_endless_body_is_cut_at_64_kib(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=PROBE_LOGGER)
     config = config_for(make_model, fakes.port("endless"), backend=backend)
-    started = time.monotonic()
     found = await probe.probe(config)
-    elapsed = time.monotonic() - started
     assert found is None
-    assert elapsed < 2.5
     # Abandoned because of its size, not merely timed out.
     reasons = unavailable_reasons(caplog)
     assert len(reasons) == 1, reasons
@@ -542,7 +542,9 @@ async def test_timeout_is_one_total_bound(
     results = await asyncio.gather(timed("vllm"), timed("llamacpp"), timed("auto"))
     for found, elapsed in results:
         assert found is None
-        assert PROBE_TIMEOUT - 0.2 <= elapsed < 2.5
+        # Not given up before the bound ran out; and one bound, not two one after the other
+        # (that would take twice as long: the only upper bound here, with a whole bound's slack).
+        assert PROBE_TIMEOUT - 0.2 <= elapsed < 2 * PROBE_TIMEOUT, elapsed
     reasons = unavailable_reasons(caplog)
     assert len(reasons) == 3
     assert all("no answer within 2 s" in reason for reason in reasons)
@@ -598,14 +600,14 @@ async def test_cancelled_mid_probe_propagates_and_closes_the_connection(
 ) -> None:
     config = dataclasses.replace(make_model(backend="vllm"), proxy=f"{local.base}/hang/{when}")
     task = asyncio.create_task(probe.probe(config))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(HANG):
         await local.arrived.wait()
     assert not task.done()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert task.cancelled()  # not swallowed into "unavailable"
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(HANG):
         await local.gone.wait()  # the server saw the client go away: nothing left open
 
 
@@ -638,7 +640,7 @@ def probe_tasks(model: str) -> list[asyncio.Task[Any]]:
     return [t for t in asyncio.all_tasks() if t.get_name() == f"probe:{model}" and not t.done()]
 
 
-async def wait_until(predicate: Any, within: float = 10.0) -> None:
+async def wait_until(predicate: Any, within: float = HANG) -> None:
     """Poll a condition with a deadline (no fixed sleeps for state)."""
     deadline = time.monotonic() + within
     while not predicate():
@@ -683,8 +685,10 @@ async def test_slow_probe_never_delays_ready_nor_marks_unhealthy(
     await process.ensure_ready()
     ready_at = time.monotonic()
     assert probe_tasks(process.model), "the probe runs after READY, concurrently"
-    await wait_until(lambda: not probe_tasks(process.model), within=PROBE_TIMEOUT + 1.5)
-    assert time.monotonic() - ready_at >= PROBE_TIMEOUT - 0.3
+    await wait_until(lambda: not probe_tasks(process.model))
+    # It ran on, after ready, until its own bound ended it (a lower bound, with room for the
+    # moment between the probe's start and ready_at being read).
+    assert time.monotonic() - ready_at >= PROBE_TIMEOUT / 2
     assert process.metadata is None
     assert process.state is S.READY
     assert seen.states == [S.STARTING, S.READY]
@@ -705,7 +709,7 @@ async def test_stop_during_the_probe_leaves_metadata_none(
     await process.stop()
     # Done by the time the stop returns or just after: cancelled, or ended by the backend's
     # exit ("unavailable"); either way it left nothing behind.
-    await wait_until(lambda: all(t.done() for t in tasks), within=2.0)
+    await wait_until(lambda: all(t.done() for t in tasks))
     assert process.metadata is None
     assert process.state is S.STOPPED
     assert seen.published == []
@@ -738,13 +742,13 @@ async def test_a_probe_answer_arriving_after_the_stop_is_dropped(
     process = managed(make_process, make_model(), session, prober=prober)
     seen = Recorder(events, process)
     await process.ensure_ready()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(HANG):
         await prober.entered.wait()
     await process.stop()
     prober.release.set()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(HANG):
         await prober.finished.wait()
-    await wait_until(lambda: not probe_tasks(process.model), within=2.0)
+    await wait_until(lambda: not probe_tasks(process.model))
     assert process.metadata is None
     assert seen.published == []
 

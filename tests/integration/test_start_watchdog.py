@@ -5,14 +5,17 @@ any output). A backend that keeps printing progress is never killed by the short
 goes quiet is, with a diagnosis naming what it was doing last; the ceiling holds regardless.
 A failed start is answered from memory for ``failureBackoff`` seconds, then tried afresh.
 
-Timeouts are short (silence 1 s, ceilings 2–2.5 s) to keep the file quick; state is observed
-through the EventBus and the process's snapshots, polled against deadlines.
+State is observed through the EventBus and the process's snapshots, waited for with ceilings
+that only end a hang. Time is never the assertion: a clock the test wants to see fire is short,
+and the test checks that it fired and why (its diagnosis), plus the one lower bound that is the
+behaviour itself (it did not fire before it ran out); a clock that must *not* fire (the silence
+clock of a start that keeps printing, a failure's backoff) is several seconds, many times the
+gaps it has to outlast, because a loaded machine stretches a start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import shlex
 import sys
 import time
@@ -62,6 +65,13 @@ class Recorder:
         return [at for at, e in self.events if e.kind == "process.state" and e.data["new"] is state]
 
 
+# The silence clock of a start that keeps printing: it must not run out during the test, so it
+# is many times the gaps between the fake's lines (0.1 s) and its time to its first line.
+QUIET_OK = 4.0
+# A ceiling for the test's own waits, only there to end a hang.
+HANG = 60.0
+
+
 async def poll(predicate: Callable[[], bool], within: float, what: str) -> None:
     deadline = time.monotonic() + within
     while not predicate():
@@ -95,15 +105,16 @@ async def test_slow_compiler_printing_progress_outlives_the_silence_clock_and_be
     watched: Callable[[ModelConfig], ManagedProcess],
     events: EventBus,
 ) -> None:
+    load = 2 * QUIET_OK  # loading lasts twice the silence clock: only its progress keeps it alive
     config = make_model(
         "--flavor",
         "vllm",
         "--load-delay",
-        "5",
+        str(load),
         "--progress-interval",
-        "0.5",
-        silence_timeout=1.0,
-        start_timeout=15.0,
+        "0.1",
+        silence_timeout=QUIET_OK,
+        start_timeout=HANG,
     )
     process = watched(config)
     seen = Recorder(events, config.id)
@@ -113,7 +124,7 @@ async def test_slow_compiler_printing_progress_outlives_the_silence_clock_and_be
     # While it starts, the process carries the phase and how far the bar is.
     await poll(
         lambda: process.progress is not None and process.progress.done is not None,
-        within=5,
+        within=HANG,
         what="a progress bar while starting",
     )
     assert process.state is S.STARTING
@@ -125,16 +136,16 @@ async def test_slow_compiler_printing_progress_outlives_the_silence_clock_and_be
     assert 0 < progress.fraction <= 1
     assert progress.label() == f"capturing graphs {progress.done}/51"
     assert process.last_progress_at is not None
-    assert abs(process.last_progress_at - time.time()) < 5
+    assert abs(process.last_progress_at - time.time()) < HANG  # wall clock, not monotonic
     assert process.last_progress_line is not None
     assert "Capturing CUDA graphs (decode, FULL)" in process.last_progress_line
 
-    async with asyncio.timeout(15):
+    async with asyncio.timeout(HANG):
         await ready
     took = time.monotonic() - began
     assert process.state is S.READY
-    # Five seconds of loading under a one-second silence clock: only progress kept it alive.
-    assert took >= 4.5, took
+    # Loading lasted longer than the silence clock: only progress kept it alive.
+    assert took > QUIET_OK, took
     assert seen.entered(S.FAILED) == []
     assert len(seen.entered(S.STARTING)) == 1
 
@@ -148,9 +159,9 @@ async def test_slow_compiler_printing_progress_outlives_the_silence_clock_and_be
     assert 0 < fractions[0] <= fractions[-1] <= 1
     # The bar line is preceded by vLLM's "Starting to load model" line: loading weights.
     assert any(data["phase"] == "loading weights" for _, data in reports)
-    times = [at for at, _ in reports]
-    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    assert max(gaps) < 1.0, gaps  # never a second without a sign of life
+    # Progress came all through the load, not only at its start: some of it later than the
+    # silence clock would have run out, had the spawn been the last sign of life.
+    assert reports[-1][0] - began > QUIET_OK, reports
 
 
 async def test_dots_without_a_newline_are_signs_of_life_too(
@@ -159,10 +170,12 @@ async def test_dots_without_a_newline_are_signs_of_life_too(
     """llama.cpp prints its loading progress as dots on one line: every byte restarts the
     silence clock, complete line or not."""
     port = free_port()
+    # Dots every 0.1 s for 1.5 silence windows: only the dots keep it alive.
+    count = int(1.5 * QUIET_OK / 0.1)
     dots = (
         "import sys, time\n"
-        "for _ in range(12):\n"
-        "    sys.stdout.write('.'); sys.stdout.flush(); time.sleep(0.25)\n"
+        f"for _ in range({count}):\n"
+        "    sys.stdout.write('.'); sys.stdout.flush(); time.sleep(0.1)\n"
     )
     fake = shlex.join([sys.executable, str(FAKE), "--port", str(port)])
     script = f"{shlex.join([sys.executable, '-c', dots])} && exec {fake}"
@@ -170,15 +183,15 @@ async def test_dots_without_a_newline_are_signs_of_life_too(
         cmd=("/bin/sh", "-c", script),
         port=port,
         proxy=f"http://127.0.0.1:{port}",
-        silence_timeout=1.0,
-        start_timeout=15.0,
+        silence_timeout=QUIET_OK,
+        start_timeout=HANG,
     )
     process = watched(config)
     began = time.monotonic()
-    async with asyncio.timeout(15):
+    async with asyncio.timeout(HANG):
         await process.ensure_ready()
     assert process.state is S.READY
-    assert time.monotonic() - began >= 2.5  # three seconds of dots, one-second silence clock
+    assert time.monotonic() - began > QUIET_OK  # longer than the silence clock: dots did it
     assert any(line.startswith("....") for line in process.logs.tail())
 
 
@@ -190,23 +203,25 @@ async def test_a_backend_that_goes_quiet_is_killed_at_the_silence_timeout_naming
     watched: Callable[[ModelConfig], ManagedProcess],
     events: EventBus,
 ) -> None:
+    # The clock under test fires; it is long enough that the fake's progress (its first line
+    # comes a fraction of a second after the spawn) is printed before it can.
+    silence = 3.0
     config = make_model(
         "--flavor",
         "vllm",
         "--load-delay",
         "60",
         "--progress-interval",
-        "0.2",
+        "0.1",
         "--silent-after",
         "1",
-        silence_timeout=1.0,
-        start_timeout=20.0,
+        silence_timeout=silence,
+        start_timeout=HANG,
     )
     process = watched(config)
     seen = Recorder(events, config.id)
-    began = time.monotonic()
-    failing = asyncio.create_task(start_error(process, within=10))
-    await poll(lambda: process.pid is not None, within=5, what="the child's pid")
+    failing = asyncio.create_task(start_error(process, within=HANG))
+    await poll(lambda: process.pid is not None, within=HANG, what="the child's pid")
     pid = process.pid
     assert pid is not None
 
@@ -220,16 +235,15 @@ async def test_a_backend_that_goes_quiet_is_killed_at_the_silence_timeout_naming
     assert last["phase"].startswith("capturing graphs ")
     # It names what the backend was doing last: the last progress it printed.
     assert f"it was last {last['phase']}" in diagnosis.summary, diagnosis.summary
-    assert "1 s" in diagnosis.summary
-    assert diagnosis.numbers["timeout_seconds"] == 1.0
+    assert "3 s" in diagnosis.summary
+    assert diagnosis.numbers["timeout_seconds"] == silence
     assert diagnosis.numbers["progress_total"] == 51.0
     assert f"{diagnosis.numbers['progress_done']:g}/51" in last["phase"]
     assert diagnosis.fix is not None
     assert "silenceTimeout" in diagnosis.fix
-    # Killed one silence window after the last output, not at the 20 s ceiling.
-    assert failed_at - last_at >= 0.9, failed_at - last_at
-    assert failed_at - last_at < 3.0, failed_at - last_at
-    assert failed_at - began < 6.0
+    # Killed by the silence clock (the code above), not before a silence window had passed
+    # since the last output.
+    assert failed_at - last_at >= silence - 0.1, failed_at - last_at
     assert process.state is S.FAILED
     assert process.last_failure == diagnosis
     assert process.pid is None
@@ -245,21 +259,24 @@ async def test_the_ceiling_holds_even_while_progress_keeps_coming(
     watched: Callable[[ModelConfig], ManagedProcess],
     events: EventBus,
 ) -> None:
+    # The ceiling is longer than the silence clock, so a start that fails at the ceiling (and
+    # not at the silence clock) was kept alive by its progress all along.
+    ceiling = QUIET_OK + 2.0
     config = make_model(
         "--flavor",
         "vllm",
         "--load-delay",
         "60",
         "--progress-interval",
-        "0.2",
-        silence_timeout=1.0,
-        start_timeout=2.5,
+        "0.1",
+        silence_timeout=QUIET_OK,
+        start_timeout=ceiling,
     )
     process = watched(config)
     seen = Recorder(events, config.id)
     began = time.monotonic()
-    failing = asyncio.create_task(start_error(process, within=10))
-    await poll(lambda: process.pid is not None, within=5, what="the child's pid")
+    failing = asyncio.create_task(start_error(process, within=HANG))
+    await poll(lambda: process.pid is not None, within=HANG, what="the child's pid")
     pid = process.pid
     assert pid is not None
 
@@ -267,16 +284,16 @@ async def test_the_ceiling_holds_even_while_progress_keeps_coming(
     failed_at = time.monotonic()
     diagnosis = error.diagnosis
     assert diagnosis.code == "ceiling_timeout"
-    assert failed_at - began >= 2.4, failed_at - began
-    assert failed_at - began < 5.0, failed_at - began
-    # Progress was still flowing when the ceiling struck (the silence clock never ran out).
+    assert failed_at - began >= ceiling - 0.1, failed_at - began
+    # Progress was still flowing when the ceiling struck (the silence clock never ran out):
+    # some of it came later than one silence window after the spawn.
     reports = seen.progress()
     assert reports
-    last_at, last = reports[-1]
-    assert failed_at - last_at < 1.0
-    assert "within 2.5 s" in diagnosis.summary, diagnosis.summary
+    assert reports[-1][0] - began > QUIET_OK, reports
+    _, last = reports[-1]
+    assert f"within {ceiling:g} s" in diagnosis.summary, diagnosis.summary
     assert f"it was still {last['phase']}" in diagnosis.summary, diagnosis.summary
-    assert diagnosis.numbers["timeout_seconds"] == 2.5
+    assert diagnosis.numbers["timeout_seconds"] == ceiling
     assert diagnosis.fix is not None
     assert "startTimeout" in diagnosis.fix
     assert process.state is S.FAILED
@@ -297,13 +314,13 @@ async def test_only_the_backends_own_lines_are_reported_as_progress(
         "--load-delay",
         "60",
         "--progress-interval",
-        "0.2",
-        silence_timeout=1.0,
-        start_timeout=1.5,
+        "0.1",
+        silence_timeout=HANG,
+        start_timeout=QUIET_OK,  # fires, after the fake has printed progress for a while
     )
     process = watched(config)
     seen = Recorder(events, config.id)
-    error = await start_error(process, within=10)
+    error = await start_error(process, within=HANG)
     assert error.diagnosis.code == "ceiling_timeout"
     backend = seen.progress()
     assert backend
@@ -322,27 +339,27 @@ async def test_health_check_timeout_is_the_start_timeout_under_its_llama_swap_na
     config = load_config_text(
         f"startPort: {free_port()}\n"
         "healthCheckTimeout: 2\n"
-        "silenceTimeout: 1\n"
+        "silenceTimeout: 60\n"
         "models:\n"
         f"  top:\n    cmd: {slow!r}\n"
         f"  own:\n    cmd: {slow!r}\n    healthCheckTimeout: 2.5\n"
     )
     top, own = config.models["top"], config.models["own"]
     assert (top.start_timeout, own.start_timeout) == (2.0, 2.5)
-    assert top.silence_timeout == own.silence_timeout == 1.0
+    assert top.silence_timeout == own.silence_timeout == 60.0
     if top.port == own.port or top.port is None or own.port is None:
         pytest.fail(f"ports: {top.port}, {own.port}")
 
     began = time.monotonic()
     errors = await asyncio.gather(
-        start_error(watched(top), within=10), start_error(watched(own), within=10)
+        start_error(watched(top), within=HANG), start_error(watched(own), within=HANG)
     )
     took = time.monotonic() - began
     for error, seconds in zip(errors, (2.0, 2.5), strict=True):
         assert error.diagnosis.code == "ceiling_timeout", error.diagnosis
         assert error.diagnosis.numbers["timeout_seconds"] == seconds
         assert f"within {seconds:g} s" in error.diagnosis.summary
-    assert 2.4 <= took < 5.5, took
+    assert took >= 2.4, took  # neither was stopped before its ceiling
 
 
 # ---------------------------------------------------------------- failureBackoff
@@ -363,7 +380,9 @@ async def test_within_failure_backoff_the_diagnosis_is_repeated_then_a_fresh_att
         f"if [ -e {shlex.quote(str(marker))} ]; then exec {fake}; fi; "
         f"touch {shlex.quote(str(marker))}; exec {fake} --fail-start"
     )
-    backoff = 1.5
+    # The backoff must not run out between the failure and the test's next request, however
+    # loaded the machine: several seconds.
+    backoff = 5.0
     config = make_model(
         cmd=("/bin/sh", "-c", script),
         port=port,
@@ -373,17 +392,15 @@ async def test_within_failure_backoff_the_diagnosis_is_repeated_then_a_fresh_att
     process = watched(config)
     seen = Recorder(events, config.id)
 
-    first = await start_error(process, within=10)
+    first = await start_error(process, within=HANG)
     assert first.diagnosis.code == "model_load_error"
     assert process.state is S.FAILED
     assert process.pid is None
     (failed_at,) = seen.entered(S.FAILED)
     assert len(seen.entered(S.STARTING)) == 1
 
-    # Within the backoff: the same diagnosis, immediately, and no new process.
-    began = time.monotonic()
-    again = await start_error(process, within=1)
-    assert time.monotonic() - began < 0.2
+    # Within the backoff: the same diagnosis, from memory: no new start, no new process.
+    again = await start_error(process, within=HANG)
     assert again.diagnosis == first.diagnosis
     assert str(again) == str(first)
     assert len(seen.entered(S.STARTING)) == 1
@@ -392,7 +409,7 @@ async def test_within_failure_backoff_the_diagnosis_is_repeated_then_a_fresh_att
     # Keep asking: every answer inside the window is the remembered one; the first request
     # after it starts the model again.
     answers: list[StartError] = []
-    async with asyncio.timeout(backoff + 10):
+    async with asyncio.timeout(backoff + HANG):
         while len(seen.entered(S.STARTING)) == 1:
             try:
                 await process.ensure_ready()
@@ -406,5 +423,4 @@ async def test_within_failure_backoff_the_diagnosis_is_repeated_then_a_fresh_att
     starts = seen.entered(S.STARTING)
     assert len(starts) == 2
     assert starts[1] - failed_at >= backoff - 0.05, starts[1] - failed_at
-    assert starts[1] - failed_at < backoff + 1.0
     assert process.last_failure is None

@@ -11,10 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import resource
-import socket
 import subprocess
 import threading
 import time
@@ -25,7 +23,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tests.e2e.conftest import REPO, Gateway, free_port, serve_command, wait_healthy
+from tests.e2e.conftest import (
+    REPO,
+    Gateway,
+    free_port,
+    free_port_range,
+    serve_command,
+    wait_healthy,
+)
 
 LONG_ENV = "MODELSWAP_RELIABILITY_LONG"
 REPORT_ENV = "MODELSWAP_RELIABILITY_REPORT"  # a JSON-lines file: what each scenario did
@@ -38,31 +43,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("reliability_long") is not None:
             item.add_marker(skip)
-
-
-def free_port_range(count: int) -> int:
-    """A start port whose next ``count`` ports can be listened on now (for ``startPort``).
-
-    Chosen below the kernel's ephemeral range: after a storm of connections thousands of
-    ephemeral ports sit in TIME_WAIT for a minute, and a port a client closed first blocks even
-    a server's SO_REUSEADDR bind. Probed as servers bind (SO_REUSEADDR, listen)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    rng = random.Random()
-    for _ in range(200):
-        start = rng.randrange(10000, max(10001, low - count))
-        try:
-            for port in range(start, start + count):
-                with socket.socket() as sock:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    sock.bind(("127.0.0.1", port))
-                    sock.listen(1)
-        except OSError:
-            continue
-        return start
-    raise RuntimeError("no free port range found")
 
 
 def alive(proc: psutil.Process) -> bool:

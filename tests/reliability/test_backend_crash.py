@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from tests.e2e.conftest import chat, fake_cmd, open_stream, stream_tokens
+from tests.e2e.conftest import HANG, chat, fake_cmd, open_stream, stream_tokens
 from tests.reliability.conftest import LaunchFn, Report, log_problems
 
 pytestmark = pytest.mark.reliability
@@ -35,14 +35,14 @@ def test_crash_mid_stream_ends_the_stream_with_an_error_and_restarts(
     neighbour: dict[str, object] = {}
 
     def steady_stream() -> None:
-        with open_stream(gw, "steady", timeout=20) as resp:
+        with open_stream(gw, "steady") as resp:
             neighbour["status"] = resp.status
             neighbour["tokens"], neighbour["events"] = stream_tokens(resp)
 
     beside = threading.Thread(target=steady_stream)
     beside.start()
     started = time.monotonic()
-    with open_stream(gw, "crashy", timeout=10) as resp:  # request 2: crashes after 10 tokens
+    with open_stream(gw, "crashy") as resp:  # request 2: crashes after 10 tokens
         assert resp.status == 200
         tokens, events = stream_tokens(resp)
     ended_after = time.monotonic() - started
@@ -56,7 +56,7 @@ def test_crash_mid_stream_ends_the_stream_with_an_error_and_restarts(
         row = gw.running().get("crashy")
         return row is not None and row["state"] == "failed"
 
-    gw.wait_for(failed, timeout=5)
+    gw.wait_for(failed)
     diagnosis = gw.running()["crashy"]["last_failure"]
     assert isinstance(diagnosis, dict)
     assert diagnosis["code"] == "exited"
@@ -68,7 +68,7 @@ def test_crash_mid_stream_ends_the_stream_with_an_error_and_restarts(
     assert again.headers["X-Fake-Pid"] != first_pid, "a new backend process serves it"
     assert gw.running()["crashy"]["state"] == "ready"
 
-    beside.join(timeout=20)
+    beside.join(timeout=HANG)
     assert neighbour["status"] == 200
     assert neighbour["tokens"] == [f"tok{i} " for i in range(40)], "the neighbour was disturbed"
     assert neighbour["events"][-1] == "[DONE]"  # type: ignore[index]

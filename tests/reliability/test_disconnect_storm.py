@@ -23,6 +23,9 @@ from tests.e2e.conftest import fake_cmd
 from tests.reliability.conftest import Launched, LaunchFn, Report, free_port_range, log_problems
 
 pytestmark = pytest.mark.reliability
+# The ceiling for settling: the gateway's pool closes idle connections after 15-30 s; this only
+# ends a hang, so it is a few times that, loaded machine or not.
+SETTLE = 150.0
 
 MODELS = ("a", "b", "c")
 TOKENS = 20
@@ -160,7 +163,7 @@ def rss(gw: Launched) -> int:
 
 
 @pytest.mark.reliability_long
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 async def test_disconnect_storm_leaves_nothing_open(launch: LaunchFn, report: Report) -> None:
     first = free_port_range(3)
     ports = [first, first + 1, first + 2]
@@ -170,7 +173,7 @@ async def test_disconnect_storm_leaves_nothing_open(launch: LaunchFn, report: Re
     rng = random.Random(20261130)
 
     await storm(gw, plans(150, rng))  # warm-up: the allocator's and caches' steady state
-    await settle(gw, ports, within=45, connections=False)
+    await settle(gw, ports, within=SETTLE, connections=False)
     baseline = rss(gw)
 
     started = time.monotonic()
@@ -181,7 +184,7 @@ async def test_disconnect_storm_leaves_nothing_open(launch: LaunchFn, report: Re
     assert outcomes.get("complete", 0) >= 250, outcomes
 
     settle_started = time.monotonic()
-    seen = await settle(gw, ports, within=45)
+    seen = await settle(gw, ports, within=SETTLE)
     settled = time.monotonic() - settle_started
     after = rss(gw)
     assert abs(after - baseline) <= 0.10 * baseline, (baseline, after)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from tests.e2e.conftest import fake_cmd
+from tests.e2e.conftest import HANG, fake_cmd
 from tests.fakes.effects import Admission, RecordingEffects
 from tests.reliability.conftest import Launched, LaunchFn, Report, log_problems
 
@@ -39,6 +39,9 @@ TOTAL = 1000
 PHASES = 8
 CONCURRENCY = 32
 GIB = 1024**3
+# A hold streams for 2 s (at the fake's 200 tokens/s): it must outlast the moment the phase's
+# openers reach the gateway, which on a loaded machine can be a good part of a second later.
+HOLD_TOKENS = 400
 
 
 def config() -> tuple[str, str]:
@@ -180,10 +183,10 @@ async def test_mixed_load_with_swaps_loses_nothing(launch: LaunchFn, report: Rep
                 busy = asyncio.Event()
                 holds.append(
                     asyncio.ensure_future(
-                        ask(session, gw, model, stream=True, tokens=100, started=busy)
+                        ask(session, gw, model, stream=True, tokens=HOLD_TOKENS, started=busy)
                     )
                 )
-                await asyncio.wait_for(busy.wait(), 30)
+                await asyncio.wait_for(busy.wait(), HANG)
             # ...then ask for each member that must start.
             openers = [
                 ask(session, gw, m, stream=True, tokens=100) for m in pair if m not in running

@@ -2,6 +2,10 @@
 is just too slow. Each per-model timeout (``connect``, ``firstByte``, ``idleBetweenChunks``,
 ``total``) ends the request with a 504 (or, once the stream has begun, a final 504 error event)
 and the right message, and the lease is freed: nothing stays in flight, the model unloads.
+
+Each clock under test is short and the test asserts that it fired and why (the 504, its
+message), and that it did not fire before it ran out (a lower bound, which load cannot break);
+never how soon after it the answer came.
 """
 
 from __future__ import annotations
@@ -36,15 +40,14 @@ def gateway_error(body: bytes) -> dict[str, object]:
 
 
 def assert_freed(gw: Launched, model: str) -> None:
-    """No request of ``model`` is in flight or queued, and it unloads at once (an unload waits
-    for in-flight requests, so a leaked lease would hang it)."""
+    """No request of ``model`` is in flight or queued, and it unloads (an unload waits for
+    in-flight requests, up to the 600 s drainTimeout, so a leaked lease would hang it past the
+    post's own timeout, which raises)."""
     row = gw.running()[model]
     assert row["in_flight"] == 0, row
     assert row["queued"] == 0, row
-    started = time.monotonic()
     status, _, body = gw.post(f"/api/models/unload/{model}", b"")
     assert status == 200, body
-    assert time.monotonic() - started < 3.0
     assert model not in gw.running()
 
 
@@ -61,7 +64,7 @@ def test_each_timeout_ends_the_request_with_504_and_frees_the_lease(
     gw = launch(MODELS, extra_top=GROUPS)
     for model in ("blackhole", "hang", "stall", "slow"):
         assert gw.post(f"/api/models/load/{model}", b"")[0] == 200
-    gw.wait_for(lambda: "blackhole on" in gw.get_text("/logs/blackhole"), timeout=10)
+    gw.wait_for(lambda: "blackhole on" in gw.get_text("/logs/blackhole"))
     took: dict[str, float] = {}
 
     # connect: the backend's listen queue is full; the SYN is dropped, connect() hangs.
@@ -70,7 +73,7 @@ def test_each_timeout_ends_the_request_with_504_and_frees_the_lease(
     error = gateway_error(body)
     assert error["code"] == "upstream_timeout"
     assert error["message"] == "Backend for model `blackhole` timed out: no connection within 1 s."
-    assert 0.9 <= took["connect"] < 5
+    assert took["connect"] >= 0.9  # not before its second was up
 
     # firstByte: accepted, never answered.
     status, body, took["firstByte"], ours = timed_chat(gw, "hang")
@@ -78,11 +81,11 @@ def test_each_timeout_ends_the_request_with_504_and_frees_the_lease(
     error = gateway_error(body)
     assert error["code"] == "upstream_timeout"
     assert error["message"] == "Backend for model `hang` timed out: no response within 1 s."
-    assert 0.9 <= took["firstByte"] < 5
+    assert took["firstByte"] >= 0.9
 
     # idleBetweenChunks: three tokens, then silence; the stream ends with a 504 error event.
     started = time.monotonic()
-    with open_stream(gw, "stall", timeout=10) as resp:
+    with open_stream(gw, "stall") as resp:
         assert resp.status == 200
         tokens, events = stream_tokens(resp)
     took["idleBetweenChunks"] = time.monotonic() - started
@@ -92,7 +95,7 @@ def test_each_timeout_ends_the_request_with_504_and_frees_the_lease(
     assert error["message"] == (
         "Backend for model `stall` sent nothing for 1 s; the response was cut."
     )
-    assert 0.9 <= took["idleBetweenChunks"] < 5
+    assert took["idleBetweenChunks"] >= 0.9
 
     # total, before the answer began: 20 tokens at 5/s take 4 s; the ceiling is 1.5 s.
     status, body, took["total"], ours = timed_chat(gw, "slow")
@@ -102,7 +105,7 @@ def test_each_timeout_ends_the_request_with_504_and_frees_the_lease(
     assert error["message"] == (
         "Backend for model `slow` timed out: no complete response within 1.5 s."
     )
-    assert 1.4 <= took["total"] < 5
+    assert took["total"] >= 1.4
 
     for model in ("blackhole", "hang", "stall", "slow"):
         assert_freed(gw, model)
@@ -117,7 +120,7 @@ def test_total_timeout_mid_stream_ends_with_a_504_error_event(
     gets the tokens so far, then a final 504 error event, as for every other mid-stream break."""
     gw = launch(MODELS, extra_top=GROUPS)
     started = time.monotonic()
-    with open_stream(gw, "slow", timeout=10) as resp:
+    with open_stream(gw, "slow") as resp:
         assert resp.status == 200
         tokens, events = stream_tokens(resp)
     took = time.monotonic() - started
@@ -127,7 +130,7 @@ def test_total_timeout_mid_stream_ends_with_a_504_error_event(
     assert "error" in last, f"the stream ended without an error event after {tokens}"
     assert last["error"]["code"] == "upstream_timeout"
     assert "no complete response within 1.5 s" in last["error"]["message"], last
-    assert took < 5
+    assert took >= 1.4
     assert_freed(gw, "slow")
     assert not log_problems(gw.log()), log_problems(gw.log())
     report(tokens_before_cut=len(tokens), cut_after_s=round(took, 2))

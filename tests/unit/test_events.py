@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from modelswap.events import DROPPED, Event, EventBus
 
@@ -65,10 +64,10 @@ async def test_stalled_subscriber_is_dropped_while_another_keeps_receiving() -> 
 async def test_publish_never_blocks_on_stalled_subscribers() -> None:
     bus = EventBus(queue_size=8)
     stalled = [bus.subscriber_queue() for _ in range(50)]
-    began = time.monotonic()
     for i in range(20_000):
-        bus.publish("tick", n=i)  # synchronous: returns without awaiting anyone
-    assert time.monotonic() - began < 5.0
+        # Synchronous: returns without awaiting anyone (a publish that waited for a reader
+        # would never return here, with no reader running: the suite's timeout would say so).
+        bus.publish("tick", n=i)
     for queue in stalled:
         assert queue.qsize() == 1
         assert queue.get_nowait().kind == DROPPED

@@ -53,7 +53,6 @@ def test_real_vllm_reports_max_model_len_through_the_gateway(vllm_gateway: Gatew
         lambda: (
             "max_model_len" in ({m.id: m for m in client.models.list()}["tiny"].model_extra or {})
         ),
-        timeout=10,
     )
     rows = {m.id: m for m in client.models.list()}
     for name in ("tiny", "tiny-alias"):

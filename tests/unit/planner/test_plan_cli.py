@@ -4,7 +4,6 @@ SVG)."""
 from __future__ import annotations
 
 import json
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -20,14 +19,10 @@ Q27 = str(PLANNER / "qwen3.6-27b")
 QUESTION = [Q27, "--quantization", "nvfp4", "--gpu", "32GiB", "--utilization", "0.98"]
 
 
-def test_the_27b_question_is_answered_in_under_a_second(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    started = time.perf_counter()
+def test_the_27b_question_is_answered_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    # (How fast it answers is bench/'s question; this checks what it answers.)
     code = main(["plan", *QUESTION, "--max-model-len", "200001"])
-    elapsed = time.perf_counter() - started
     out = capsys.readouterr().out
-    assert elapsed < 1.0
     assert code == 1  # does not fit
     assert "verdict: DOES NOT FIT" in out
     assert "KV per token        64.00 KiB (65,536 B)" in out
