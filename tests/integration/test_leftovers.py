@@ -33,7 +33,7 @@ def sleepers(tracker: ProcessTracker) -> Iterator[list[subprocess.Popen[bytes]]]
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.wait(timeout=5)
+        proc.wait(timeout=60)
 
 
 def sleeper(started: list[subprocess.Popen[bytes]], tracker: ProcessTracker) -> psutil.Process:
