@@ -112,7 +112,7 @@ def test_deeply_nested_backend_metadata_is_unavailable_and_logged(
         f"  deep:\n    cmd: {fake_cmd('--flavor vllm', '--models-body', str(deep))}\n"
     )
     assert chat(gw, "deep").status == 200
-    gw.wait_for(lambda: "model deep: metadata unavailable: " in gw.log(), timeout=30)
+    gw.wait_for(lambda: "model deep: metadata unavailable: " in gw.log(), timeout=60)
     assert "nested deeper than" in gw.log()
     assert "RecursionError" not in gw.log()
     assert request(gw, "GET", "/health").status == 200
