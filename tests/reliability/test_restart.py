@@ -86,11 +86,17 @@ def test_a_new_gateway_ends_what_a_killed_one_left_and_keeps_every_committed_row
     old.wait_for(grandchild_recorded)
     watchdog = [p for p in procs if "modelswap.supervisor.reaper" in " ".join(p.cmdline())]
     assert len(watchdog) == 1
-    backends = [p for p in procs if p not in watchdog]
+    keepers = [p for p in procs if "supervisor/keeper.py" in " ".join(p.cmdline())]
+    assert len(keepers) == 3
+    backends = [p for p in procs if p not in watchdog and p not in keepers]
 
-    os.kill(watchdog[0].pid, signal.SIGKILL)  # the watchdog cannot do its job...
-    assert not wait_all_dead(watchdog, HANG)
-    os.kill(old.proc.pid, signal.SIGKILL)  # ...when the gateway dies
+    # Every line of defence but the record is taken out: the gateway is frozen (so it cannot
+    # react), the watchdog and each backend's keeper are SIGKILLed, then the gateway.
+    os.kill(old.proc.pid, signal.SIGSTOP)
+    for line in (*watchdog, *keepers):
+        os.kill(line.pid, signal.SIGKILL)
+    assert not wait_all_dead([*watchdog, *keepers], HANG)
+    os.kill(old.proc.pid, signal.SIGKILL)
     old.proc.wait(timeout=HANG)
     # Both are dead and reaped: nothing is left that would end the backends.
     assert all(alive(p) for p in backends), "the leftovers must outlive the killed gateway"
