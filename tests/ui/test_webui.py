@@ -124,7 +124,7 @@ def test_models_page_loads_and_unloads_a_real_llamacpp_model(
     failure.wait_for()
     assert card(page, "broken").locator(".badge").text_content() == "failed"
     assert failure.locator('[data-role="fail-fix"]').text_content()
-    screenshot(page, "models", publish=True)
+    screenshot(page, "models")  # docs/screenshots/: make screenshots
 
     smol.get_by_role("button", name="Unload smollm2", exact=True).click()
     page.wait_for_function(
@@ -234,7 +234,7 @@ def test_memory_page_draws_one_band_per_model_in_proportion(
     limit = gpu.locator("line.limit")
     assert abs(float(limit.get_attribute("data-bytes") or 0) - 0.9 * 96 * 1024**3) < 2
     assert "0.9" in (limit.locator("title").text_content() or "")
-    screenshot(page, "memory", publish=True)
+    screenshot(page, "memory")
     loader.join(timeout=30)
 
 

@@ -280,7 +280,7 @@ def test_playground_agrees_with_activity_and_says_how_each_answer_ended(
     )
     assert stopped.get_attribute("data-finish") == "stopped"
     assert "stopped" in (stopped.locator('[data-role="meta"]').text_content() or "")
-    screenshot(page, "playground", publish=True)
+    screenshot(page, "playground")
 
     # Switching model starts a new thread: tiny never receives smollm2's conversation.
     picker.select_option("tiny")
@@ -400,7 +400,7 @@ def test_memory_page_colours_labels_limit_free_and_sources(
     limit_item = page.locator('.basin[data-resource="gpu0"] [data-role="limit"]')
     assert "86.4 GiB" in (limit_item.text_content() or "")
     assert "0.9" in (limit_item.text_content() or "")
-    screenshot(page, "memory", publish=True)
+    screenshot(page, "memory")
     release.touch()
     loader.join(timeout=HANG)
 
@@ -479,7 +479,7 @@ def test_activity_filters_pages_updates_live_and_fits_a_phone(
         chart = page.locator('.chart[data-model="tiny"]')
         assert chart.locator(".axis").count() == 1
         assert "tok/s" in " ".join(chart.locator(".axis-label").all_text_contents())
-        screenshot(page, "activity-390", publish=True)
+        screenshot(page, "activity-390")
 
         page.get_by_role("button", name="Older").click()
         page.wait_for_function(
