@@ -288,9 +288,13 @@ def peer_backend() -> Iterator[int]:
     )
     try:
         yield port
-    finally:
+    finally:  # by handle: only the process this fixture started
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_peers_are_served_with_their_key_and_filters(serve: Serve, peer_backend: int) -> None:

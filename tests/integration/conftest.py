@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import re
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 import aiohttp
 import psutil
 import pytest
+from tests.e2e.conftest import free_port_range
 
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.config import ModelConfig, Timeouts
@@ -33,11 +33,10 @@ _PID_LINE = re.compile(r"fake backend starting: pid=(\d+)|grandchild pid (\d+)")
 
 
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port that was free on 127.0.0.1 a moment ago, below the kernel's ephemeral range
+    (one bound to port 0 is an ephemeral one, which any outgoing connection on a busy machine
+    may take before the backend binds it)."""
+    return free_port_range(1)
 
 
 def is_alive(proc: psutil.Process) -> bool:

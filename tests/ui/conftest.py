@@ -60,7 +60,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     """A fresh browser context (own sessionStorage) at a desktop size; no external requests."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(60_000)  # a ceiling that only ends a hang
     external: list[str] = []
 
     def on_request(request: Any) -> None:

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import REPO, Gateway, fake_cmd, fake_cmd_text, llamacpp_cmd, request
+from tests.e2e.conftest import (
+    HANG,
+    REPO,
+    Gateway,
+    fake_cmd,
+    fake_cmd_text,
+    held_cmd,
+    llamacpp_cmd,
+    request,
+)
 from tests.ui.conftest import screenshot
 
 from modelswap.webui.routes import STATIC, gpu_utilization
@@ -102,7 +111,7 @@ def test_models_page_loads_and_unloads_a_real_llamacpp_model(
     smol.get_by_role("button", name="Load smollm2", exact=True).click()
     page.wait_for_function(
         "document.querySelector('article[data-model=smollm2] .badge').dataset.state === 'ready'",
-        timeout=60_000,
+        timeout=HANG * 1000,
     )
     assert seen_states(page) == ["stopped", "starting", "ready"]
     reported = smol.locator('[data-role="ctx-reported"]')
@@ -135,8 +144,9 @@ def test_models_page_loads_and_unloads_a_real_llamacpp_model(
 
 @ui
 def test_slow_start_shows_progress_updating_in_place(gateway: StartGateway, page: Any) -> None:
+    # A start long enough that the page surely sees it progress, even on a loaded machine.
     gw = gateway(
-        f"  slow:\n    cmd: {fake_cmd('--flavor vllm --load-delay 4 --progress-interval 0.3')}\n"
+        f"  slow:\n    cmd: {fake_cmd('--flavor vllm --load-delay 10 --progress-interval 0.3')}\n"
     )
     open_ui(page, gw, "models")
     page.locator("#events-status", has_text="live").wait_for()
@@ -165,7 +175,7 @@ def test_slow_start_shows_progress_updating_in_place(gateway: StartGateway, page
     screenshot(page, "models-starting")
     page.wait_for_function(
         "document.querySelector('article[data-model=slow] .badge').dataset.state === 'ready'",
-        timeout=20_000,
+        timeout=HANG * 1000,
     )
     assert slow.locator('[data-role="progress"]').is_hidden()
 
@@ -179,13 +189,14 @@ def vllm_receipt_cmd() -> str:
 
 @ui
 def test_memory_page_draws_one_band_per_model_in_proportion(
-    gateway: StartGateway, page: Any
+    gateway: StartGateway, page: Any, tmp_path: Path
 ) -> None:
+    release = tmp_path / "release-slow"  # slow starts only once it exists: it is drawn starting
     gw = gateway(
         f"  small:\n    cmd: {fake_cmd()}\n    uses: {{ram: 256MiB}}\n"
         f"  medium:\n    cmd: {fake_cmd()}\n    uses: {{ram: 512MiB}}\n"
         f"  big:\n    cmd: {vllm_receipt_cmd()}\n    uses: {{gpu0: 84GiB, ram: 64MiB}}\n"
-        f"  slow:\n    cmd: {fake_cmd('--load-delay 5')}\n    uses: {{ram: 128MiB}}\n",
+        f"  slow:\n    cmd: {held_cmd(release)}\n    uses: {{ram: 128MiB}}\n",
         extra_top="resources: {ram: 1GiB, gpu0: 96GiB}\n",
     )
     for model in ("small", "medium", "big"):
@@ -235,7 +246,8 @@ def test_memory_page_draws_one_band_per_model_in_proportion(
     assert abs(float(limit.get_attribute("data-bytes") or 0) - 0.9 * 96 * 1024**3) < 2
     assert "0.9" in (limit.locator("title").text_content() or "")
     screenshot(page, "memory")
-    loader.join(timeout=30)
+    release.touch()
+    loader.join(timeout=HANG)
 
 
 @ui
@@ -251,7 +263,7 @@ def test_playground_streams_an_answer_and_activity_records_it(
     page.get_by_role("button", name="Send").click()
     answer = page.locator('.msg[data-role="assistant"] .content')
     page.wait_for_function(
-        "document.querySelector('#pg-stats').textContent.includes('done')", timeout=60_000
+        "document.querySelector('#pg-stats').textContent.includes('done')", timeout=HANG * 1000
     )
     assert (answer.text_content() or "").strip()
     stats = page.locator("#pg-stats").text_content() or ""
@@ -309,7 +321,7 @@ def test_logs_page_shows_live_lines_with_progress_collapsed(
     page.get_by_label("Source", exact=True).select_option("")  # the gateway's own log, live
     view.locator(".line", has_text="slow").first.wait_for()
     screenshot(page, "logs")
-    loader.join(timeout=10)
+    loader.join(timeout=HANG)
 
 
 @ui
