@@ -80,7 +80,7 @@ def test_alias_presets_layer_on_the_models_filters(gateway: StartGateway) -> Non
     gw = gateway(MODELS)
     think = json.loads(echoed(gw, "/v1/responses", body("qwen:think", top_k=1)))
     assert think == {
-        "model": "qwen",  # aliases are sent upstream as the id
+        "model": "qwen:think",  # as llama-swap: the name the client sent (no useModelName)
         "query": "q",
         "temperature": 0.6,
         "max_tokens": 3,
@@ -89,7 +89,7 @@ def test_alias_presets_layer_on_the_models_filters(gateway: StartGateway) -> Non
     }
     fast = json.loads(echoed(gw, "/v1/messages", body("qwen:fast", temperature=0.9)))
     assert fast == {
-        "model": "qwen",
+        "model": "qwen:fast",
         "query": "q",
         "temperature": 0.2,
         "max_tokens": 3,
@@ -98,7 +98,7 @@ def test_alias_presets_layer_on_the_models_filters(gateway: StartGateway) -> Non
     # An alias without its own filters gets the model's only; all three are one process.
     plain = json.loads(echoed(gw, "/v1/rerank", body("plain")))
     assert plain == {
-        "model": "qwen",
+        "model": "plain",
         "query": "q",
         "temperature": 0.6,
         "max_tokens": 3,

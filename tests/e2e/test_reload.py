@@ -70,7 +70,9 @@ def test_an_alias_change_applies_without_restarting_the_model(
     gateway: Callable[..., Gateway],
 ) -> None:
     gw = gateway(
-        f"  m:\n    cmd: {fake_cmd()}\n    aliases: [first-name]\n", args=("--watch-config",)
+        f"  m:\n    cmd: {fake_cmd()}\n    aliases: [first-name]\n",
+        extra_top="includeAliasesInList: true\n",  # alias rows in /v1/models
+        args=("--watch-config",),
     )
     before = pid_of(chat(gw, "first-name"))
     edit(gw, "aliases: [first-name]", "aliases: [second-name]\n    ttl: 300")
