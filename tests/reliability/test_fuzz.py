@@ -5,7 +5,8 @@ them to a real gateway in front of a real fake backend.
 
 What must hold for every answer: no 5xx authored by the gateway (a 5xx may only come from the
 backend, which marks its answers with ``X-Fake-Pid``); every error the gateway authors is the
-OpenAI envelope ``{"error": {"message", "type", "code", "param"}}`` with ``X-Modelswap-Error``;
+OpenAI envelope ``{"error": {"message", "type", "code", "param"}}`` (Anthropic's
+``{"type": "error", "error": {"type", "message"}}`` on its routes) with ``X-Modelswap-Error``;
 and afterwards the gateway is healthy and its log holds no traceback and no ERROR record.
 """
 
@@ -211,6 +212,10 @@ class Client:
             raise
 
 
+# Routes that speak the Anthropic API answer in Anthropic's error shape (README, Errors).
+ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+
+
 def check_answer(
     method: str, path: str, status: int, headers: http.client.HTTPMessage, body: bytes
 ) -> None:
@@ -224,7 +229,11 @@ def check_answer(
             return
         data = json.loads(body)
         error = data["error"]
-        assert set(error) >= {"message", "type", "code", "param"}, where
+        if path.split("?", 1)[0] in ANTHROPIC_PATHS:  # Anthropic's own error shape there
+            assert data["type"] == "error", where
+            assert set(error) >= {"type", "message"}, where
+        else:
+            assert set(error) >= {"message", "type", "code", "param"}, where
         assert isinstance(error["message"], str), where
         assert error["message"], where
         assert isinstance(error["type"], str), where
