@@ -141,6 +141,15 @@ def _target_problem(
 ) -> str | None:
     if target in own:
         return f"{target!r} is this model itself"
+    return target_problem(target, local_names, peers, list_peer_models=True)
+
+
+def target_problem(
+    target: str, local_names: set[str], peers: Mapping[str, Peer], *, list_peer_models: bool
+) -> str | None:
+    """Why ``target`` names nothing a request could go to — a local id or alias, a peer's
+    ``peerID/model`` (any name for a discovering peer), or a bare name a peer lists — else
+    None. Shared by fallbacks and selectors."""
     if target in local_names:
         return None
     peer_id, slash, name = target.partition("/")
@@ -148,7 +157,8 @@ def _target_problem(
         peer = peers[peer_id]
         if peer.discover or name in peer.models:
             return None
-        return f"peer {peer_id!r} does not list {name!r} (its models: {', '.join(peer.models)})"
+        listed = f" (its models: {', '.join(peer.models)})" if list_peer_models else ""
+        return f"peer {peer_id!r} does not list {name!r}{listed}"
     if any(target in peer.models for peer in peers.values()):
         return None
     return f"{target!r} is neither a model, an alias nor a peerID/model name"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from modelswap.config.paths import Problems, key_path
+from modelswap.config.peers import target_problem
 from modelswap.config.resolved import ModelConfig, Peer, Selector
 from modelswap.config.schema import RawConfig
 
@@ -43,14 +44,4 @@ def _target_problem(
 ) -> str | None:
     if target == own:
         return "a selector cannot name itself"
-    if target in local:
-        return None
-    peer_id, slash, name = target.partition("/")
-    if slash and peer_id in peers:
-        peer = peers[peer_id]
-        if peer.discover or name in peer.models:
-            return None
-        return f"peer {peer_id!r} does not list {name!r}"
-    if any(target in peer.models for peer in peers.values()):
-        return None
-    return f"{target!r} is neither a model, an alias nor a peerID/model name"
+    return target_problem(target, local, peers, list_peer_models=False)
