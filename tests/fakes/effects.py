@@ -8,6 +8,10 @@ Every call is appended to :attr:`RecordingEffects.calls` in order, as a plain tu
 * ``("grant_error", admission, error)``
 * ``("stop", frozenset(models))``
 
+``prepare_swap`` and ``abandon_swap`` are advice, not decisions: they go to ``preparations``
+(``("prepare", target)``, ``("abandon", target)``), not into ``calls``, so the decision
+sequences the tests assert stay the same.
+
 ``grant`` answers False for an :class:`Admission` marked ``gone`` (its client went away), as the
 router's real ``Effects`` does. Answering one admission twice (two grants, or a grant and an
 error) is always a scheduler bug, so the recorder fails the test on the spot.
@@ -46,6 +50,7 @@ class RecordingEffects:
         self._stops: list[frozenset[str]] = []
         self._answered: dict[int, protocols.Admission] = {}  # keeps them alive: ids stay unique
         self.reasons: list[str] = []
+        self.preparations: list[Call] = []
         self.clock = 0.0  # what now() answers; tests move it forward
 
     # ---- the Effects protocol --------------------------------------------------------------
@@ -57,6 +62,12 @@ class RecordingEffects:
 
     def cancel_swap(self, target: str) -> None:
         self.calls.append(("cancel_swap", target))
+
+    def prepare_swap(self, target: str) -> None:
+        self.preparations.append(("prepare", target))
+
+    def abandon_swap(self, target: str) -> None:
+        self.preparations.append(("abandon", target))
 
     def now(self) -> float:
         return self.clock

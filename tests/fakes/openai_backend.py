@@ -18,6 +18,10 @@ given: a test holds a stream in flight for as long as it needs, then lets it fin
 counting the one asking), and ``--blackhole-after-ready`` stops accepting connections once ready
 (its listen queue stays full, so a new connection hangs in ``connect()``).
 
+For weight prefetch: ``--weights FILE`` is read whole while loading (as a real server reads
+its model, so a cold page cache shows in its start), and ``--stop-delay S`` waits S seconds
+after SIGTERM before exiting (a server that takes its time to stop).
+
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -96,6 +100,8 @@ class Config:
     stall_until: str | None = None
     count_connections: bool = False
     blackhole_after_ready: bool = False
+    weights: str | None = None
+    stop_delay: float = 0.0
 
 
 @dataclasses.dataclass
@@ -634,6 +640,8 @@ async def life(cfg: Config, backend: FakeBackend, start_site: Callable[[], Await
         await start_site()
         log(f"main: HTTP port bound, hostname: {cfg.host}, port: {cfg.port}")
     await loading_phase(cfg)
+    if cfg.weights:
+        await asyncio.to_thread(read_weights, cfg.weights)
     if cfg.fail_start:
         print_failure(cfg)
         return 1
@@ -659,6 +667,13 @@ async def life(cfg: Config, backend: FakeBackend, start_site: Callable[[], Await
         hard_exit(2, "FATAL: simulated exit after ready")
     await asyncio.Event().wait()
     return 0  # pragma: no cover - never reached
+
+
+def read_weights(path: str) -> None:
+    with open(path, "rb") as fh:
+        while fh.read(1 << 20):
+            pass
+    out(f"fake backend: read the weights {path}")
 
 
 async def blackhole(cfg: Config, backend: FakeBackend) -> None:
@@ -721,6 +736,8 @@ async def amain(cfg: Config) -> int:
     code = life_task.result() if life_task in done else 0
     if stop_task in done:
         out("fake backend: received signal, shutting down")
+        if cfg.stop_delay:
+            await asyncio.sleep(cfg.stop_delay)
     for task in (life_task, stop_task, reaper):
         if task is not None:
             task.cancel()
@@ -781,6 +798,8 @@ def parse_args(argv: list[str] | None) -> Config:
         action="store_true",
         help="once ready, stop accepting connections (connects hang)",
     )
+    p.add_argument("--weights", metavar="FILE", default=None, help="read FILE while loading")
+    p.add_argument("--stop-delay", type=float, default=0.0, help="after SIGTERM, exit S s later")
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -814,6 +833,8 @@ def parse_args(argv: list[str] | None) -> Config:
         stall_until=a.stall_until,
         count_connections=a.count_connections,
         blackhole_after_ready=a.blackhole_after_ready,
+        weights=a.weights,
+        stop_delay=max(0.0, a.stop_delay),
     )
 
 

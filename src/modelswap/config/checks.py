@@ -404,6 +404,7 @@ def _resolve_model(
         send_loading_state=(
             raw.send_loading_state if model.send_loading_state is None else model.send_loading_state
         ),
+        prefetch=raw.prefetch if model.prefetch is None else model.prefetch,
         stop_grace=model.unload_timeout if model.unload_timeout is not None else raw.unload_timeout,
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,

@@ -219,6 +219,9 @@ class ModelConfig:
     send_loading_state: bool = False
     # Declared capabilities (llama-swap's), shown as-is in /v1/models.
     capabilities: object = None
+    # While a swap to this model waits for others to drain and stop, read its weight files
+    # into the page cache (routing/local.py decides, supervisor/prefetch.py reads).
+    prefetch: bool = True
 
     def filters_for(self, name: str) -> tuple[Filters, ...]:
         """The filter layers for a request naming ``name``: the model's, then those given for

@@ -413,6 +413,11 @@ class RawModel(BaseModel):
         description="While the model starts, a streamed chat answer gets the progress as "
         "reasoning_content deltas (llama-swap's; default: top level, else SSE comments).",
     )
+    prefetch: bool | None = Field(
+        None,
+        description="While a swap to this model waits for others to drain and stop, read its "
+        "weight files into the page cache (default: top level).",
+    )
     capabilities: JsonParam = Field(
         None,
         description="What the model can do, as llama-swap declares it (e.g. {tools: true, "
@@ -660,6 +665,12 @@ class RawConfig(BaseModel):
         alias="sendLoadingState",
         description="While a model starts, streamed chat answers get the progress as "
         "reasoning_content deltas, for chat UIs that show thinking (else SSE comments).",
+    )
+    prefetch: bool = Field(
+        True,
+        description="While a swap waits for the models it evicts to drain and stop, read the "
+        "next model's weight files (GGUF, safetensors) into the page cache, never more than "
+        "the memory available minus a margin; false: never.",
     )
     include_aliases_in_list: bool = Field(
         False,

@@ -15,15 +15,19 @@ from dataclasses import dataclass, field
 
 from modelswap.errors import Diagnosis, StartError
 from modelswap.events import Event, EventBus
+from modelswap.planner.weights import weight_files
 from modelswap.routing.protocols import Admission, Swapper
 from modelswap.routing.scheduler import Scheduler, SchedulerPolicy
 from modelswap.routing.swappers import ExclusiveSwapper
 from modelswap.states import ProcessState
+from modelswap.supervisor.prefetch import Prefetch, PrefetchRecord
 from modelswap.supervisor.process import ManagedProcess
 
 log = logging.getLogger(__name__)
 
 RETIRE_ROUNDS = 5
+# A receipt waits this long at most for a cancelled prefetch's thread to finish its chunk.
+PREFETCH_SETTLE_SECONDS = 1.0
 _IDLE_STATES = frozenset({ProcessState.STOPPED, ProcessState.FAILED, ProcessState.SHUTDOWN})
 
 ABORTED = Diagnosis(
@@ -85,6 +89,7 @@ class LocalRouter:
         self._stop_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_used: dict[str, float] = {}
         self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._prefetches: dict[str, Prefetch | PrefetchRecord] = {}  # a record: decided against
         events.add_listener(self._on_event)
 
     # ---- for request handlers --------------------------------------------------------------
@@ -195,6 +200,8 @@ class LocalRouter:
     async def close(self) -> None:
         """Refuse new requests, abort swaps, stop every backend."""
         self.scheduler.on_shutdown()
+        for target in list(self._prefetches):
+            self._stop_prefetch(target, "the gateway is shutting down")
         for timer in self._idle_timers.values():
             timer.cancel()
         self._idle_timers.clear()
@@ -228,7 +235,17 @@ class LocalRouter:
         if task is not None and not task.done():
             log.info("swap: cancelling the start of %s: every waiter left", target)
             self._aborted.add(target)
+            self._stop_prefetch(target, "the swap was cancelled")
             self._spawn_task(self._abort_start(target), f"abort:{target}")
+
+    def prepare_swap(self, target: str) -> None:
+        """The swap to ``target`` waits for what it evicts to drain: read its weights now."""
+        self._begin_prefetch(target)
+
+    def abandon_swap(self, target: str) -> None:
+        if target not in self._swap_tasks:
+            self._stop_prefetch(target, "the swap is no longer due")
+            self._prefetches.pop(target, None)
 
     async def _abort_start(self, target: str) -> None:
         await self.processes[target].stop()  # ensure_ready in the swap task then fails
@@ -261,8 +278,11 @@ class LocalRouter:
         stopped = began
         try:
             if evict:
+                self._begin_prefetch(target)
                 await self._stop_processes(evict, sleep=True)
             stopped = time.monotonic()
+            # From here the backend reads its own weights; the prefetch has done its part.
+            self._stop_prefetch(target, "the start began")
             if target in self._aborted:
                 raise StartError(target, ABORTED)
             await self.processes[target].ensure_ready()
@@ -276,26 +296,71 @@ class LocalRouter:
         self._swap_tasks.pop(target, None)
         self._aborted.discard(target)
         self.scheduler.on_swap_done(target, error)
-        try:  # the receipt is a report: it must never keep waiters from their answer
-            self._swap_receipt(target, evict, began, stopped, error)
-        except Exception:
-            log.exception("swap to %s: no receipt", target)
+        ended = time.monotonic()
         if error is None:
             self._maybe_arm_idle_timer(target)
+        try:  # the receipt is a report: it must never keep waiters from their answer
+            prefetched = await self._settled_prefetch(target)
+            self._swap_receipt(target, evict, (began, stopped, ended), error, prefetched)
+        except Exception:
+            log.exception("swap to %s: no receipt", target)
+
+    # ---- prefetch: the next model's weights, read while the evicted ones stop --------------
+
+    def _begin_prefetch(self, target: str) -> None:
+        """Read ``target``'s weight files into the page cache beside the wait for what it
+        evicts to drain and stop (once per swap; a model with ``prefetch: false`` or no local
+        weights is recorded as skipped, with why)."""
+        if target in self._prefetches:
+            return
+        process = self.processes[target]
+        config = process.config
+        if not config.prefetch:
+            self._prefetches[target] = Prefetch.skipped("prefetch: false")
+            return
+        if process.state is ProcessState.SLEEPING:
+            self._prefetches[target] = Prefetch.skipped("asleep: its weights are in its memory")
+            return
+        files = weight_files(config.cmd)
+        if not files:
+            self._prefetches[target] = Prefetch.skipped("the command names no local weight files")
+            return
+        prefetch = Prefetch(files)
+        prefetch.start()
+        self._prefetches[target] = prefetch
+        log.info("swap to %s: prefetching %d weight file(s)", target, len(files))
+
+    def _stop_prefetch(self, target: str, why: str) -> None:
+        prefetch = self._prefetches.get(target)
+        if isinstance(prefetch, Prefetch):
+            prefetch.cancel(why)
+
+    async def _settled_prefetch(self, target: str) -> PrefetchRecord | None:
+        """This swap's prefetch record, once its thread has let go (bounded: a stuck read
+        leaves the record as it stands)."""
+        prefetch = self._prefetches.pop(target, None)
+        if not isinstance(prefetch, Prefetch):
+            return prefetch
+        prefetch.cancel("the swap ended")
+        try:
+            return await asyncio.wait_for(prefetch.wait(), PREFETCH_SETTLE_SECONDS)
+        except TimeoutError:
+            return prefetch.snapshot()
 
     def _swap_receipt(
         self,
         target: str,
         evict: frozenset[str],
-        began: float,
-        stopped: float,
+        clock: tuple[float, float, float],
         error: Exception | None,
+        prefetched: PrefetchRecord | None,
     ) -> None:
         """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
         what it evicted (until each whole process tree was gone), then the target's own
-        start — spawn to listening, listening to healthy (0 when it was running already)."""
+        start — spawn to listening, listening to healthy (0 when it was running already) —
+        and what was prefetched meanwhile. ``clock``: began, stopped, ended (monotonic)."""
         process = self.processes[target]
-        now = time.monotonic()
+        began, stopped, now = clock
         receipt: dict[str, object] = {
             "target": target,
             "evict": sorted(evict),
@@ -309,6 +374,8 @@ class LocalRouter:
             receipt["listening_to_ready_seconds"] = round(now - listening, 4)
         if error is not None:
             receipt["error"] = str(error)
+        if prefetched is not None:
+            receipt["prefetch"] = prefetched.as_dict()
         self._events.publish("swap.done", **receipt)
         parts = ", ".join(
             f"{key.removesuffix('_seconds').replace('_', ' ')} {value:.3f} s"
@@ -316,7 +383,8 @@ class LocalRouter:
             if key.endswith("_seconds") and key != "total_seconds" and isinstance(value, float)
         )
         outcome = "failed" if error is not None else "done"
-        log.info("swap to %s %s in %.3f s (%s)", target, outcome, now - began, parts)
+        tail = f"; prefetch {prefetched.summary()}" if prefetched is not None else ""
+        log.info("swap to %s %s in %.3f s (%s)%s", target, outcome, now - began, parts, tail)
 
     async def _stop(self, models: frozenset[str]) -> None:
         try:

@@ -37,6 +37,14 @@ class Effects(Protocol):
     def cancel_swap(self, target: str) -> None:
         """Abort the start of ``target`` (nobody waits for it); ``on_swap_done`` follows."""
 
+    def prepare_swap(self, target: str) -> None:
+        """A swap to ``target`` is due but waits (for what it evicts to drain, or for a stop
+        to end): work that makes its start cheaper may begin. Said once per due target."""
+
+    def abandon_swap(self, target: str) -> None:
+        """The swap ``prepare_swap`` announced will not start now (another target is due, or
+        none is); what was prepared for it may stop."""
+
     def grant(self, admission: Admission) -> bool:
         """Let the request use its model now. False if its client is already gone."""
 

@@ -16,7 +16,8 @@ Rules, in the order ``_pump`` applies them (docs/architecture.md, "Scheduler rul
    ``concurrency_limit`` and the global ``max_in_flight`` (the rest wait in the queue).
 4. With no swap and no stop under way, the swap starts once every model to evict has drained —
    or once ``drain_timeout`` has passed since it became due (the evicted model's requests then
-   end with an error).
+   end with an error). While it waits, ``Effects.prepare_swap`` is told once (the router
+   prefetches the target's weights), and ``abandon_swap`` if another target becomes due.
 5. When a swap ends, every request queued for its target is granted together (collation):
    ``A B A B`` queued during a swap costs two starts, not four.
 
@@ -60,6 +61,7 @@ class Scheduler:
         self._unload_requested: set[str] = set()
         self._due_since: dict[str, float] = {}  # target -> when its swap became due
         self._cancelled: set[str] = set()  # swaps cancelled because every waiter left
+        self._preparing: str | None = None  # the due target told to prepare_swap
         self._shutdown = False
 
     # ---- snapshots -------------------------------------------------------------------------
@@ -195,8 +197,10 @@ class Scheduler:
                 self._grant(adm)
         if target is None or eviction is None:
             self._due_since.clear()  # nothing is due: a later swap starts its own drain clock
+            self._prepare(None)
             return
         if self._stopping:
+            self._prepare(target)
             return
         now = self._effects.now()
         due = self._due_since.get(target, now)
@@ -205,6 +209,7 @@ class Scheduler:
         reason = eviction.reason
         if busy:
             if now - due < self._policy.drain_timeout:
+                self._prepare(target)
                 return  # wait for them to finish their answers
             reason += (
                 f"; {', '.join(sorted(busy))} still busy after the "
@@ -212,7 +217,20 @@ class Scheduler:
             )
         self._swapping = target
         self._running -= eviction.models
+        if self._preparing not in (None, target):
+            self._effects.abandon_swap(self._preparing)
+        self._preparing = None  # what was prepared now belongs to the swap
         self._effects.start_swap(target, eviction.models, reason)
+
+    def _prepare(self, target: str | None) -> None:
+        """``target`` is the due swap that waits (None: no swap is due)."""
+        if target == self._preparing:
+            return
+        if self._preparing is not None:
+            self._effects.abandon_swap(self._preparing)
+        self._preparing = target
+        if target is not None:
+            self._effects.prepare_swap(target)
 
     def _has_room(self, adm: Admission) -> bool:
         limit = self._policy.concurrency.get(adm.model, 0)

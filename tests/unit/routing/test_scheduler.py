@@ -11,7 +11,7 @@ from __future__ import annotations
 from tests.fakes.effects import Admission, RecordingEffects
 
 from modelswap.errors import Diagnosis, ShuttingDownError, StartError
-from modelswap.routing.scheduler import Scheduler
+from modelswap.routing.scheduler import Scheduler, SchedulerPolicy
 from modelswap.routing.swappers import ExclusiveSwapper
 
 NONE: frozenset[str] = frozenset()
@@ -166,6 +166,44 @@ def test_scheduler_swap_waits_for_the_evicted_model_to_drain() -> None:
 
     s.on_swap_done("b", None)
     assert fx.take() == [("grant", b1)]
+
+
+def test_scheduler_a_swap_that_waits_for_a_drain_is_prepared_once_then_started() -> None:
+    s, fx = make()
+    bring_up(s, fx, "a")
+    a1, b1, b2 = Admission("a", "a1"), Admission("b", "b1"), Admission("b", "b2")
+    s.on_request(a1)
+    s.on_request(b1)
+    s.on_request(b2)
+    s.on_tick()
+    assert fx.preparations == [("prepare", "b")]  # once, however often it is re-checked
+    s.on_serve_done("a")
+    assert fx.take()[-1] == ("start_swap", "b", frozenset({"a"}))
+    assert fx.preparations == [("prepare", "b")]  # the swap took over what was prepared
+
+
+def test_scheduler_a_prepared_swap_nobody_waits_for_is_abandoned() -> None:
+    s, fx = make()
+    bring_up(s, fx, "a")
+    a1, b1 = Admission("a", "a1"), Admission("b", "b1")
+    s.on_request(a1)
+    s.on_request(b1)
+    s.on_cancel(b1)
+    assert fx.preparations == [("prepare", "b"), ("abandon", "b")]
+    assert fx.take() == [("grant", a1)]
+
+
+def test_scheduler_a_higher_priority_target_replaces_the_prepared_one() -> None:
+    fx = RecordingEffects()
+    s = Scheduler(ExclusiveSwapper(), fx, SchedulerPolicy(priorities={"c": 5}))
+    bring_up(s, fx, "a")
+    a1, b1, c1 = Admission("a", "a1"), Admission("b", "b1"), Admission("c", "c1")
+    s.on_request(a1)
+    s.on_request(b1)
+    s.on_request(c1)
+    assert fx.preparations == [("prepare", "b"), ("abandon", "b"), ("prepare", "c")]
+    s.on_serve_done("a")
+    assert fx.take()[-1] == ("start_swap", "c", frozenset({"a"}))
 
 
 def test_scheduler_busy_model_cannot_starve_a_waiting_one() -> None:
