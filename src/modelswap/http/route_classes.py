@@ -52,9 +52,11 @@ _READ_EXACT = frozenset(
         "/api/plan",
         "/api/peers",
         "/api/profiles",
+        "/api/inflight",
     }
 )
-_ADMIN_PREFIXES = ("/api/models/", "/upstream/")
+# /api/inflight/{id}/cancel: llama-swap's cancel of an in-flight request
+_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/")
 # llama-swap's: /unload, /upstream, and switching the active profile
 _ADMIN_EXACT = frozenset({"/api/config", "/unload", "/upstream", "/api/profiles/active"})
 

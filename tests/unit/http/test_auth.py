@@ -63,6 +63,8 @@ def basic(user: str, password: str) -> str:
         ("/api/models/unload/qwen", ADMIN),
         ("/upstream/qwen/health", ADMIN),
         ("/upstream/qwen/../../x", ADMIN),
+        ("/api/inflight", READ),
+        ("/api/inflight/7/cancel", ADMIN),
         ("/nope", "any"),
         ("/healthz", "any"),
         ("/api/configs", "any"),

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from modelswap.errors import echo
-from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of
+from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of, error_response
 from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.middleware.inflight import CANCELLED_CODE, INFLIGHT, RESPONSE
 from modelswap.http.middleware.request_id import request_id
 from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
 from modelswap.observe.records import RequestRecord
@@ -109,12 +110,27 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     if runtime.config.observability.capture:
         obs.capture_limit = runtime.config.observability.capture_bytes
     request[OBS] = obs
+    registry = request.app.get(INFLIGHT)
+    inflight = registry.add(request) if registry is not None else None
     status, code, response = 500, None, None
     try:
         response = await handler(request)
         status, code = response.status, _error_code(response)
         return response
     except asyncio.CancelledError:
+        if inflight is not None and inflight.cancelled:  # POST /api/inflight/{id}/cancel
+            code, status = CANCELLED_CODE, CLIENT_CLOSED
+            if request.get(RESPONSE) is None and inflight.task is not None:
+                inflight.task.uncancel()  # nothing reached the client yet: tell it why
+                status = 502
+                response = error_response(
+                    f"Request {inflight.id} was cancelled (POST /api/inflight/{inflight.id}"
+                    "/cancel) before its answer began.",
+                    502,
+                    code=CANCELLED_CODE,
+                )
+                return response
+            raise
         # A client that hangs up after the stream's final [DONE] (as SDKs do) got its whole
         # answer: that is a success, not a disconnect.
         status = obs.status if obs.done_sent and obs.status else CLIENT_CLOSED
@@ -123,6 +139,8 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         status = exc.status
         raise
     finally:
+        if registry is not None and inflight is not None:
+            registry.remove(inflight)
         if response is not None and not obs.bytes_out and isinstance(response, web.Response):
             obs.bytes_out = response.content_length or 0
         key = client_key(request)

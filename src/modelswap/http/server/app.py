@@ -17,6 +17,7 @@ from modelswap.http.errors import (
     response_for,
 )
 from modelswap.http.keys import RUNTIME
+from modelswap.http.middleware import inflight as inflight_registry
 from modelswap.http.middleware import request_id
 from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.cors import Cors
@@ -24,6 +25,7 @@ from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.middleware.observing import observe_middleware
 from modelswap.http.middleware.throttle import FailureLimiter
 from modelswap.http.routes import admin as admin_routes
+from modelswap.http.routes import inflight as inflight_routes
 from modelswap.http.routes import observe as observe_routes
 from modelswap.http.routes import openai as openai_routes
 from modelswap.http.routes import peers as peer_routes
@@ -91,11 +93,14 @@ def create_app(runtime: Runtime) -> web.Application:
     )
     app.on_response_prepare.append(request_id.on_prepare)
     app.on_response_prepare.append(cors.on_prepare)
+    app.on_response_prepare.append(inflight_registry.on_prepare)
     app[RUNTIME] = runtime
+    app[inflight_registry.INFLIGHT] = inflight_registry.InflightRegistry()
     app[DRAIN] = drain
     openai_routes.add_routes(app)
     observe_routes.add_routes(app)  # before admin's /logs/{model}: /logs/stream wins
     admin_routes.add_routes(app)
+    inflight_routes.add_routes(app)
     security_routes.add_routes(app)
     plan_routes.add_routes(app)
     peer_routes.add_routes(app)

@@ -1,0 +1,139 @@
+"""The requests in flight right now, and cancelling one (llama-swap's in-flight table).
+
+Each observed request (inference and ``/upstream``) is registered by the observing middleware
+for as long as its handler runs, under llama-swap's id scheme: a decimal counter from 1, as a
+string. Nothing is done per chunk: a listing reads the request's :class:`RequestObs` (bytes
+relayed, the model it resolved to) at that moment.
+
+Cancelling cancels the handler's task — the same path a client that hangs up takes, so the
+upstream request is closed (the backend stops generating) and the model's lease released.
+The client gets a 502 if nothing had reached it yet, else its answer ends where it was; the
+activity log records ``request_cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from modelswap.http.middleware.request_id import request_id
+from modelswap.redact import Redactor
+
+CANCELLED_CODE = "request_cancelled"
+
+
+@dataclass(eq=False, slots=True)
+class InflightRequest:
+    """One request being served. ``cancelled`` is set before its task is cancelled, so the
+    middleware can tell an operator's cancel from a client's disconnect."""
+
+    id: str
+    request: web.Request
+    task: asyncio.Task[object] | None
+    started: float = field(default_factory=time.monotonic)
+    at: float = field(default_factory=time.time)
+    cancelled: bool = False
+
+
+class InflightRegistry:
+    """The in-flight requests, by id. Used on the event loop only (no locks)."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._requests: dict[str, InflightRequest] = {}
+
+    def add(self, request: web.Request) -> InflightRequest:
+        entry = InflightRequest(str(next(self._ids)), request, asyncio.current_task())
+        self._requests[entry.id] = entry
+        return entry
+
+    def remove(self, entry: InflightRequest) -> None:
+        self._requests.pop(entry.id, None)
+
+    def find(self, id_or_request_id: str) -> InflightRequest | None:
+        """By llama-swap's id, else by the ``X-Request-Id`` the client got."""
+        entry = self._requests.get(id_or_request_id)
+        if entry is not None:
+            return entry
+        for candidate in self._requests.values():
+            if request_id(candidate.request) == id_or_request_id:
+                return candidate
+        return None
+
+    def cancel(self, id_or_request_id: str) -> InflightRequest | None:
+        """Cancel that request's handler; None when no such request is in flight."""
+        entry = self.find(id_or_request_id)
+        if entry is None or entry.task is None:
+            return None
+        entry.cancelled = True
+        entry.task.cancel()
+        return entry
+
+    def entries(self) -> list[InflightRequest]:
+        return sorted(self._requests.values(), key=lambda e: (e.at, int(e.id)))
+
+
+INFLIGHT: web.AppKey[InflightRegistry] = web.AppKey("inflight", InflightRegistry)
+# The response that went out for a request (its headers sent), as the listing shows it.
+RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey(
+    "inflight_response", web.StreamResponse
+)
+
+
+def _rfc3339(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _header_map(headers: Iterable[tuple[str, str]], redactor: Redactor) -> dict[str, str]:
+    """One value per header (the first), credentials masked, as llama-swap lists them."""
+    out: dict[str, str] = {}
+    for name, value in redactor.headers(headers):
+        out.setdefault(name, value)
+    return out
+
+
+def describe(
+    entry: InflightRequest,
+    redactor: Redactor,
+    *,
+    model: str | None,
+    requested: str | None,
+    bytes_out: int,
+    key_name: str | None,
+    now: float | None = None,
+) -> dict[str, object]:
+    """llama-swap's ``InflightRequestEntry`` fields, then modelswap's own beside them."""
+    request = entry.request
+    response = request.get(RESPONSE)
+    elapsed = (time.monotonic() if now is None else now) - entry.started
+    return {
+        "id": entry.id,
+        "timestamp": _rfc3339(entry.at),
+        "model": model or requested or "",
+        "req_path": request.path,
+        "method": request.method,
+        "req_headers": _header_map(list(request.headers.items()), redactor),
+        "remote_ip": request.remote or "",
+        "resp_headers": _header_map(list(response.headers.items()), redactor)
+        if response is not None
+        else {},
+        "resp_bytes": bytes_out,
+        "elapsed_ms": max(0, int(elapsed * 1000)),
+        # modelswap's
+        "request_id": request_id(request),
+        "requested": requested,
+        "key_name": key_name,
+        "state": "relaying" if response is not None else "waiting",
+        "cancelling": entry.cancelled,
+    }
+
+
+async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """Remember the response whose headers go out (once per request, never per chunk)."""
+    request[RESPONSE] = response

@@ -1,0 +1,54 @@
+"""``GET /api/inflight`` and ``POST /api/inflight/{id}/cancel`` (llama-swap's in-flight table).
+
+llama-swap sends the table only as ``inflight`` events of ``/api/events``
+(``{"operation": "snapshot", "requests": [...]}``); modelswap serves that same snapshot object
+on a GET. Cancelling answers llama-swap's ``{"msg": "ok"}``, or 404 ``inflight request not
+found``; see :mod:`modelswap.http.middleware.inflight` for what a cancel does.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from modelswap.http.errors import error_response
+from modelswap.http.keys import CLIENT, RUNTIME
+from modelswap.http.middleware.inflight import INFLIGHT, describe
+from modelswap.http.middleware.observing import OBS
+from modelswap.http.middleware.request_id import request_id
+
+
+async def inflight(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    rows = []
+    for entry in request.app[INFLIGHT].entries():
+        seen = entry.request
+        obs = seen.get(OBS)
+        client = seen.get(CLIENT)
+        key = client.key if client is not None else None
+        rows.append(
+            describe(
+                entry,
+                runtime.redactor,
+                model=obs.model if obs is not None else None,
+                requested=obs.requested if obs is not None else None,
+                bytes_out=obs.bytes_out if obs is not None else 0,
+                key_name=key.name if key is not None else None,
+            )
+        )
+    return web.json_response({"operation": "snapshot", "requests": rows})
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """By llama-swap's id (``1``, ``2``, …) or by the request's ``X-Request-Id``."""
+    runtime = request.app[RUNTIME]
+    wanted = request.match_info["id"]
+    entry = request.app[INFLIGHT].cancel(wanted)
+    if entry is None:
+        return error_response("inflight request not found", 404, code="not_found")
+    runtime.events.publish("request.cancelled", id=entry.id, request_id=request_id(entry.request))
+    return web.json_response({"msg": "ok"})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/inflight", inflight)
+    app.router.add_post("/api/inflight/{id}/cancel", cancel)

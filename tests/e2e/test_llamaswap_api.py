@@ -1,0 +1,134 @@
+"""llama-swap's API beside the model routes (issue 17): the in-flight table and its cancel,
+captures, the activity metrics and the pass-through prefixes, each with llama-swap's status
+codes and body shapes, through ``python -m modelswap serve`` and the fake backend."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import Gateway, Reply, fake_cmd, next_event, open_stream, request
+
+pytestmark = pytest.mark.e2e
+
+StartGateway = Callable[..., Gateway]
+
+
+def model(name: str, *flags: str, extra: str = "") -> str:
+    return f"  {name}:\n    cmd: {fake_cmd('--load-delay', '0', *flags)}\n{extra}"
+
+
+def inflight(gw: Gateway) -> list[dict[str, Any]]:
+    body = gw.get_json("/api/inflight")
+    assert body["operation"] == "snapshot"
+    rows = body["requests"]
+    assert isinstance(rows, list)
+    return rows
+
+
+def backend_stats(gw: Gateway, name: str) -> dict[str, Any]:
+    proxy = gw.running()[name]["proxy"]
+    with urllib.request.urlopen(f"{proxy}/stats", timeout=10) as resp:
+        data = json.loads(resp.read())
+    assert isinstance(data, dict)
+    return data
+
+
+def activity(gw: Gateway) -> list[dict[str, Any]]:
+    rows = gw.get_json("/api/activity")["data"]
+    assert isinstance(rows, list)
+    return rows
+
+
+def test_a_streaming_request_is_listed_and_cancelled(gateway: StartGateway, tmp_path: Any) -> None:
+    never = tmp_path / "never"
+    gw = gateway(model("held", "--stall-after", "1", "--stall-until", str(never)))
+    with open_stream(gw, "held") as resp:
+        assert resp.status == 200
+        assert next_event(resp) is not None  # the first token: the stream is in flight
+        rows = inflight(gw)
+        assert len(rows) == 1
+        row = rows[0]
+        assert row["id"] == "1"  # llama-swap's ids: a counter from 1
+        assert (row["model"], row["req_path"], row["method"]) == (
+            "held",
+            "/v1/chat/completions",
+            "POST",
+        )
+        assert row["remote_ip"] == "127.0.0.1"
+        assert row["resp_headers"]["Content-Type"].startswith("text/event-stream")
+        assert row["resp_bytes"] > 0
+        assert row["elapsed_ms"] >= 0
+        assert row["state"] == "relaying"
+        assert row["request_id"]
+        assert {"timestamp", "req_headers"} <= set(row)
+
+        cancelled = gw.post("/api/inflight/1/cancel", b"")
+        assert (cancelled[0], json.loads(cancelled[2])) == (200, {"msg": "ok"})
+        while next_event(resp) is not None:  # the stream ends where it was
+            pass
+    gw.wait_for(lambda: backend_stats(gw, "held")["disconnected"] == 1)  # upstream closed
+    gw.wait_for(lambda: not inflight(gw))
+    gw.wait_for(lambda: bool(activity(gw)))
+    row = activity(gw)[0]
+    assert (row["status"], row["error_code"]) == (499, "request_cancelled")
+
+
+def test_a_request_cancelled_before_its_answer_gets_a_502(gateway: StartGateway) -> None:
+    gw = gateway(model("hung", "--hang"))
+    replies: list[Reply] = []
+    body = json.dumps({"model": "hung", "messages": [{"role": "user", "content": "x"}]})
+    headers = {
+        "Content-Type": "application/json",
+        "X-Request-Id": "cancel-me",
+        "Authorization": "Bearer sk-never-listed",
+    }
+    thread = threading.Thread(
+        target=lambda: replies.append(
+            request(gw, "POST", "/v1/chat/completions", body.encode(), headers, timeout=120)
+        )
+    )
+    thread.start()
+    try:
+        gw.wait_for(lambda: backend_stats_or_none(gw, "hung") == 1)
+        [row] = inflight(gw)
+        assert row["state"] == "waiting"
+        assert row["resp_headers"] == {}
+        sent = {name.lower(): value for name, value in row["req_headers"].items()}
+        assert sent["x-request-id"] == "cancel-me"
+        assert "sk-never-listed" not in json.dumps(row)  # credentials masked
+        # by the X-Request-Id too, beside llama-swap's id
+        status, _, raw = gw.post("/api/inflight/cancel-me/cancel", b"")
+        assert (status, json.loads(raw)) == (200, {"msg": "ok"})
+    finally:
+        gw.post("/api/inflight/cancel-me/cancel", b"")  # never leave the request hanging
+        thread.join(120)
+    [reply] = replies
+    assert reply.status == 502
+    assert reply.json()["error"]["code"] == "request_cancelled"
+    assert reply.headers["X-Request-Id"] == "cancel-me"
+    gw.wait_for(lambda: backend_stats(gw, "hung")["disconnected"] == 1)
+    gw.wait_for(lambda: bool(activity(gw)))
+    assert (activity(gw)[0]["status"], activity(gw)[0]["error_code"]) == (502, "request_cancelled")
+
+
+def backend_stats_or_none(gw: Gateway, name: str) -> int | None:
+    """The backend's in-flight count once it runs (None before)."""
+    if name not in gw.running():
+        return None
+    try:
+        return int(backend_stats(gw, name)["in_flight"])
+    except OSError:
+        return None
+
+
+def test_cancel_of_an_unknown_request_is_llamaswaps_404(gateway: StartGateway) -> None:
+    gw = gateway(model("m"))
+    status, _, raw = gw.post("/api/inflight/42/cancel", b"")
+    assert status == 404
+    assert json.loads(raw)["error"]["message"] == "inflight request not found"
+    assert inflight(gw) == []
