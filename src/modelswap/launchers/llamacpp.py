@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="embedding pooling (default: the model's; use mean for OpenAI /v1/embeddings)",
     )
+    parser.add_argument(
+        "--reranking",
+        "--rerank",
+        action="store_true",
+        help="serve /v1/rerank (as llama-server: embeddings with rank pooling)",
+    )
     parser.add_argument("--metrics", action="store_true", help="enable /metrics")
     parser.add_argument("--no-slots", action="store_true")
     parser.add_argument("--api-key", default=None)
@@ -71,10 +77,11 @@ def _params(args: argparse.Namespace) -> object:
         params.n_batch = args.batch_size
     if args.alias:
         params.model_alias = set(args.alias)
-    params.embedding = args.embeddings
-    if args.pooling:
+    params.embedding = args.embeddings or args.reranking
+    pooling = "rank" if args.reranking else args.pooling
+    if pooling:
         params.pooling_type = getattr(
-            xllamacpp.llama_pooling_type, f"LLAMA_POOLING_TYPE_{args.pooling.upper()}"
+            xllamacpp.llama_pooling_type, f"LLAMA_POOLING_TYPE_{pooling.upper()}"
         )
     params.endpoint_props = True
     params.endpoint_metrics = args.metrics

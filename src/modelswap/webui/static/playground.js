@@ -1,0 +1,736 @@
+/* modelswap web UI: the Playground. Chat, Images, Speech, Transcription, Rerank and a Load test.
+   Loaded after app.js and uses its helpers (el, $, api, apiJSON, readSSE, catalog, can, needs,
+   secs, pages, hashQuery). Model text is never parsed as HTML: every node is built and every
+   string goes in as text. */
+"use strict";
+
+/* ---- which models a tab lists ------------------------------------------------------------ */
+
+/* Declared capabilities (llama-swap's `capabilities`, shown in /v1/models) that serve each tab.
+   A model that declares none is offered everywhere; the backend's refusal is then shown. */
+const TAB_CAPS = {
+  chat: ["chat", "completion", "completions", "text", "vision", "tools", "reasoning"],
+  images: ["images", "image", "image_generation", "txt2img", "text-to-image"],
+  speech: ["speech", "tts", "text-to-speech", "audio.speech"],
+  transcription: ["transcription", "transcriptions", "stt", "asr", "speech-to-text", "audio.transcriptions"],
+  rerank: ["rerank", "reranking", "reranker"],
+};
+TAB_CAPS.loadtest = TAB_CAPS.chat;
+
+function capNames(caps) {
+  if (Array.isArray(caps)) return caps.map((c) => String(c).toLowerCase());
+  if (caps && typeof caps === "object") return Object.entries(caps).filter(([, v]) => v).map(([k]) => k.toLowerCase());
+  return caps ? [String(caps).toLowerCase()] : [];
+}
+
+function servesTab(model, tab) {
+  const names = capNames(model.capabilities);
+  return !names.length || names.some((n) => TAB_CAPS[tab].includes(n));
+}
+
+/* Fill ``select`` with the catalog's models that serve ``tab``; keep the choice. */
+function fillPicker(select, rows, tab, running) {
+  const chosen = select.value;
+  const fit = rows.filter((m) => servesTab(m, tab));
+  select.replaceChildren(...fit.map((m) => {
+    const st = running[m.alias_for || m.id] || m.state || "stopped";
+    return el("option", { value: m.id, text: `${m.id} · ${st}` });
+  }));
+  if (!fit.length) select.append(el("option", { value: "", text: "no model declares this capability" }));
+  if (chosen && fit.some((m) => m.id === chosen)) select.value = chosen;
+  return fit;
+}
+
+/* A refusal in the API's own shape: status, type and message, and the body as sent. */
+async function apiFailure(resp) {
+  const raw = await resp.text().catch(() => "");
+  let body = null;
+  try { body = JSON.parse(raw); } catch { /* not JSON: shown as text */ }
+  const e = body && body.error;
+  const message = (e && (e.message || (typeof e === "string" ? e : ""))) || (body && body.detail) || raw || resp.statusText;
+  const kind = e && e.type ? ` · ${e.type}` : "";
+  const err = new Error(`${resp.status}${kind}: ${message}`);
+  err.body = body ? JSON.stringify(body, null, 2) : raw;
+  return err;
+}
+
+function showFailure(box, err) {
+  const reason = err instanceof OfflineError ? "gateway unreachable" : String(err.message || err);
+  box.replaceChildren(el("div", { class: "msg error", "data-role": "error" },
+    el("span", { class: "role", text: "error" }), el("span", { class: "content", text: reason }),
+    err.body ? el("pre", { class: "body", text: err.body }) : null));
+}
+
+/* ---- markdown: a small renderer that builds DOM nodes, never HTML ------------------------ */
+
+const MD_INLINE = /`([^`\n]+)`|\*\*(.+?)\*\*|__(.+?)__|\*([^*\s](?:[^*\n]*[^*\s])?)\*|(?<![\w])_([^_\s](?:[^_\n]*[^_\s])?)_(?![\w])|\[([^\]\n]+)\]\(([^()\s]+)\)/g;
+
+function safeHref(url) {
+  try {
+    const u = new URL(url, location.href);
+    return ["http:", "https:", "mailto:"].includes(u.protocol) ? u.href : null;
+  } catch { return null; }
+}
+
+function mdInline(text) {
+  const nodes = [];
+  let last = 0;
+  for (const m of text.matchAll(MD_INLINE)) {
+    if (m.index > last) nodes.push(document.createTextNode(text.slice(last, m.index)));
+    if (m[1] !== undefined) nodes.push(el("code", { text: m[1] }));
+    else if (m[2] !== undefined || m[3] !== undefined) nodes.push(el("strong", {}, ...mdInline(m[2] ?? m[3])));
+    else if (m[4] !== undefined || m[5] !== undefined) nodes.push(el("em", {}, ...mdInline(m[4] ?? m[5])));
+    else {
+      const href = safeHref(m[7]);
+      nodes.push(href ? el("a", { href, rel: "noopener noreferrer", target: "_blank" }, ...mdInline(m[6]))
+        : document.createTextNode(m[0]));
+    }
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) nodes.push(document.createTextNode(text.slice(last)));
+  return nodes;
+}
+
+const MD_FENCE = /^\s*(```+|~~~+)\s*([\w+.#-]*)/;
+const MD_ITEM = /^\s*([-*+]|\d{1,9}[.)])\s+(.*)$/;
+const MD_HEAD = /^(#{1,6})\s+(.*)$/;
+
+/* Blocks: fenced code (an unclosed fence while streaming runs to the end), headings, lists
+   (ordered or not), paragraphs (line breaks kept). */
+function mdBlocks(text) {
+  const lines = text.replace(/\r\n/g, "\n").split("\n");
+  const out = [];
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = line.match(MD_FENCE);
+    if (fence) {
+      const code = [];
+      for (i++; i < lines.length && !lines[i].trim().startsWith(fence[1]); i++) code.push(lines[i]);
+      i++;
+      out.push(el("pre", { class: "md-code" }, el("code", { "data-lang": fence[2] || null, text: code.join("\n") })));
+      continue;
+    }
+    const head = line.match(MD_HEAD);
+    if (head) { out.push(el("p", { class: "md-h" }, el("strong", {}, ...mdInline(head[2])))); i++; continue; }
+    const item = line.match(MD_ITEM);
+    if (item) {
+      const ordered = /\d/.test(item[1]);
+      const list = el(ordered ? "ol" : "ul", ordered && parseInt(item[1], 10) !== 1 ? { start: parseInt(item[1], 10) } : {});
+      for (let m; i < lines.length && (m = lines[i].match(MD_ITEM)) && /\d/.test(m[1]) === ordered; i++) {
+        list.append(el("li", {}, ...mdInline(m[2])));
+      }
+      out.push(list);
+      continue;
+    }
+    if (!line.trim()) { i++; continue; }
+    const para = [];
+    for (; i < lines.length && lines[i].trim() && !MD_FENCE.test(lines[i]) && !MD_HEAD.test(lines[i]) && !MD_ITEM.test(lines[i]); i++) para.push(lines[i]);
+    out.push(el("p", {}, ...mdInline(para.join("\n"))));
+  }
+  return out;
+}
+
+function renderMarkdown(target, text) { target.replaceChildren(...mdBlocks(text)); }
+
+/* ---- Chat ------------------------------------------------------------------------------- */
+
+/* One definition of the times everywhere (Playground, Activity, metrics): TTFT is the first
+   generated token after the model was ready (a cold start's load is shown apart), tok/s the
+   tokens after the first over the time after it. The browser's estimate is replaced by what the
+   gateway recorded for the same request when this key may read the activity log. */
+const chat = { messages: [], abort: null, model: null, states: {}, attachments: [] };
+const FINISH = {
+  stop: "finished (stop)",
+  length: "length — cut by max_tokens",
+  content_filter: "content_filter — cut by the backend's filter",
+  tool_calls: "tool_calls",
+};
+/* Images go inline as data: URLs (base64 adds a third); the gateway takes 32 MiB a body. */
+const IMAGE_CAP = 4 * 1024 * 1024;
+const IMAGES_MAX = 4;
+
+function addMessage(roleName, text, { model, label } = {}) {
+  const body = el("span", { class: "content", text });
+  const meta = el("span", { class: "meta small", "data-role": "meta" });
+  const who = label || (roleName === "assistant" && model ? `assistant · ${model}` : roleName);
+  const node = el("div", { class: "msg " + roleName, "data-role": roleName, "data-model": model },
+    el("span", { class: "role", text: who }), body, meta);
+  $("#pg-chat").append(node);
+  node.scrollIntoView({ block: "nearest" });
+  return { node, body, meta };
+}
+
+function timing(t) {
+  const parts = [];
+  if (t.ttft != null) parts.push(`TTFT ${(t.ttft * 1000).toFixed(0)} ms`);
+  if (t.tps != null) parts.push(`${t.tps.toFixed(1)} tok/s`);
+  if (t.tokens != null) parts.push(`${t.tokens} tokens`);
+  if (t.firstByte != null) parts.push(`first byte ${(t.firstByte * 1000).toFixed(0)} ms`);
+  if (t.load) parts.push(`load ${secs(t.load)} (not in TTFT)`);
+  return parts.join(" · ");
+}
+
+/* The gateway's own record of this request (Activity's row): the same numbers Activity shows. */
+async function gatewayRecord(model, sentAt, tokens) {
+  if (!can("read")) return null;
+  for (let i = 0; i < 20; i++) {
+    const q = `/api/activity?limit=20&model=${encodeURIComponent(model)}&since=${(sentAt - 2).toFixed(3)}`;
+    const rows = (await apiJSON(q)).data || [];
+    const row = rows.find((r) => r.route === "/v1/chat/completions" && r.streamed && r.at >= sentAt - 2
+      && (tokens == null || r.completion_tokens == null || r.completion_tokens === tokens));
+    if (row) return row;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return null;
+}
+
+function chatButtons() {
+  const busy = !!chat.abort;
+  $("#pg-send").disabled = !can("inference") || busy;
+  $("#pg-stop").disabled = !busy;
+  const last = chat.messages[chat.messages.length - 1];
+  const regen = $("#pg-regen");
+  regen.disabled = !can("inference") || busy || !last || last.role !== "assistant";
+  regen.title = can("inference") ? "" : needs("inference");
+  for (const b of document.querySelectorAll("#pg-chat button.edit")) b.disabled = busy;
+}
+
+/* The user turn as sent: plain text, or OpenAI content parts when images are attached. */
+function userContent(text, images) {
+  if (!images.length) return text;
+  return [{ type: "text", text }, ...images.map((a) => ({ type: "image_url", image_url: { url: a.url } }))];
+}
+
+function userBubble(text, images) {
+  const user = addMessage("user", text, { label: "you" });
+  if (images.length) {
+    user.body.after(el("span", { class: "thumbs" },
+      ...images.map((a) => el("img", { src: a.url, alt: `attached image ${a.name}`, title: a.name }))));
+  }
+  user.node.dataset.index = String(chat.messages.length - 1);
+  const edit = el("button", { type: "button", class: "edit link small", text: "Edit", "aria-label": "Edit this message" });
+  edit.addEventListener("click", () => editTurn(user.node, text, images));
+  user.node.querySelector(".role").append(" ", edit);
+  return user;
+}
+
+/* Edit-and-resend: this turn and every turn after it leave the conversation; its text (and its
+   images) go back into the form, and Send sends it from here. */
+function editTurn(node, text, images) {
+  if (chat.abort) return;
+  chat.messages.length = Math.min(chat.messages.length, Number(node.dataset.index));
+  while (node.nextSibling) node.nextSibling.remove();
+  node.remove();
+  $("#pg-input").value = text;
+  chat.attachments = [...images];
+  renderAttachments();
+  $("#pg-stats").textContent = "editing: this turn and the ones after it were taken out; Send sends it again";
+  $("#pg-input").focus();
+  chatButtons();
+}
+
+/* Regenerate: the last answer leaves the conversation and the same turns are sent again. */
+function regenerate() {
+  const last = chat.messages[chat.messages.length - 1];
+  if (chat.abort || !last || last.role !== "assistant") return;
+  chat.messages.pop();
+  const users = document.querySelectorAll("#pg-chat .msg.user");
+  const user = users[users.length - 1];
+  if (!user) return;
+  while (user.nextSibling) user.nextSibling.remove();
+  sendChat("", { again: user });
+}
+
+async function sendChat(text, { again = null } = {}) {
+  const model = $("#pg-model").value;
+  if (!model || (!again && !text.trim())) return;
+  chat.model = model;
+  let user;
+  if (again) user = { node: again };
+  else {
+    const images = chat.attachments;
+    chat.attachments = [];
+    renderAttachments();
+    chat.messages.push({ role: "user", content: userContent(text, images) });
+    user = userBubble(text, images);
+  }
+  user.node.classList.remove("unsent");
+  const out = addMessage("assistant", "", { model });
+  out.body.classList.add("md");
+  out.node.classList.add("pending");
+  out.meta.textContent = "waiting…";
+  const stats = $("#pg-stats");
+  stats.textContent = "";
+  const maxTokens = Number($("#pg-max").value);
+  const system = $("#pg-system").value.trim();
+  const body = {
+    model, stream: true, messages: system ? [{ role: "system", content: system }, ...chat.messages] : chat.messages,
+    temperature: Number($("#pg-temp").value), max_tokens: maxTokens,
+    stream_options: { include_usage: true },
+  };
+  chat.abort = new AbortController();
+  chatButtons();
+  const sentAt = Date.now() / 1000;
+  const t0 = performance.now();
+  let ready = t0, loaded = false, first = null, last = null, chunks = 0, usage = null, answer = "", finish = null;
+  let reasoning = "", thought = null;
+  const browser = () => {
+    const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
+    const gen = first !== null ? (last - first) / 1000 : 0;
+    return {
+      ttft: first !== null ? (first - ready) / 1000 : null,
+      tps: gen > 0 && tokens > 1 ? (tokens - 1) / gen : null,
+      tokens: first !== null ? tokens : null,
+      load: loaded ? (ready - t0) / 1000 : null,
+    };
+  };
+  const show = () => { stats.textContent = timing(browser()) + (first !== null ? " (browser)" : ""); };
+  let outcome = "done";
+  try {
+    const resp = await api("/v1/chat/completions", {
+      method: "POST", body: JSON.stringify(body), signal: chat.abort.signal,
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+    });
+    if (!resp.ok) {
+      const err = await resp.json().catch(() => ({}));
+      throw new Error((err.error && err.error.message) || `${resp.status} ${resp.statusText}`);
+    }
+    await readSSE(resp, (_kind, data) => {
+      if (data === "[DONE]") return false;
+      let msg;
+      try { msg = JSON.parse(data); } catch { return; }
+      if (msg.error) throw new Error(msg.error.message || "the backend failed mid-answer");
+      if (msg.usage) usage = msg.usage;
+      const choice = msg.choices && msg.choices[0];
+      if (choice && choice.finish_reason) finish = choice.finish_reason;
+      const delta = (choice && choice.delta) || {};
+      const think = delta.reasoning_content || delta.reasoning;
+      if (!think && !delta.content) return;
+      last = performance.now();
+      if (first === null) { first = last; out.node.classList.remove("pending"); out.meta.textContent = ""; }
+      chunks += 1;
+      if (think) {
+        // The reasoning is shown apart, collapsible, and never sent back as history.
+        if (!thought) {
+          thought = el("details", { class: "reasoning", "data-role": "reasoning", open: true },
+            el("summary", { text: "Reasoning" }), el("div", { class: "reasoning-text" }));
+          out.body.before(thought);
+        }
+        reasoning += think;
+        thought.lastChild.textContent = reasoning;
+      }
+      if (delta.content) {
+        if (thought && !answer) thought.open = false;
+        answer += delta.content;
+        renderMarkdown(out.body, answer);
+      }
+      show();
+    }, (comment) => {
+      // ": loading model X — phase (N s)": the model is starting; TTFT starts when it is ready.
+      if (first === null && comment) { out.meta.textContent = comment; loaded = true; ready = performance.now(); }
+    });
+    if (first === null && !finish) throw new Error("the stream ended without an answer");
+    out.meta.textContent = FINISH[finish] ? FINISH[finish].replace("max_tokens", `max_tokens (${maxTokens})`) : finish || "finished";
+    out.node.dataset.finish = finish || "";
+  } catch (err) {
+    if (err.name === "AbortError") {
+      outcome = "stopped";
+      out.node.dataset.finish = "stopped";
+      out.meta.textContent = "stopped — you pressed Stop";
+    } else if (!(err instanceof AuthError)) {
+      outcome = "error";
+      const reason = err instanceof OfflineError ? "gateway unreachable" : String(err.message || err);
+      if (!answer) out.node.remove();
+      else { out.node.dataset.finish = "error"; out.meta.textContent = "cut by an error"; }
+      const bubble = addMessage("error", reason, { label: `error · ${model}` });
+      bubble.meta.textContent = "this turn was not kept: the next message is sent without it";
+      user.node.classList.add("unsent");
+    }
+  } finally {
+    out.node.classList.remove("pending");
+    if (outcome === "error" && !answer) chat.messages.pop(); // never send a failed turn as history
+    else chat.messages.push({ role: "assistant", content: answer });
+    chat.abort = null;
+    chatButtons();
+  }
+  if (outcome === "error") { stats.textContent = ""; refreshPicker().catch(() => {}); return; }
+  show();
+  stats.textContent += ` · ${outcome}`;
+  refreshPicker().catch(() => {});
+  const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : null;
+  try {
+    const row = outcome === "done" ? await gatewayRecord(model, sentAt, tokens) : null;
+    if (row) {
+      stats.textContent = timing({ ttft: row.ttft, tps: row.tokens_per_second, tokens: row.completion_tokens,
+        firstByte: row.first_byte, load: row.load }) + ` (gateway) · ${outcome}`;
+      stats.dataset.activityId = row.id;
+    }
+  } catch (err) { /* the browser's estimate stays */ }
+}
+
+function mib(bytes) { return (bytes / 1024 / 1024).toFixed(1) + " MiB"; }
+
+function renderAttachments() {
+  $("#pg-attachments").replaceChildren(...chat.attachments.map((a, i) => el("span", { class: "chip" },
+    el("img", { src: a.url, alt: "" }), `${a.name} · ${mib(a.size)}`,
+    el("button", { type: "button", class: "close", "aria-label": `Remove ${a.name}`, text: "×",
+      onclick: () => { chat.attachments.splice(i, 1); renderAttachments(); } }))));
+}
+
+function readDataURL(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result));
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+/* Attach images: each one read as a data: URL, refused in words when too big or not an image. */
+async function attachImages(input) {
+  const note = $("#pg-attach-note");
+  const refused = [];
+  for (const file of [...input.files]) {
+    if (!file.type.startsWith("image/")) refused.push(`“${file.name}” is not an image (${file.type || "unknown type"})`);
+    else if (file.size > IMAGE_CAP) refused.push(`“${file.name}” is ${mib(file.size)}: images are capped at ${mib(IMAGE_CAP)} each (they are sent inline, base64)`);
+    else if (chat.attachments.length >= IMAGES_MAX) refused.push(`“${file.name}” not attached: at most ${IMAGES_MAX} images a message`);
+    else chat.attachments.push({ name: file.name, size: file.size, url: await readDataURL(file) });
+  }
+  input.value = "";
+  note.textContent = refused.join(" · ");
+  note.hidden = !refused.length;
+  renderAttachments();
+}
+
+async function refreshPicker() {
+  const select = $("#pg-model");
+  const found = await catalog();
+  const running = {};
+  for (const r of found.running) running[r.model] = r.state;
+  const chosen = select.value;
+  const rows = found.list.filter((m) => servesTab(m, "chat"));
+  const options = [...select.options];
+  const same = options.length === rows.length && rows.every((m, i) => options[i].value === m.id);
+  if (!same) select.replaceChildren(...rows.map((m) => el("option", { value: m.id })));
+  [...select.options].forEach((opt, i) => {
+    const m = rows[i];
+    const st = running[m.alias_for || m.id] || m.state || "stopped";
+    chat.states[m.id] = st;
+    opt.textContent = m.alias_for ? `${m.id} (→ ${m.alias_for}) · ${st}` : `${m.id} · ${st}`;
+  });
+  if (chosen && [...select.options].some((o) => o.value === chosen)) select.value = chosen;
+  if (!chat.model) chat.model = select.value;
+  for (const tab of Object.keys(TABS)) {
+    const picker = $(`#pg-${tab}-model`);
+    if (picker) fillPicker(picker, found.list, tab, running);
+  }
+}
+
+function newThread(note) {
+  if (chat.abort) chat.abort.abort();
+  chat.messages = [];
+  $("#pg-chat").replaceChildren();
+  $("#pg-stats").textContent = "";
+  if (note) $("#pg-chat").append(el("p", { class: "muted small", "data-role": "thread-note", text: note }));
+  chatButtons();
+}
+
+/* ---- the other tabs --------------------------------------------------------------------- */
+
+function field(label, control) {
+  return el("span", { class: "field" }, el("label", { for: control.id, text: label }), " ", control);
+}
+
+/* A tab's panel: a model picker, its fields, one action button, and where the result goes. */
+function tabPanel(tab, title, fields, action, run) {
+  const picker = el("select", { id: `pg-${tab}-model` });
+  const go = el("button", { type: "submit", id: `pg-${tab}-go`, class: "primary", text: action });
+  const status = el("span", { class: "muted small", id: `pg-${tab}-status`, "data-role": "status" });
+  const result = el("div", { class: "pg-result", id: `pg-${tab}-out`, "aria-live": "polite" });
+  const form = el("form", { class: "stack wide" },
+    el("div", { class: "controls" }, field("Model", picker)), ...fields,
+    el("div", { class: "controls" }, go, status));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!picker.value || go.disabled) return;
+    go.disabled = true;
+    status.textContent = "working…";
+    const started = performance.now();
+    try {
+      await run(picker.value, result, status);
+      if (status.textContent === "working…") status.textContent = `done in ${secs((performance.now() - started) / 1000)}`;
+    } catch (err) {
+      if (err instanceof AuthError) return;
+      status.textContent = "failed";
+      showFailure(result, err);
+    } finally {
+      go.disabled = !can("inference");
+      refreshPicker().catch(() => {});
+    }
+  });
+  return el("div", { id: `pg-tab-${tab}`, class: "pg-panel", role: "tabpanel", "aria-label": title, hidden: true },
+    form, result);
+}
+
+async function postJSON(path, body) {
+  const resp = await api(path, { method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" } });
+  if (!resp.ok) throw await apiFailure(resp);
+  return resp;
+}
+
+function b64Type(b64) {
+  if (b64.startsWith("/9j/")) return "image/jpeg";
+  if (b64.startsWith("UklGR")) return "image/webp";
+  if (b64.startsWith("R0lGOD")) return "image/gif";
+  return "image/png";
+}
+
+function imagesTab() {
+  const prompt = el("textarea", { id: "pg-images-prompt", rows: 2, required: true, placeholder: "A lighthouse at dusk, watercolour" });
+  const size = el("select", { id: "pg-images-size" }, ...["256x256", "512x512", "1024x1024"].map((s) => el("option", { value: s, text: s })));
+  const n = el("input", { id: "pg-images-n", type: "number", min: 1, max: 4, value: 1 });
+  return tabPanel("images", "Images", [el("label", { for: prompt.id, text: "Prompt" }), prompt,
+    el("div", { class: "controls" }, field("Size", size), field("Count", n))], "Generate", async (model, out) => {
+    const body = { model, prompt: prompt.value, n: Number(n.value) || 1, size: size.value, response_format: "b64_json" };
+    const data = (await (await postJSON("/v1/images/generations", body)).json()).data || [];
+    if (!data.length) throw new Error("the backend answered without an image");
+    out.replaceChildren(...data.map((d, i) => {
+      const src = d.b64_json ? `data:${b64Type(d.b64_json)};base64,${d.b64_json}` : safeHref(d.url);
+      return el("figure", { class: "pg-image" },
+        src ? el("img", { src, alt: `generated image ${i + 1}: ${prompt.value}` }) : el("span", { class: "error", text: "no usable image in the answer" }),
+        el("figcaption", { class: "small muted", text: d.revised_prompt || prompt.value }));
+    }));
+  });
+}
+
+function blobDataURL(blob) { return readDataURL(blob); }
+
+function speechTab() {
+  const input = el("textarea", { id: "pg-speech-input", rows: 3, required: true, placeholder: "Text to speak" });
+  const voice = el("input", { id: "pg-speech-voice", value: "alloy", size: 10 });
+  const format = el("select", { id: "pg-speech-format" }, ...["wav", "mp3", "opus", "aac", "flac", "pcm"].map((f) => el("option", { value: f, text: f })));
+  return tabPanel("speech", "Speech", [el("label", { for: input.id, text: "Text" }), input,
+    el("div", { class: "controls" }, field("Voice", voice), field("Format", format))], "Speak", async (model, out) => {
+    const resp = await postJSON("/v1/audio/speech", { model, input: input.value, voice: voice.value, response_format: format.value });
+    const blob = await resp.blob();
+    const type = (resp.headers.get("Content-Type") || `audio/${format.value}`).split(";")[0];
+    // A data: URL (not blob:): the UI makes no request it could not name.
+    const url = await blobDataURL(new Blob([blob], { type }));
+    out.replaceChildren(el("audio", { controls: true, src: url, "data-role": "audio" }),
+      el("p", { class: "small muted", text: `${(blob.size / 1024).toFixed(1)} KiB · ${type}` + (format.value === "pcm" ? " · raw samples: download to play" : "") }),
+      el("a", { href: url, download: `speech.${format.value}`, text: "download" }));
+  });
+}
+
+function transcriptionTab() {
+  const file = el("input", { id: "pg-transcription-file", type: "file", accept: "audio/*,video/*", required: true });
+  const lang = el("input", { id: "pg-transcription-language", size: 6, placeholder: "auto" });
+  return tabPanel("transcription", "Transcription", [el("div", { class: "controls" }, field("Audio file", file), field("Language", lang))],
+    "Transcribe", async (model, out) => {
+      const chosen = file.files[0];
+      if (!chosen) throw new Error("choose an audio file first");
+      const form = new FormData();
+      form.append("model", model); // first, so the gateway routes by it without reading the file
+      form.append("response_format", "json");
+      if (lang.value.trim()) form.append("language", lang.value.trim());
+      form.append("file", chosen, chosen.name);
+      const resp = await api("/v1/audio/transcriptions", { method: "POST", body: form });
+      if (!resp.ok) throw await apiFailure(resp);
+      const raw = await resp.text();
+      let text = raw;
+      try { text = JSON.parse(raw).text ?? raw; } catch { /* text/plain answer */ }
+      out.replaceChildren(el("p", { class: "transcript", "data-role": "transcript", text }));
+    });
+}
+
+function rerankTab() {
+  const query = el("input", { id: "pg-rerank-query", required: true, placeholder: "What is the capital of France?" });
+  const docs = el("textarea", { id: "pg-rerank-docs", rows: 5, required: true, placeholder: "One document a line" });
+  const topN = el("input", { id: "pg-rerank-top", type: "number", min: 1, max: 1000, placeholder: "all" });
+  return tabPanel("rerank", "Rerank", [el("label", { for: query.id, text: "Query" }), query,
+    el("label", { for: docs.id, text: "Documents (one a line)" }), docs,
+    el("div", { class: "controls" }, field("Top N", topN))], "Rerank", async (model, out) => {
+    const documents = docs.value.split("\n").map((d) => d.trim()).filter(Boolean);
+    if (!documents.length) throw new Error("give at least one document");
+    const body = { model, query: query.value, documents };
+    if (Number(topN.value) > 0) body.top_n = Number(topN.value);
+    const answer = await (await postJSON("/v1/rerank", body)).json();
+    const results = [...(answer.results || answer.data || [])].sort((a, b) => b.relevance_score - a.relevance_score);
+    out.replaceChildren(el("div", { class: "table-wrap" }, el("table", { "data-role": "ranking" },
+      el("thead", {}, el("tr", {}, el("th", { class: "num", text: "rank" }), el("th", { class: "num", text: "score" }), el("th", { text: "document" }))),
+      el("tbody", {}, ...results.map((r, i) => el("tr", { "data-index": r.index },
+        el("td", { class: "num", text: String(i + 1) }),
+        el("td", { class: "num", text: Number(r.relevance_score).toFixed(4) }),
+        el("td", { class: "doc", text: `#${r.index} ${documents[r.index] ?? (r.document && r.document.text) ?? ""}` })))))));
+  });
+}
+
+/* ---- Load test: N streamed requests at concurrency C, measured as the chat measures ------ */
+
+const LOAD_MAX_N = 1000;
+const LOAD_MAX_C = 64;
+const load = { ctl: null };
+
+/* One streamed chat request: TTFT (first token after the model was ready) and tok/s. */
+async function measuredStream(body, signal) {
+  const resp = await api("/v1/chat/completions", {
+    method: "POST", body: JSON.stringify(body), signal,
+    headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+  });
+  if (!resp.ok) throw await apiFailure(resp);
+  let ready = performance.now(), first = null, last = null, chunks = 0, usage = null;
+  await readSSE(resp, (_kind, data) => {
+    if (data === "[DONE]") return false;
+    let msg;
+    try { msg = JSON.parse(data); } catch { return; }
+    if (msg.error) throw new Error(msg.error.message || "the backend failed mid-answer");
+    if (msg.usage) usage = msg.usage;
+    const delta = (msg.choices && msg.choices[0] && msg.choices[0].delta) || {};
+    if (delta.content || delta.reasoning_content || delta.reasoning) {
+      last = performance.now();
+      if (first === null) first = last;
+      chunks += 1;
+    }
+  }, (comment) => { if (first === null && comment) ready = performance.now(); });
+  if (first === null) return { ttft: null, tps: null };
+  const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
+  const gen = (last - first) / 1000;
+  return { ttft: (first - ready) / 1000, tps: gen > 0 && tokens > 1 ? (tokens - 1) / gen : null };
+}
+
+function percentile(values, p) {
+  if (!values.length) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+function loadTab() {
+  const prompt = el("input", { id: "pg-loadtest-prompt", value: "Count from one to ten.", required: true });
+  const n = el("input", { id: "pg-loadtest-n", type: "number", min: 1, max: LOAD_MAX_N, value: 20, required: true });
+  const c = el("input", { id: "pg-loadtest-c", type: "number", min: 1, max: LOAD_MAX_C, value: 4, required: true });
+  const maxTokens = el("input", { id: "pg-loadtest-max", type: "number", min: 1, max: 4096, value: 32 });
+  const stop = el("button", { type: "button", id: "pg-loadtest-stop", text: "Stop", disabled: true });
+  stop.addEventListener("click", () => { if (load.ctl) { load.ctl.stopped = true; load.ctl.abort.abort(); } });
+  const panel = tabPanel("loadtest", "Load test", [el("label", { for: prompt.id, text: "Prompt (every request)" }), prompt,
+    el("div", { class: "controls" }, field("Requests (N)", n), field("Concurrency (C)", c), field("Tokens each", maxTokens)),
+    el("p", { class: "muted small", text: `At most ${LOAD_MAX_N} requests, ${LOAD_MAX_C} at a time. TTFT and tok/s as in the chat: first token after the model was ready; tokens after the first over the time after it.` }),
+  ], "Start", async (model, out, status) => {
+    const total = Number(n.value), width = Number(c.value);
+    if (!Number.isInteger(total) || total < 1 || total > LOAD_MAX_N) throw new Error(`Requests (N) must be a whole number from 1 to ${LOAD_MAX_N}`);
+    if (!Number.isInteger(width) || width < 1 || width > LOAD_MAX_C) throw new Error(`Concurrency (C) must be a whole number from 1 to ${LOAD_MAX_C}`);
+    const ctl = { stopped: false, abort: new AbortController() };
+    load.ctl = ctl;
+    stop.disabled = false;
+    const res = { started: 0, ok: 0, errors: 0, stopped: 0, ttft: [], tps: [], lastError: "" };
+    const body = { model, stream: true, max_tokens: Number(maxTokens.value) || 32, stream_options: { include_usage: true },
+      messages: [{ role: "user", content: prompt.value }] };
+    const t0 = performance.now();
+    const render = (state) => renderLoad(out, res, total, state, (performance.now() - t0) / 1000);
+    const worker = async () => {
+      while (!ctl.stopped && res.started < total) {
+        res.started += 1;
+        try {
+          const m = await measuredStream(body, ctl.abort.signal);
+          res.ok += 1;
+          if (m.ttft != null) res.ttft.push(m.ttft);
+          if (m.tps != null) res.tps.push(m.tps);
+        } catch (err) {
+          if (err.name === "AbortError") res.stopped += 1;
+          else if (err instanceof AuthError) { ctl.stopped = true; res.errors += 1; }
+          else { res.errors += 1; res.lastError = String(err.message || err); }
+        }
+        render("running");
+      }
+    };
+    render("running");
+    try {
+      await Promise.all(Array.from({ length: Math.min(width, total) }, worker));
+    } finally {
+      load.ctl = null;
+      stop.disabled = true;
+    }
+    const state = ctl.stopped ? "stopped" : "finished";
+    render(state);
+    status.textContent = `${state}: ${res.ok + res.errors} of ${total} answered`;
+  });
+  panel.querySelector(`#pg-loadtest-go`).after(" ", stop);
+  return panel;
+}
+
+function renderLoad(out, res, total, state, elapsed) {
+  const ms = (v) => (v == null ? "–" : `${(v * 1000).toFixed(0)} ms`);
+  const rate = (v) => (v == null ? "–" : `${v.toFixed(1)} tok/s`);
+  const rows = [
+    ["state", state], ["sent", `${res.started} of ${total}`], ["ok", res.ok], ["errors", res.errors],
+    ["stopped", res.stopped], ["TTFT p50", ms(percentile(res.ttft, 50))], ["TTFT p95", ms(percentile(res.ttft, 95))],
+    ["tok/s p50", rate(percentile(res.tps, 50))], ["tok/s p95", rate(percentile(res.tps, 95))],
+    ["elapsed", secs(elapsed)],
+  ];
+  if (res.lastError) rows.push(["last error", res.lastError]);
+  out.replaceChildren(el("dl", { class: "kv", "data-role": "load-result", "data-state": state },
+    ...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-role": k.replace(/\W+/g, "-"), text: String(v) })])));
+}
+
+/* ---- tabs ------------------------------------------------------------------------------- */
+
+const TABS = { chat: "Chat", images: "Images", speech: "Speech", transcription: "Transcription", rerank: "Rerank", loadtest: "Load test" };
+
+function buildTabs() {
+  if ($("#pg-tabs").childElementCount) return;
+  $("#pg-panels").append(imagesTab(), speechTab(), transcriptionTab(), rerankTab(), loadTab());
+  $("#pg-tabs").append(...Object.entries(TABS).map(([tab, label]) => el("button", {
+    type: "button", role: "tab", id: `pg-tabbtn-${tab}`, "aria-controls": `pg-tab-${tab}`, "data-tab": tab, text: label,
+    onclick: () => { history.replaceState(null, "", `#/playground?tab=${tab}`); showTab(tab); },
+  })));
+}
+
+function showTab(tab) {
+  const chosen = TABS[tab] ? tab : "chat";
+  for (const b of document.querySelectorAll("#pg-tabs [role=tab]")) b.setAttribute("aria-selected", String(b.dataset.tab === chosen));
+  for (const t of Object.keys(TABS)) $(`#pg-tab-${t}`).hidden = t !== chosen;
+}
+
+pages.playground = async (state) => {
+  buildTabs();
+  showTab(hashQuery().get("tab") || "chat");
+  $("#pg-scope").hidden = can("inference");
+  $("#pg-scope").textContent = can("inference") ? "" : `Sending ${needs("inference")}.`;
+  for (const tab of Object.keys(TABS)) {
+    const go = $(`#pg-${tab}-go`);
+    if (!go) continue;
+    go.disabled = !can("inference") || (tab === "loadtest" && !!load.ctl);
+    go.title = can("inference") ? "" : needs("inference");
+  }
+  chatButtons();
+  await refreshPicker();
+  const select = $("#pg-model");
+  select.onchange = () => {
+    const was = chat.model;
+    chat.model = select.value;
+    // Another model never receives this conversation as if it had written it.
+    if (was && was !== select.value && chat.messages.length) newThread(`New chat with ${select.value} — the conversation with ${was} was not sent to it.`);
+  };
+  const poll = setInterval(() => refreshPicker().catch(() => {}), 3000);
+  state.leave = () => clearInterval(poll);
+};
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#pg-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const input = $("#pg-input");
+    const text = input.value;
+    input.value = "";
+    sendChat(text);
+  });
+  $("#pg-input").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); $("#pg-form").requestSubmit(); }
+  });
+  $("#pg-stop").addEventListener("click", () => { if (chat.abort) chat.abort.abort(); });
+  $("#pg-regen").addEventListener("click", regenerate);
+  $("#pg-clear").addEventListener("click", () => newThread(""));
+  $("#pg-attach").addEventListener("change", (e) => attachImages(e.target).catch((err) => {
+    $("#pg-attach-note").textContent = String(err.message || err);
+    $("#pg-attach-note").hidden = false;
+  }));
+});
