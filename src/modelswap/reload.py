@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from modelswap.config import Config, load_config, override_listen
@@ -87,7 +87,9 @@ def _startup_settings_changed(old: Config, new: Config) -> list[str]:
         "listen": (old.listen_host, old.listen_port) != (new.listen_host, new.listen_port),
         "limits": old.limits != new.limits,
         "stateDir": old.scheduling.state_dir != new.scheduling.state_dir,
-        "metrics/activity": old.observability != new.observability,
+        # performance (the system monitor) is read at each sample: it applies at once
+        "metrics/activity": replace(old.observability, performance=True, performance_every=0)
+        != replace(new.observability, performance=True, performance_every=0),
         "maxRequestBodyBytes/maxUploadBodyBytes": (
             (old.max_request_body_bytes, old.max_upload_body_bytes)
             != (new.max_request_body_bytes, new.max_upload_body_bytes)

@@ -26,8 +26,10 @@ from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapE
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
+from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
+from modelswap.observe.performance import PerformanceMonitor
 from modelswap.planner.receipt import PlanCache
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
@@ -121,6 +123,12 @@ class Runtime:
             self.events,
             count_requests=config.observability.metrics_enabled,
         )
+        # CPU, memory, network and GPUs for /api/performance: sampled only while serving.
+        self.performance = PerformanceMonitor(
+            lambda: self.config.observability.performance_every,
+            enabled=lambda: self.config.observability.performance,
+        )
+        self._hardware: dict[str, object] | None = None
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
         obs = self.config.observability
@@ -284,6 +292,13 @@ class Runtime:
         if self.activity is not None:
             self._background.append(loop.create_task(self.activity.run(), name="activity"))
         self._background.append(loop.create_task(self.peers.run(), name="peer-discovery"))
+        self._background.append(loop.create_task(self.performance.run(), name="performance"))
+
+    async def hardware(self) -> dict[str, object]:
+        """The machine (CPU, memory, GPUs, OS): read at the first ask, then kept."""
+        if self._hardware is None:
+            self._hardware = await hardware_snapshot(self.performance.nvidia_smi, time.time())
+        return self._hardware
 
     def make_process(self, model: ModelConfig) -> ManagedProcess:
         return ManagedProcess(

@@ -120,6 +120,8 @@ def build_config(
             capture_bytes=raw.activity.capture_bytes,
             max_age_days=raw.activity.max_age_days,
             max_rows=raw.activity.max_rows,
+            performance=not raw.performance.disabled,
+            performance_every=raw.performance.every,
         ),
         compat=compat,
         listen_given="listen" in raw.model_fields_set,

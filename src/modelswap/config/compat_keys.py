@@ -32,6 +32,8 @@ TOP_SAME = {
     "matrix": "vars, sets, evict_costs: the least-cost set of models that may run together",
     "profiles": "named sets of models; the active one (PUT /api/profiles/active) is loaded and "
     "pinned",
+    "performance": "disabled, every: same meaning (every also takes seconds, at least 1); "
+    "GET /api/performance answers in llama-swap's shape",
 }
 MODEL_SAME = {
     "cmd": "same meaning ('#' lines and '\\' continuations allowed)",
@@ -65,7 +67,6 @@ TOP_IGNORED = {
     "metricsMaxInMemory": "the activity log is bounded by activity.maxRows and activity.maxAgeDays",
     "captureBuffer": "request and response capture is activity.capture with activity.captureBytes",
     "ui": "the web UI has no settings",
-    "performance": "there is no system performance monitor",
     "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
     "and resources budgets apply instead)",
     "policies": SPL,

@@ -171,6 +171,8 @@ class Observability:
     capture_bytes: int = 16384
     max_age_days: float = 30.0
     max_rows: int = 100_000
+    performance: bool = True  # GET /api/performance samples while serving
+    performance_every: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

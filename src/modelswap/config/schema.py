@@ -20,6 +20,7 @@ from modelswap.config.schema_sched import (
     RawHooks,
     RawMatrix,
     RawMetrics,
+    RawPerformance,
     RawProfile,
     RawSelector,
     RawUpstream,
@@ -628,6 +629,10 @@ class RawConfig(BaseModel):
         description="Other gateways whose models are served through this one, by peer id.",
     )
     metrics: RawMetrics = Field(default_factory=RawMetrics, description="GET /metrics.")
+    performance: RawPerformance = Field(
+        default_factory=RawPerformance,
+        description="The system monitor behind GET /api/performance: {disabled, every}.",
+    )
     activity: RawActivity = Field(
         default_factory=RawActivity, description="The per-request activity log."
     )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=False, strict=True)
 
@@ -59,6 +61,50 @@ class RawMetrics(BaseModel):
         False,
         alias="scrapeBackends",
         description="Include each ready backend's own /metrics (2 s, 1 MiB) with a model label.",
+    )
+
+
+# A duration: seconds as a number, or Go's text ("15s", "1m30s", "500ms"), as llama-swap writes.
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+\s*$"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(value: object) -> object:
+    """Seconds from a number or a Go duration string; anything else is left to fail as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return value
+    if not isinstance(value, str):
+        return float(value)
+    text = value.strip()
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise PydanticCustomError(
+            "duration",
+            "{value} is not a duration: seconds, or text like 5s, 1m30s, 500ms",
+            {"value": repr(value)},
+        )
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(_seconds),
+    WithJsonSchema(
+        {"anyOf": [{"type": "number"}, {"type": "string", "pattern": DURATION_PATTERN}]}
+    ),
+]
+
+
+class RawPerformance(BaseModel):
+    """llama-swap's system monitor: CPU, memory, network and GPUs sampled while serving."""
+
+    model_config = ConfigDict(**_STRICT)
+
+    disabled: bool = Field(False, description="Sample nothing (GET /api/performance says so).")
+    every: Duration = Field(
+        5.0,
+        ge=1.0,
+        description="Seconds between samples, or a duration like 15s (llama-swap's default 5s).",
     )
 
 

@@ -52,6 +52,8 @@ _READ_EXACT = frozenset(
         "/api/plan",
         "/api/peers",
         "/api/profiles",
+        "/api/performance",
+        "/api/hardware",
         "/api/inflight",
     }
 )

@@ -420,6 +420,29 @@ def test_unload_timeout_is_the_stop_grace() -> None:
     assert model(SERVER).models["m"].stop_grace is None  # the gateway's 5 s
 
 
+def test_performance_is_read_as_llamaswap_writes_it() -> None:
+    config = model(SERVER, top="performance: {disabled: false, every: 1m30s}\n")
+    assert warned(config) == []
+    assert config.observability.performance is True
+    assert config.observability.performance_every == 90.0
+    off = model(SERVER, top="performance: {disabled: true}\n").observability
+    assert (off.performance, off.performance_every) == (False, 5.0)  # llama-swap's default
+    assert model(SERVER, top="performance: {every: 2}\n").observability.performance_every == 2
+
+
+@pytest.mark.parametrize(
+    ("every", "message"),
+    [
+        ("fast", "'fast' is not a duration: seconds, or text like 5s, 1m30s, 500ms"),
+        ("500ms", "must be greater than or equal to 1"),
+        ("true", "expected a number, got a boolean"),
+    ],
+)
+def test_a_bad_performance_interval_names_its_key(every: str, message: str) -> None:
+    found = problems(f"performance: {{every: {every}}}\nmodels:\n  m: {SERVER_FLOW}\n")
+    assert found == [("performance.every", message)]
+
+
 def test_include_aliases_in_list() -> None:
     listed = model(SERVER, top="includeAliasesInList: true\n")
     assert (warned(listed), listed.include_aliases_in_list) == ([], True)
@@ -432,7 +455,7 @@ def test_include_aliases_in_list() -> None:
 
 UNSUPPORTED_TOP = (
     "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
-    "captureBuffer: 1\nui: {}\nperformance: {every: 5s}\n"
+    "captureBuffer: 1\nui: {}\n"
     "matrix: {solver: x}\npolicies: {}\ntailcat: {}\n"
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
@@ -467,8 +490,8 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
     # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles,
-    # upstream.ignorePaths: read since issue 17
-    assert len(expected) == 17
+    # upstream.ignorePaths: read since issue 17; performance since issue 19
+    assert len(expected) == 16
     assert [r.getMessage() for r in caplog.records] == expected
 
 

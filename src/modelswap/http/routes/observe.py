@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import UTC, datetime
 
 import aiohttp
 from aiohttp import web
@@ -159,6 +160,42 @@ class GatewayLogHandler(logging.Handler):
             self.handleError(record)
 
 
+def _after(request: web.Request) -> float | None:
+    """``?after=``: unix seconds, or an RFC 3339 time as llama-swap takes."""
+    text = request.query.get("after")
+    if text is None or not text.strip():
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadRequestError(
+            "`after` must be unix seconds or an RFC 3339 time (2026-01-02T15:04:05Z).",
+            param="after",
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+async def performance(request: web.Request) -> web.Response:
+    """The system monitor's samples (llama-swap's shape); 503 ``enabled: false`` when off."""
+    runtime = request.app[RUNTIME]
+    after = _after(request)
+    if not runtime.config.observability.performance:
+        body = {"enabled": False, "reason": "performance.disabled is true in the config"}
+        return web.json_response(body, status=503)
+    return web.json_response(runtime.performance.view(after))
+
+
+async def hardware(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    return web.json_response(runtime.redactor.data(await runtime.hardware()))
+
+
 async def memory(request: web.Request) -> web.Response:
     """What the web UI's Memory page draws: budgets, models and their bands."""
     runtime = request.app[RUNTIME]
@@ -167,6 +204,8 @@ async def memory(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/memory", memory)
+    app.router.add_get("/api/performance", performance)
+    app.router.add_get("/api/hardware", hardware)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/activity", activity)
     app.router.add_get("/logs", gateway_log)

@@ -1,0 +1,141 @@
+"""llama-swap's pages outside the Playground (issue 19) and swap receipts (issue 21), in a real
+browser (Debian's chromium through Playwright) against ``python -m modelswap serve``:
+Performance, Hardware, the Models page's profiles and peers, Activity's stats, columns, export
+and in-flight requests, the Logs panels, and the receipt of the last swap on a model's card."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import HANG, Gateway, fake_cmd
+from tests.fakes import nvidia_smi
+from tests.ui.conftest import screenshot
+
+StartGateway = Callable[..., Gateway]
+READ_KEY = "sk-parity-monitor-0123456789abcdef"
+ADMIN_KEY = "sk-parity-admin-0123456789abcdef"
+KEYS = (
+    "apiKeys:\n"
+    f"  - {{key: {ADMIN_KEY}, name: ops, scopes: [inference, read, admin]}}\n"
+    f"  - {{key: {READ_KEY}, name: monitor, scopes: [read]}}\n"
+)
+PHONE = {"width": 390, "height": 844}
+
+ui = pytest.mark.ui
+
+
+def sign_in(page: Any, key: str) -> None:
+    page.get_by_label("API key", exact=True).fill(key)
+    page.get_by_role("button", name="Sign in").click()
+
+
+@pytest.fixture
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "gpu-bin"
+    directory.mkdir()
+    nvidia_smi.install(directory, "--gpus", "2")
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+    return directory
+
+
+def fits_phone_in_both_themes(browser: Any, url: str, ready: str, key: str | None = None) -> None:
+    """At 390 px, light and dark: the page draws ``ready`` and never scrolls sideways."""
+    for scheme in ("light", "dark"):
+        context = browser.new_context(viewport=PHONE, color_scheme=scheme)
+        context.set_default_timeout(HANG * 1000)
+        errors: list[str] = []
+        try:
+            tab = context.new_page()
+            tab.on("pageerror", lambda exc, seen=errors: seen.append(str(exc)))
+            tab.goto(url)
+            if key:
+                sign_in(tab, key)
+            tab.locator(ready).first.wait_for(state="attached")
+            width = tab.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], f"{url} ({scheme}): {width} px wide"
+            bg = tab.evaluate("getComputedStyle(document.body).backgroundColor")
+            assert (bg == "rgb(18, 20, 23)") == (scheme == "dark"), (scheme, bg)
+        finally:
+            context.close()
+        assert not errors, errors
+
+
+# ---- Performance and Hardware ---------------------------------------------------------------
+
+
+@ui
+def test_performance_page_draws_cpu_memory_network_and_gpus(
+    gateway: StartGateway, page: Any, browser: Any, fake_gpu: Path
+) -> None:
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n", extra_top=KEYS + "performance: {every: 1s}\n")
+    page.goto(gw.url("/ui/#/performance"))
+    sign_in(page, READ_KEY)  # the read scope sees the page
+    for chart in ("cpu", "memory", "network", "gpu-util", "gpu-memory", "gpu-power", "gpu-temp"):
+        # attached: a flat line (a fake GPU's constant load) has no height to be "visible"
+        page.locator(f'[data-chart="{chart}"] polyline').first.wait_for(state="attached")
+    page.wait_for_function(
+        "document.querySelectorAll('[data-chart=\"cpu\"] polyline')[0]"
+        ".getAttribute('points').split(' ').length >= 2"
+    )
+    cpu = page.locator('[data-chart="cpu"]')
+    labels = cpu.locator("text.axis-label").all_text_contents()
+    assert "100 %" in labels  # the value axis
+    assert "now" in labels
+    assert "−5 min" in labels  # 5 minutes: the default window
+    assert cpu.locator('[data-role="value"]').text_content().endswith("%")
+    gpu = page.locator('[data-chart="gpu-memory"]')
+    legend = gpu.locator(".perf-legend li").all_text_contents()
+    assert legend == ["GPU 0 NVIDIA Fake 0 1.0 GiB", "GPU 1 NVIDIA Fake 1 2.0 GiB"]
+    assert "123 W" in page.locator('[data-chart="gpu-power"] .perf-legend').text_content()
+    assert "sampled every 1 s" in page.locator("#perf-status").text_content()
+
+    page.locator("#perf-window").select_option(label="1 min")
+    page.locator('[data-chart="cpu"] text.axis-label', has_text="−1 min").wait_for()
+    assert page.evaluate("localStorage.getItem('modelswap.perf.window')") == "0"
+    page.reload()
+    page.locator('[data-chart="cpu"] text.axis-label', has_text="−1 min").wait_for()
+    assert page.locator("#perf-window").input_value() == "0"  # the window is remembered
+    screenshot(page, "performance")
+
+    page.goto(gw.url("/ui/#/hardware"))
+    page.locator('#hardware-info [data-role="gpu"]').first.wait_for()
+    gpus = page.locator('#hardware-info [data-role="gpu"]').all_text_contents()
+    assert gpus[0] == "NVIDIA Fake 0 · 24.0 GiB · driver 550.54.15 · 350 W limit"
+    cores = page.locator('#hardware-info [data-role="cores"]').text_content()
+    assert f"{os.cpu_count()} logical" in cores
+    assert "modelswap" in page.locator('#hardware-info [data-role="gateway"]').text_content()
+    assert page.locator('#hardware-info [data-role="python"]').text_content().startswith("CPython")
+    screenshot(page, "hardware")
+
+    fits_phone_in_both_themes(
+        browser, gw.url("/ui/#/performance"), '[data-chart="gpu-temp"] polyline', READ_KEY
+    )
+    fits_phone_in_both_themes(
+        browser, gw.url("/ui/#/hardware"), '#hardware-info [data-role="gpu"]', READ_KEY
+    )
+
+
+@ui
+def test_performance_without_a_gpu_and_switched_off(
+    gateway: StartGateway, page: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", f"{python_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    if any((Path(d) / "nvidia-smi").exists() for d in (python_dir, "/usr/bin", "/bin")):
+        pytest.skip("this machine has a real nvidia-smi")
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n", extra_top="performance: {every: 1s}\n")
+    page.goto(gw.url("/ui/#/performance"))
+    page.locator('[data-chart="cpu"] polyline').wait_for(state="attached")
+    note = page.locator('[data-role="no-gpu"]')
+    assert note.text_content() == "GPU: no GPU: nvidia-smi is not on PATH."
+    page.goto(gw.url("/ui/#/hardware"))
+    page.locator('#hardware-info [data-role="gpus"]', has_text="none").wait_for()
+
+    off = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n", extra_top="performance: {disabled: true}\n")
+    page.goto(off.url("/ui/#/performance"))
+    page.locator('[data-role="perf-off"]', has_text="performance.disabled").wait_for()
