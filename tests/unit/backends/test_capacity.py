@@ -150,6 +150,38 @@ def test_vllm_cpu_build_single_line_receipt_gives_tokens_and_concurrency() -> No
 
 
 @pytest.mark.parametrize(
+    ("line", "gib"),
+    [
+        # VLLM_CPU_KVCACHE_SPACE (or --kv-cache-memory-bytes) given: cpu_worker.py
+        (
+            "INFO 12-01 22:47:00 [cpu_worker.py:260] Explicitly set (1.0/10.46) GiB for KV cache "
+            "on node 0.",
+            1.0,
+        ),
+        # not given: the worker sizes it from its requested memory
+        (
+            "INFO 12-01 22:47:00 [cpu_worker.py:250] Auto set (6.25/15.51) GiB for KV cache "
+            "on node 1, with 8.00 GiB requested memory for the worker. "
+            "1.75 GiB memory was consumed by non-kv usages.",
+            6.25,
+        ),
+    ],
+)
+def test_vllm_cpu_build_states_the_kv_cache_gib_it_set(line: str, gib: float) -> None:
+    assert parse_capacity([line]) == CapacityReceipt(kv_cache_gib=gib)
+
+
+@pytest.mark.parametrize("device", ["GPU", "XPU", "TPU", "HPU", "GPU + host"])
+def test_every_device_name_vllm_prints_gives_the_kv_token_count(device: str) -> None:
+    """kv_cache_utils.py names the pool by device type (upper-cased), "+ host" with a host tier."""
+    line = f"INFO [kv_cache_utils.py:2327] {device} KV cache size: 1,024 tokens, "
+    line += "Maximum concurrency for 512 tokens per request: 2.00x"
+    receipt = parse_capacity([line])
+    assert receipt is not None
+    assert receipt.kv_cache_tokens == 1024
+
+
+@pytest.mark.parametrize(
     "line",
     [
         "GPU KV cache size: 0 tokens",
