@@ -10,6 +10,7 @@ does not understand fall back to ``gguf.GGUFReader``.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
 from collections.abc import Mapping
@@ -71,8 +72,14 @@ class _Cursor:
         self.pos += size
         return raw.decode("utf-8", errors="replace")
 
-    def skip_string(self) -> None:
-        self.pos += 8 + struct.unpack_from(self.order + "Q", self.buf, self.pos)[0]
+    def skip_strings(self, count: int) -> None:
+        """Step over ``count`` length-prefixed strings (a vocabulary: 50k-250k of them), in one
+        tight loop with locals: this loop is most of a header read."""
+        length_at = struct.Struct(self.order + "Q").unpack_from
+        buf, pos = self.buf, self.pos
+        for _ in range(count):
+            pos += 8 + length_at(buf, pos)[0]
+        self.pos = pos
 
     def value(self, vtype: GGUFValueType) -> Any:
         if vtype is GGUFValueType.STRING:
@@ -89,8 +96,7 @@ class _Cursor:
         count = self.unpack("Q")
         if count > MAX_KEPT_ARRAY:
             if itype is GGUFValueType.STRING:
-                for _ in range(count):
-                    self.skip_string()
+                self.skip_strings(count)
             elif itype in _SCALARS:
                 self.pos += count * struct.calcsize(_SCALARS[itype])
             else:
@@ -100,7 +106,23 @@ class _Cursor:
 
 
 def read_header(path: Path) -> GGUFHeader:
-    """The header of the GGUF file at ``path``; ModelReadError if it is not one."""
+    """The header of the GGUF file at ``path``; ModelReadError if it is not one. A file read
+    before and unchanged since (same size and mtime) is not read again: configs often serve
+    one file under several names (contexts, embeddings), and a reload plans them all again."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ModelReadError(f"cannot read {path}: {exc}") from exc
+    return _read_header_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_header_cached(path: str, size: int, mtime_ns: int) -> GGUFHeader:
+    del size, mtime_ns  # only the cache key: a changed file is read again
+    return _read_header(Path(path))
+
+
+def _read_header(path: Path) -> GGUFHeader:
     try:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
