@@ -7,7 +7,8 @@ with deterministic content. A real program, started by the gateway as a model's 
   (``system: …``, the content part types, ``image_url`` prefixes and sizes, the last user text),
   or the text of ``--answer-file``; ``--reasoning TEXT`` sends ``reasoning_content`` deltas first;
   ``--token-delay S`` waits between deltas (a stream to stop).
-* ``POST /v1/images/generations``: ``n`` small PNGs (``b64_json``), coloured by the prompt.
+* ``POST /v1/images/generations``: ``n`` PNGs of the asked ``size`` (``b64_json``), coloured by
+  the prompt.
 * ``POST /v1/audio/speech``: a short WAV tone whose pitch follows the input; the asked voice and
   format are echoed in ``X-Fake-Voice`` / ``X-Fake-Format``.
 * ``POST /v1/audio/transcriptions`` (multipart): ``{"text": "<file name>: <size> bytes, model
@@ -55,18 +56,20 @@ def error(status: int, message: str, kind: str = "invalid_request_error") -> web
 
 
 def png(rgb: tuple[int, int, int], size: int = 32) -> bytes:
-    """A solid ``size``×``size`` PNG."""
+    """A ``size``×``size`` PNG: ``rgb`` fading to black from top to bottom."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         crc = zlib.crc32(kind + data) & 0xFFFFFFFF
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
 
-    row = b"\x00" + bytes(rgb) * size
+    rows = b"".join(
+        b"\x00" + bytes(c * (size - y) // size for c in rgb) * size for y in range(size)
+    )
     header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(row * size))
+        + chunk(b"IDAT", zlib.compress(rows))
         + chunk(b"IEND", b"")
     )
 
@@ -203,10 +206,12 @@ class Backend:
             return error(400, "`prompt` is required")
         digest = hashlib.sha256(prompt.encode()).digest()
         n = int(body.get("n") or 1)
+        width = str(body.get("size") or "256x256").split("x")[0]
+        size = min(1024, int(width)) if width.isdigit() else 256
         data = [
             {
                 "b64_json": base64.b64encode(
-                    png((digest[i], digest[i + 1], digest[i + 2]))
+                    png((digest[i], digest[i + 1], digest[i + 2]), size)
                 ).decode(),
                 "revised_prompt": prompt,
             }

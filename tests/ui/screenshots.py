@@ -4,6 +4,7 @@
 
 Starts ``python -m modelswap serve`` with fake backends (one ready, one failed, one starting,
 memory budgets), drives Debian's chromium through each page and saves ``<page>[-dark][-390].png``.
+The Playground's tabs come from tests/ui/screenshots_playground.py (``playground-<tab>…png``).
 It also fails (exit 1) when a page scrolls sideways at 390 px or logs a console error, so the
 pictures in the README never show a broken page.
 """
@@ -32,6 +33,7 @@ from tests.e2e.conftest import (
     wait_healthy,
 )
 from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.ui.screenshots_playground import shoot_all as shoot_playground_tabs
 
 OUT = REPO / "docs" / "screenshots"
 PAGES = ("models", "memory", "logs", "activity", "playground", "settings")
@@ -134,6 +136,7 @@ def main() -> int:
                 for dark in (False, True):
                     for size in (DESKTOP, PHONE):
                         problems += shoot(browser, gw, dark=dark, size=size)
+                problems += shoot_playground_tabs(browser, Path(tmp))
             finally:
                 browser.close()
         release.touch()

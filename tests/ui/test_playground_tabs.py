@@ -25,7 +25,7 @@ PHONE = {"width": 390, "height": 844}
 TABS = ("chat", "images", "speech", "transcription", "rerank", "loadtest")
 MARKDOWN = (
     "Here is **bold** and *italic* with `inline code`.\n\n"
-    "```python\nprint('<b>hi</b>')\n```\n\n"
+    "```python\nprint('<b>hi</b>')\n" + "x = 1  # a long line " * 8 + "\n```\n\n"
     "- first item\n- second [link](https://example.invalid/docs)\n\n"
     "<script>window.pwned = 1</script> and [bad](javascript:alert(1))"
 )
@@ -158,7 +158,7 @@ def test_reasoning_is_apart_and_markdown_is_built_never_parsed_as_html(
     assert block.locator(".reasoning-text").inner_text().strip() == reasoning
     content = bubble.locator(".content")
     assert "consider" not in content.inner_text()  # the answer is apart from the reasoning
-    assert content.locator("pre code").inner_text() == "print('<b>hi</b>')"
+    assert content.locator("pre code").inner_text().startswith("print('<b>hi</b>')\nx = 1")
     assert content.locator("pre b").count() == 0
     assert content.locator("li").count() == 2
     assert content.locator("strong").inner_text() == "bold"
@@ -175,6 +175,8 @@ def test_reasoning_is_apart_and_markdown_is_built_never_parsed_as_html(
     history = page.evaluate("chat.messages")
     assert history[1]["content"] == MARKDOWN  # reasoning is never sent back as history
     screenshot(page, "playground-markdown")
+    page.set_viewport_size(PHONE)  # a long code line scrolls in its block, not the page
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
 
 
 @ui
@@ -208,7 +210,7 @@ def test_images_speech_transcription_and_rerank_tabs_fit_a_phone(
         image = page.locator("#pg-images-out img")
         image.wait_for()
         assert (image.get_attribute("src") or "").startswith("data:image/png;base64,iVBOR")
-        page.wait_for_function("document.querySelector('#pg-images-out img').naturalWidth === 32")
+        page.wait_for_function("document.querySelector('#pg-images-out img').naturalWidth === 256")
         # A backend that does not serve images: its refusal, in the API's shape.
         page.locator("#pg-images-model").select_option("chatonly")
         page.get_by_role("button", name="Generate", exact=True).click()

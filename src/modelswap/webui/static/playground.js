@@ -32,10 +32,14 @@ function servesTab(model, tab) {
 function fillPicker(select, rows, tab, running) {
   const chosen = select.value;
   const fit = rows.filter((m) => servesTab(m, tab));
-  select.replaceChildren(...fit.map((m) => {
-    const st = running[m.alias_for || m.id] || m.state || "stopped";
-    return el("option", { value: m.id, text: `${m.id} · ${st}` });
-  }));
+  const label = (m) => `${m.id} · ${running[m.alias_for || m.id] || m.state || "stopped"}`;
+  const options = [...select.options];
+  // The same models: only their states change (a rebuilt list would close an open picker).
+  if (fit.length && options.length === fit.length && fit.every((m, i) => options[i].value === m.id)) {
+    fit.forEach((m, i) => { options[i].textContent = label(m); });
+    return fit;
+  }
+  select.replaceChildren(...fit.map((m) => el("option", { value: m.id, text: label(m) })));
   if (!fit.length) select.append(el("option", { value: "", text: "no model declares this capability" }));
   if (chosen && fit.some((m) => m.id === chosen)) select.value = chosen;
   return fit;
