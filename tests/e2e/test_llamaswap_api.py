@@ -4,6 +4,7 @@ codes and body shapes, through ``python -m modelswap serve`` and the fake backen
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import urllib.request
@@ -11,9 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.e2e import test_llamaswap_compat as compat
 from tests.e2e.conftest import Gateway, Reply, fake_cmd, next_event, open_stream, request
+from tests.e2e.test_llamaswap_compat import Serve, post
 
 pytestmark = pytest.mark.e2e
+serve = compat.serve  # the fixture: a tests/data/llamaswap/ config served on free ports
 
 StartGateway = Callable[..., Gateway]
 
@@ -132,3 +136,90 @@ def test_cancel_of_an_unknown_request_is_llamaswaps_404(gateway: StartGateway) -
     assert status == 404
     assert json.loads(raw)["error"]["message"] == "inflight request not found"
     assert inflight(gw) == []
+
+
+def echo_of(reply: Reply) -> dict[str, Any]:
+    """What the fake backend saw (it echoes every path it does not serve itself)."""
+    assert reply.status == 200, reply.body
+    seen = reply.json()
+    assert seen["echo"] is True, seen
+    return {**seen, "body": json.loads(base64.b64decode(seen["body_b64"]) or b"null")}
+
+
+def test_pass_through_prefixes_route_by_model(serve: Serve) -> None:
+    gw = serve("passthrough.yaml")
+    txt2img = echo_of(post(gw, "/sdapi/v1/txt2img", {"model": "image", "prompt": "a cat"}))
+    assert (txt2img["path"], txt2img["body"]) == (
+        "/sdapi/v1/txt2img",
+        {"model": "image", "prompt": "a cat"},
+    )
+    assert echo_of(post(gw, "/sdapi/v1/img2img", {"model": "image"}))["path"] == "/sdapi/v1/img2img"
+    loras = echo_of(request(gw, "GET", "/sdapi/v1/loras?model=image"))
+    assert (loras["method"], loras["path"], loras["query"]) == (
+        "GET",
+        "/sdapi/v1/loras",
+        "model=image",
+    )
+    voices = echo_of(request(gw, "GET", "/v1/audio/voices?model=audio"))
+    assert (voices["path"], voices["query"]) == ("/v1/audio/voices", "model=audio")
+    task = echo_of(post(gw, "/audioapi/v1/tasks/run", {"model": "audio", "task": "tts"}))
+    assert (task["path"], task["body"]["task"]) == ("/v1/tasks/run", "tts")  # prefix dropped
+
+    # /v/: sent without the /v, onto a proxy URL that ends in /v1 -> the backend's /v1/...
+    reply = request(
+        gw,
+        "POST",
+        "/v/chat/completions",
+        json.dumps({"model": "remote", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert reply.status == 200, reply.body
+    assert reply.json()["choices"][0]["message"]["content"]
+    echoed = echo_of(post(gw, "/v/embeddings?x=1", {"model": "image", "input": "x"}))
+    assert (echoed["path"], echoed["query"]) == ("/embeddings", "x=1")
+
+    missing = request(gw, "GET", "/sdapi/v1/loras")
+    assert missing.status == 400
+    assert missing.json()["error"]["param"] == "model"
+    unknown = post(gw, "/sdapi/v1/txt2img", {"model": "nope"})
+    assert unknown.status == 404
+    rows = activity(gw)
+    assert {"/sdapi/v1/txt2img", "/audioapi/v1/tasks/run", "/v/chat/completions"} <= {
+        row["route"] for row in rows
+    }
+
+
+def test_comfyui_is_the_comfyui_auto_model(serve: Serve) -> None:
+    gw = serve("passthrough.yaml")
+    root = request(gw, "GET", "/comfyui?tab=1")
+    assert (root.status, root.headers["Location"]) == (301, "/comfyui/?tab=1")
+    assert request(gw, "POST", "/comfyui", b"{}").status == 308
+    early = request(gw, "GET", "/comfyui/api/queue")  # only the root may start it
+    assert early.status == 409
+    assert early.json()["error"]["message"] == (
+        "model comfyui_auto is not loaded; only /comfyui/ can start it"
+    )
+    assert "comfyui_auto" not in gw.running()
+    assert echo_of(request(gw, "GET", "/comfyui/"))["path"] == "/"
+    queued = echo_of(
+        request(
+            gw,
+            "POST",
+            "/comfyui/api/prompt?client=7",
+            b'{"prompt": {}}',
+            {"Content-Type": "application/json"},
+        )
+    )
+    assert (queued["path"], queued["query"], queued["body"]) == (
+        "/api/prompt",
+        "client=7",
+        {"prompt": {}},
+    )
+    assert request(gw, "GET", "/comfyui/../api").status in (400, 404)
+
+
+def test_comfyui_without_the_model_is_404(gateway: StartGateway) -> None:
+    gw = gateway(model("m"))
+    reply = request(gw, "GET", "/comfyui/")
+    assert reply.status == 404
+    assert reply.json()["error"]["message"] == "local model comfyui_auto not found"

@@ -25,7 +25,25 @@ INFERENCE_PATHS = (
     "/infill",
     "/v1/audio/{tail:.+}",
     "/v1/images/{tail:.+}",
+    # llama-swap's pass-through prefixes routed by the body's `model`: stable-diffusion.cpp's
+    # /sdapi, audio.cpp's task API (sent without /audioapi) and the versionless /v/ routes
+    # (sent without /v, for a backend whose proxy URL ends in /v1; llama-swap's issue #728)
+    "/sdapi/v1/txt2img",
+    "/sdapi/v1/img2img",
+    "/audioapi/v1/tasks/run",
+    "/v/chat/completions",
+    "/v/responses",
+    "/v/completions",
+    "/v/messages",
+    "/v/messages/count_tokens",
+    "/v/embeddings",
+    "/v/rerank",
+    "/v/reranking",
 )
+# GET routes whose model is the `model` query parameter, as in llama-swap
+QUERY_ROUTED_PATHS = ("/sdapi/v1/loras", "/v1/audio/voices")
+# llama-swap's ComfyUI pass-through: every path below it goes to the model `comfyui_auto`
+COMFYUI_MODEL = "comfyui_auto"
 
 OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
 
@@ -39,6 +57,7 @@ _INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {
     "/v1/models",
     "/models",
     "/props",  # llama-swap's /props?model=: the model's server's /props
+    *QUERY_ROUTED_PATHS,
 }
 _READ_EXACT = frozenset(
     {
@@ -58,9 +77,12 @@ _READ_EXACT = frozenset(
     }
 )
 # /api/inflight/{id}/cancel: llama-swap's cancel of an in-flight request
-_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/")
-# llama-swap's: /unload, /upstream, and switching the active profile
-_ADMIN_EXACT = frozenset({"/api/config", "/unload", "/upstream", "/api/profiles/active"})
+# /comfyui/...: any path of a ComfyUI server, as /upstream/ is any path of a model's server
+_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/", "/comfyui/")
+# llama-swap's: /unload, /upstream, /comfyui and switching the active profile
+_ADMIN_EXACT = frozenset(
+    {"/api/config", "/unload", "/upstream", "/comfyui", "/api/profiles/active"}
+)
 
 
 def route_class(path: str) -> str:
@@ -75,3 +97,13 @@ def route_class(path: str) -> str:
     if path in _ADMIN_EXACT or path.startswith(_ADMIN_PREFIXES):
         return ADMIN
     return "any"
+
+
+def upstream_path(path: str) -> str:
+    """The path a model route is forwarded with: llama-swap's ``/v/`` and ``/audioapi/``
+    prefixes are dropped (``/v/chat/completions`` → ``/chat/completions``); others as sent."""
+    if path.startswith("/v/"):
+        return path[2:]
+    if path.startswith("/audioapi/"):
+        return path[9:]
+    return path

@@ -29,6 +29,7 @@ from modelswap.http.relay import proxy
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
 from modelswap.http.relay.filters import apply_layers
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
+from modelswap.http.route_classes import upstream_path
 from modelswap.observe.usage import UsageTracker, request_usage_injection
 from modelswap.routing.peers import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
@@ -39,7 +40,17 @@ FALLBACK_ON = (StartError, UpstreamError, UpstreamTimeoutError, PeerUnavailableE
 HOPS_HEADER = "X-Modelswap-Hops"
 MAX_HOPS = 8
 # Streamed answers on these carry a final usage chunk when asked (stream_options).
-USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+USAGE_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v/chat/completions", "/v/completions"}
+)
+
+
+def forwarded_path_qs(request: web.Request) -> str:
+    """The path and query the target gets (llama-swap's /v/ and /audioapi/ dropped)."""
+    path = upstream_path(request.path)
+    if path is request.path:
+        return request.path_qs
+    return path + ("?" + request.query_string if request.query_string else "")
 
 
 def hops(request: web.Request) -> int:
@@ -133,7 +144,7 @@ async def _attempt(
             runtime.router,
             runtime.proxy_session,
             target.model,
-            path_qs=request.path_qs,
+            path_qs=forwarded_path_qs(request),
             body=payload,
             waiting=waiting,
             raise_5xx=has_next,
@@ -171,7 +182,7 @@ async def _attempt_peer(
             request,
             runtime.proxy_session,
             upstream,
-            path_qs=request.path_qs,
+            path_qs=forwarded_path_qs(request),
             body=body,
             into=waiting.response if waiting is not None else None,
         )

@@ -9,9 +9,10 @@ from modelswap.errors import BadRequestError, BodyTooLargeError
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.middleware.observing import OBS
+from modelswap.http.relay import proxy
 from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.relay.extract import parse_request
-from modelswap.http.route_classes import INFERENCE_PATHS
+from modelswap.http.route_classes import INFERENCE_PATHS, QUERY_ROUTED_PATHS
 from modelswap.http.routes.catalog import model_row, model_rows, peer_rows
 from modelswap.runtime import Runtime
 
@@ -50,6 +51,24 @@ async def inference(request: web.Request) -> web.StreamResponse:
     return await dispatch(request, runtime, targets, parsed)
 
 
+async def query_routed(request: web.Request) -> web.StreamResponse:
+    """A GET routed by its ``model`` query parameter (``/sdapi/v1/loras?model=NAME``), sent to
+    that model's server (started if needed) with its query as it came, as llama-swap does."""
+    runtime = request.app[RUNTIME]
+    name = request.query.get("model")
+    if not name:
+        raise BadRequestError(f"`model` is required: {request.path}?model=NAME.", param="model")
+    obs = request.get(OBS)
+    if obs is not None:
+        obs.requested = name
+    model = runtime.resolve(name, client_key(request))
+    if obs is not None:
+        obs.model = model.id
+    return await proxy.send_to_model(
+        request, runtime.router, runtime.proxy_session, model, path_qs=request.path_qs, body=b""
+    )
+
+
 async def list_models(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     key = client_key(request)
@@ -74,6 +93,8 @@ async def retrieve_model(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     for path in INFERENCE_PATHS:
         app.router.add_post(path, inference)
+    for path in QUERY_ROUTED_PATHS:
+        app.router.add_get(path, query_routed)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/models", list_models)
     # Ids may hold `/` (peer models, Hugging Face names): the rest of the path is the id.
