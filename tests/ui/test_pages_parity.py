@@ -139,3 +139,75 @@ def test_performance_without_a_gpu_and_switched_off(
     off = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n", extra_top="performance: {disabled: true}\n")
     page.goto(off.url("/ui/#/performance"))
     page.locator('[data-role="perf-off"]', has_text="performance.disabled").wait_for()
+
+
+# ---- Models: profiles, selectors, peers, tags, ready count ------------------------------------
+
+
+def models_config() -> str:
+    return (
+        f"  tiny:\n    cmd: {fake_cmd()}\n    capabilities: [chat, tools]\n"
+        f"  other:\n    cmd: {fake_cmd()}\n"
+    )
+
+
+MODELS_TOP = (
+    KEYS + "selectors:\n  auto: {targets: [tiny, other], description: the first ready one}\n"
+    "profiles:\n  work: {description: tiny kept loaded, pins: {assistant: tiny}}\n"
+    "  quiet: [other]\n"
+    "peers:\n  box: {proxy: 'http://127.0.0.1:9', models: [beta]}\n"
+)
+
+
+@ui
+def test_models_page_switches_profiles_and_lists_selectors_and_peers(
+    gateway: StartGateway, page: Any, browser: Any
+) -> None:
+    gw = gateway(models_config(), extra_top=MODELS_TOP)
+    page.goto(gw.url("/ui/#/models"))
+    sign_in(page, ADMIN_KEY)
+    page.locator("#events-status", has_text="live").wait_for()
+    cards = page.locator("#models-list article.card")
+    assert sorted(c.get_attribute("data-model") for c in cards.all()) == ["other", "tiny"]
+    assert page.locator("#models-summary").text_content() == "0 of 2 ready"
+    tags = page.locator('article[data-model="tiny"] .tags .tag').all_text_contents()
+    assert tags == ["chat", "tools"]
+
+    selector = page.locator('#selectors-list [data-selector="auto"]')
+    assert selector.locator('[data-role="strategy"]').text_content() == "warm"
+    assert selector.locator("li").all_text_contents() == ["tiny stopped", "other stopped"]
+    assert "the first ready one" in selector.text_content()
+    peer = page.locator('#peers-list tr[data-peer="box"]')
+    peer.wait_for()
+    assert peer.locator("td").all_text_contents() == ["box", "ok", "box/beta"]
+
+    assert page.locator('[data-role="profile-active"]').text_content() == "no profile active"
+    page.locator("#profile-select").select_option("work")
+    page.get_by_role("button", name="Switch").click()
+    page.locator('[data-role="profile-active"]', has_text="active: work").wait_for()
+    pins = page.locator('[data-role="profile-pins"]').text_content()
+    assert pins == "kept loaded: assistant → tiny"
+    page.locator("#models-summary", has_text="1 of 2 ready").wait_for()
+    page.locator('#selectors-list li[data-target="tiny"] .badge', has_text="ready").wait_for()
+    assert page.locator("#unload-all").is_enabled()
+    assert "null" not in page.locator("#models-profiles").text_content()
+    screenshot(page, "models-parity")
+
+    reader = browser.new_context(viewport={"width": 1280, "height": 860})
+    reader.set_default_timeout(HANG * 1000)
+    try:
+        tab = reader.new_page()
+        tab.goto(gw.url("/ui/#/models"))
+        sign_in(tab, READ_KEY)
+        tab.locator('[data-role="profile-active"]', has_text="active: work").wait_for()
+        switch = tab.get_by_role("button", name="Switch")
+        assert switch.is_disabled()
+        assert "admin" in (switch.get_attribute("title") or "")
+        assert "admin" in tab.locator('[data-role="profile-perm"]').text_content()
+        assert tab.locator("#unload-all").is_disabled()
+        tab.locator('#peers-list tr[data-peer="box"]').wait_for()
+    finally:
+        reader.close()
+    fits_phone_in_both_themes(
+        browser, gw.url("/ui/#/models"), '#peers-list tr[data-peer="box"]', READ_KEY
+    )

@@ -251,7 +251,14 @@ async function catalog() {
 
 /* ---- Models ------------------------------------------------------------------------------ */
 
-const models = { list: [], running: {}, cards: {} };
+const models = { list: [], running: {}, cards: {}, selectors: [], peerRows: [] };
+/* /v1/models rows: a model of this gateway, or a selector (virtual name) or a peer's model. */
+function isModelRow(m) { return !m.alias_for && !m.selector && !m.peer; }
+function takeRows(rows) {
+  models.list = rows.filter(isModelRow);
+  models.selectors = rows.filter((m) => m.selector);
+  models.peerRows = rows.filter((m) => m.peer);
+}
 
 function takeRunning(rows) {
   models.running = {};
@@ -260,7 +267,7 @@ function takeRunning(rows) {
 
 async function fetchModels() {
   const found = await catalog();
-  models.list = found.list.filter((m) => !m.alias_for);
+  takeRows(found.list);
   takeRunning(found.running);
 }
 
@@ -381,6 +388,7 @@ function renderSummary() {
 
 function renderModels() {
   renderSummary();
+  renderSelectors();
   const list = $("#models-list");
   if (!models.list.length) {
     list.replaceChildren(el("p", { class: "muted", text: "No models are listed." }));
@@ -494,7 +502,7 @@ function onModelEvent(kind, text) {
   let data;
   try { data = JSON.parse(text); } catch { return; }
   if (kind === "snapshot") {
-    if (data.models) models.list = data.models.filter((m) => !m.alias_for);
+    if (data.models) takeRows(data.models);
     takeRunning(data.running);
     renderModels();
     return;
@@ -534,16 +542,103 @@ async function unloadAll() {
   scheduleModelsRefresh(0);
 }
 
+/* Selectors: each target with its live state; the one a request would get is not guessed. */
+function renderSelectors() {
+  const box = $("#selectors-list");
+  $("#models-selectors").hidden = !models.selectors.length;
+  const stateOf = (t) => (models.running[t] || models.list.find((m) => m.id === t || (m.aliases || []).includes(t)) || {}).state;
+  box.replaceChildren(...models.selectors.map((sel) => el("article", { class: "card", "data-selector": sel.id, "aria-label": `selector ${sel.id}` },
+    el("div", { class: "card-head" }, el("strong", { class: "name", text: sel.name ? `${sel.id} — ${sel.name}` : sel.id }),
+      el("span", { class: "tag", "data-role": "strategy", title: "how it picks a target", text: sel.selector.strategy })),
+    sel.description ? el("p", { class: "muted small", text: sel.description }) : null,
+    el("ol", { class: "targets" }, ...sel.selector.targets.map((t) => {
+      const st = stateOf(t);
+      return el("li", { "data-target": t }, el("span", { text: t }), " ",
+        el("span", { class: "badge", "data-state": st || "peer", text: st || (t.includes("/") ? "peer" : "—") }));
+    })))));
+}
+
+/* Peer models: /api/peers (read) with each peer's breaker; else the /v1/models peer rows. */
+async function renderPeers(state) {
+  let rows;
+  if (can("read")) {
+    const data = await apiJSON("/api/peers");
+    rows = (data.peers || []).filter((p) => !p.dns).map((p) => ({ id: p.id, breaker: p.breaker, models: p.models || [], error: p.discover_error, pool: p.pool }));
+  } else {
+    const by = {};
+    for (const r of models.peerRows) (by[r.peer] = by[r.peer] || []).push(r.id.slice(r.peer.length + 1));
+    rows = Object.entries(by).map(([id, ms]) => ({ id, models: ms }));
+  }
+  if (current !== state) return;
+  $("#models-peers").hidden = !rows.length;
+  if (!rows.length) return;
+  $("#peers-list").replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["peer", "link", "models (as peer/model)"].map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, ...rows.map((p) => el("tr", { "data-peer": p.id },
+      el("td", { text: p.pool ? `${p.id} (pool ${p.pool})` : p.id }),
+      el("td", { class: p.breaker === "open" ? "status-bad" : "", title: "the circuit breaker: open means requests skip this peer for now",
+        text: p.breaker ? (p.breaker === "closed" ? "ok" : p.breaker.replace("_", " ")) + (p.error ? ` · ${p.error}` : "") : "—" }),
+      el("td", { class: "wrap-cell", text: p.models.length ? p.models.map((m) => `${p.id}/${m}`).join(", ") : "none listed" }))))));
+}
+
+/* Profiles (llama-swap's): the active one's models are loaded and pinned; switching needs admin. */
+async function renderProfiles(state) {
+  const box = $("#models-profiles");
+  if (!can("read")) { box.hidden = true; return; }
+  const data = await apiJSON("/api/profiles");
+  if (current !== state) return;
+  const profiles = data.profiles || [];
+  const shown = JSON.stringify([data, can("admin"), link.offline]);
+  if (box.dataset.shown === shown) return; // unchanged: keep a choice being made
+  box.dataset.shown = shown;
+  box.hidden = !profiles.length;
+  if (!profiles.length) return;
+  const select = el("select", { id: "profile-select", "aria-label": "Active profile" },
+    el("option", { value: "", text: "none" }), ...profiles.map((p) => el("option", { value: p.name, text: p.name })));
+  select.value = data.active || "";
+  const apply = el("button", { type: "button", id: "profile-apply", "data-needs-link": true, text: "Switch" });
+  const admin = can("admin");
+  apply.dataset.blocked = admin ? "0" : "1";
+  apply.disabled = link.offline || !admin;
+  if (!admin) apply.title = `Switching the profile ${needs("admin")}`;
+  apply.onclick = async () => {
+    apply.disabled = true;
+    try {
+      await apiJSON("/api/profiles/active", { method: "PUT", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name: select.value || null }) });
+    } catch (err) {
+      if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(`profile: ${err.message || err}`);
+    }
+    $("#models-profiles").dataset.shown = "";
+    if (current === state) await renderProfiles(state).catch(() => {});
+    scheduleModelsRefresh(0);
+  };
+  const active = profiles.find((p) => p.name === data.active);
+  const pins = active ? Object.entries(active.pins || {}) : [];
+  box.replaceChildren(...[
+    el("div", { class: "controls" },
+      el("span", { class: "field" }, el("label", { for: "profile-select", text: "Profile" }), select), apply,
+      el("span", { class: "small", "data-role": "profile-active", text: data.active ? `active: ${data.active}` : "no profile active" })),
+    active && active.description ? el("p", { class: "muted small", text: active.description }) : null,
+    pins.length ? el("p", { class: "small", "data-role": "profile-pins" }, "kept loaded: ",
+      ...pins.flatMap(([pin, model], i) => [i ? " · " : "", el("code", { text: pin }), model && model !== pin ? ` → ${model}` : "", model ? "" : " (none)"])) : null,
+    admin ? null : el("p", { class: "perm-note small", "data-role": "profile-perm", text: `Switching the profile ${needs("admin")}.` }),
+  ].filter(Boolean));
+}
+
 pages.models = async (state) => {
   $("#unload-all").onclick = unloadAll;
   $("#events-status").textContent = can("read") ? "connecting…" : "not live: " + needs("read");
   await fetchModels();
   if (current !== state) return;
   renderModels();
+  const extras = () => Promise.all([renderProfiles(state), renderPeers(state)]).catch((err) => {
+    if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(String(err.message || err));
+  });
+  await extras();
   if (!can("read")) return;
   const stop = liveStream("/api/events", onModelEvent, (s) => { $("#events-status").textContent = s === "live" ? "● live" : s; });
   const tick = setInterval(renderModels, 1000);
-  const poll = setInterval(() => scheduleModelsRefresh(0), 5000);
+  const poll = setInterval(() => { scheduleModelsRefresh(0); extras(); }, 5000);
   state.leave = () => { stop(); clearInterval(tick); clearInterval(poll); };
 };
 
