@@ -5,14 +5,17 @@ and in-flight requests, the Logs panels, and the receipt of the last swap on a m
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import HANG, Gateway, fake_cmd
+from tests.e2e.conftest import HANG, Gateway, chat_body, fake_cmd, request
 from tests.fakes import nvidia_smi
 from tests.ui.conftest import screenshot
 
@@ -211,3 +214,112 @@ def test_models_page_switches_profiles_and_lists_selectors_and_peers(
     fits_phone_in_both_themes(
         browser, gw.url("/ui/#/models"), '#peers-list tr[data-peer="box"]', READ_KEY
     )
+
+
+# ---- Activity: stats, columns, export, in flight --------------------------------------------
+
+
+def stream_in_background(gw: Gateway, model: str) -> tuple[threading.Thread, list[int]]:
+    """A streamed chat held open by the backend (``--stall-after``) until it is cancelled."""
+    statuses: list[int] = []
+
+    def run() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
+        try:
+            body = chat_body(model, stream=True)
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_KEY}"}
+            conn.request("POST", "/v1/chat/completions", body, headers)
+            resp = conn.getresponse()
+            statuses.append(resp.status)
+            resp.read()  # ends when the gateway closes it (the cancel)
+        except (OSError, http.client.HTTPException):  # cut mid-stream: what a cancel does
+            statuses.append(-1)
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, statuses
+
+
+@ui
+def test_activity_stats_columns_export_and_cancel_in_flight(
+    gateway: StartGateway, page: Any, browser: Any
+) -> None:
+    gw = gateway(
+        f"  tiny:\n    cmd: {fake_cmd()}\n  slow:\n    cmd: {fake_cmd('--stall-after 2')}\n",
+        extra_top=KEYS + "activity: {capture: true}\n",
+    )
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"}
+    for _ in range(3):
+        reply = request(gw, "POST", "/v1/chat/completions", chat_body("tiny"), admin)
+        assert reply.status == 200
+    rows = request(gw, "GET", "/api/activity", headers=admin).json()["data"]
+    assert len(rows) == 3
+
+    page.goto(gw.url("/ui/#/activity"))
+    sign_in(page, ADMIN_KEY)
+    page.locator("#activity-table tbody tr").nth(2).wait_for()
+    stat = lambda name: page.locator(f'[data-stat="{name}"] .stat-value').text_content()  # noqa: E731
+    assert stat("requests") == "3"
+    assert stat("processed") == f"{sum(r['prompt_tokens'] for r in rows):,}"
+    assert stat("generated") == f"{sum(r['completion_tokens'] for r in rows):,}"
+    assert stat("cached") == "—"  # the fake reports none
+    generation = page.locator('[data-histogram="generation"]')
+    assert generation.locator("rect.bar").count() >= 1
+    assert "3 requests" in generation.locator('[data-role="median"]').text_content()
+    assert page.locator('[data-histogram="prompt"] text.axis-label').count() >= 4  # axes
+
+    # the column chooser, kept across a reload
+    page.locator("#activity-columns summary").click()
+    page.locator('#activity-columns input[data-column="route"]').uncheck()
+    headers = page.locator("#activity-table thead th").all_text_contents()
+    assert "route" not in headers
+    page.reload()
+    page.locator("#activity-table tbody tr").first.wait_for()
+    assert "route" not in page.locator("#activity-table thead th").all_text_contents()
+    assert "model" in page.locator("#activity-table thead th").all_text_contents()
+
+    # export: the rows shown, never a captured body or header
+    with page.expect_download() as csv_download:
+        page.get_by_role("button", name="Export CSV").click()
+    csv_text = Path(csv_download.value.path()).read_text()
+    lines = csv_text.strip().splitlines()
+    assert lines[0].startswith("id,at,model,route,status")
+    assert len(lines) == 4
+    with page.expect_download() as json_download:
+        page.get_by_role("button", name="Export JSON").click()
+    exported = json.loads(Path(json_download.value.path()).read_text())
+    assert sorted(r["id"] for r in exported) == sorted(r["id"] for r in rows)
+    assert all("request_body" in r for r in rows)  # captured, and still not exported
+    assert not any(k in r for r in exported for k in ("request_body", "response_body"))
+    assert "request_body" not in csv_text
+
+    # in flight: a held stream is listed; a read key may not cancel it; admin does
+    page.locator('[data-role="inflight-none"]').wait_for()
+    thread, statuses = stream_in_background(gw, "slow")
+    row = page.locator("#inflight tr[data-inflight]")
+    row.wait_for()
+    assert "slow" in row.text_content()
+    screenshot(page, "activity-parity")
+    reader = browser.new_context(viewport={"width": 1280, "height": 860})
+    reader.set_default_timeout(HANG * 1000)
+    try:
+        tab = reader.new_page()
+        tab.goto(gw.url("/ui/#/activity"))
+        sign_in(tab, READ_KEY)
+        cancel = tab.locator("#inflight tr[data-inflight] button", has_text="Cancel")
+        cancel.wait_for()
+        assert cancel.is_disabled()
+        assert "admin" in (cancel.get_attribute("title") or "")
+        assert "admin" in tab.locator('[data-role="inflight-perm"]').text_content()
+    finally:
+        reader.close()
+    row.locator("button", has_text="Cancel").click()
+    page.locator('[data-role="inflight-none"]').wait_for()
+    thread.join(HANG)
+    assert statuses  # the stream ended
+    page.locator(
+        '#activity-table tbody tr[data-status="499"], #activity-table tbody tr[data-status="502"]'
+    ).first.wait_for()
+    fits_phone_in_both_themes(browser, gw.url("/ui/#/activity"), '[data-stat="requests"]', READ_KEY)

@@ -1003,6 +1003,121 @@ const COLUMNS = [
 ];
 const PAGE = 100;
 const activity = { rows: [], sort: "at", dir: -1, more: false, live: null, reload: null };
+const COLUMNS_STORE = "modelswap.activity.hidden";
+/* Columns the user hid (kept in localStorage); the time always shows: it opens the request. */
+function hiddenColumns() {
+  try { return new Set(JSON.parse(localStorage.getItem(COLUMNS_STORE) || "[]")); } catch { return new Set(); }
+}
+function shownColumns() { const hidden = hiddenColumns(); return COLUMNS.filter((c) => c.key === "at" || !hidden.has(c.key)); }
+function renderColumnChooser() {
+  const hidden = hiddenColumns();
+  $("#activity-columns-list").replaceChildren(...COLUMNS.filter((c) => c.key !== "at").map((c) => el("label", { class: "small" },
+    el("input", { type: "checkbox", "data-column": c.key, checked: !hidden.has(c.key), onchange: (e) => {
+      const now = hiddenColumns();
+      if (e.target.checked) now.delete(c.key); else now.add(c.key);
+      localStorage.setItem(COLUMNS_STORE, JSON.stringify([...now]));
+      renderActivity();
+    } }), ` ${c.label}`)));
+}
+
+/* Export: the rows shown (filters applied), never a captured body or header. */
+const EXPORT_DROP = new Set(["request_body", "response_body", "request_headers", "response_headers"]);
+function exportRows() {
+  return activityFiltered().map((r) => Object.fromEntries(Object.entries(r).filter(([k]) => !EXPORT_DROP.has(k))));
+}
+function download(name, type, text) {
+  // a data: URL, so the download is no request to anywhere
+  const a = el("a", { href: `data:${type};charset=utf-8,` + encodeURIComponent(text), download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+function exportCSV() {
+  const rows = exportRows();
+  const keys = [...new Set(["id", ...COLUMNS.map((c) => c.key), ...rows.flatMap((r) => Object.keys(r))])].filter((k) => !EXPORT_DROP.has(k));
+  const cell = (v) => { const t = v == null ? "" : String(v); return /[",\n\r]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t; };
+  download("modelswap-activity.csv", "text/csv", [keys.join(","), ...rows.map((r) => keys.map((k) => cell(r[k])).join(","))].join("\r\n") + "\r\n");
+}
+function exportJSON() { download("modelswap-activity.json", "application/json", JSON.stringify(exportRows(), null, 1)); }
+
+/* Stats over the rows shown: token totals and two speed histograms. Prompt speed is the prompt's
+   tokens over TTFT (the time to the first token is the prompt's processing); generation speed
+   is tok/s as everywhere (tokens after the first over the time after it). */
+function histogram(id, title, values, unit) {
+  const W = 300, H = 110, L = 30, R = 8, T = 8, B = 30;
+  const box = el("figure", { class: "chart", "data-histogram": id, style: "margin:0" }, el("figcaption", { class: "small" }, el("strong", { text: title })));
+  if (!values.length) { box.append(el("p", { class: "muted small", text: "no requests with this figure among the rows shown" })); return box; }
+  const lo = Math.min(...values), hi = Math.max(...values);
+  const bins = Math.min(10, Math.max(1, values.length));
+  const width = hi > lo ? (hi - lo) / bins : 1;
+  const counts = new Array(bins).fill(0);
+  for (const v of values) counts[Math.min(bins - 1, Math.floor((v - lo) / width))] += 1;
+  const cmax = Math.max(...counts);
+  const bw = (W - L - R) / bins;
+  const sorted = [...values].sort((a, b) => a - b);
+  const median = sorted[Math.floor(sorted.length / 2)];
+  const fmt = (v) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+  box.querySelector("figcaption").append(el("span", { class: "muted", "data-role": "median", text: ` · median ${fmt(median)} ${unit} · ${values.length} requests` }));
+  box.append(svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${title}: how many requests at each speed` },
+    svg("path", { class: "axis", d: `M${L} ${T} V${H - B} H${W - R}` }),
+    svg("text", { class: "axis-label", x: L - 3, y: T + 8, "text-anchor": "end" }, String(cmax)),
+    svg("text", { class: "axis-label", x: L - 3, y: H - B, "text-anchor": "end" }, "0"),
+    svg("text", { class: "axis-label", x: L, y: H - B + 12 }, fmt(lo)),
+    svg("text", { class: "axis-label", x: W - R, y: H - B + 12, "text-anchor": "end" }, fmt(lo + width * bins)),
+    svg("text", { class: "axis-label", x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, unit),
+    ...counts.map((c, i) => svg("rect", { class: "bar", x: (L + i * bw + 1).toFixed(1), y: (H - B - (c / cmax) * (H - T - B)).toFixed(1),
+      width: Math.max(1, bw - 2).toFixed(1), height: ((c / cmax) * (H - T - B)).toFixed(1) },
+      svg("title", {}, `${fmt(lo + i * width)}–${fmt(lo + (i + 1) * width)} ${unit}: ${c} requests`)))));
+  return box;
+}
+function renderStats() {
+  const rows = activityFiltered();
+  const sum = (k) => rows.reduce((t, r) => t + (r[k] || 0), 0);
+  const hasCached = rows.some((r) => r.cached_tokens != null);
+  const card = (role, label, value, title) => el("div", { class: "stat", "data-stat": role, title },
+    el("div", { class: "stat-value", text: value }), el("div", { class: "muted small", text: label }));
+  const prompt = rows.filter((r) => r.prompt_tokens && r.ttft > 0).map((r) => r.prompt_tokens / r.ttft);
+  const gen = rows.filter((r) => r.tokens_per_second != null).map((r) => r.tokens_per_second);
+  $("#activity-stats").replaceChildren(
+    el("div", { class: "stat-cards" },
+      card("requests", "requests", rows.length.toLocaleString(), "the rows shown (filters applied)"),
+      card("errors", "errors", rows.filter((r) => r.status >= 400).length.toLocaleString(), "status 400 and above"),
+      card("processed", "prompt tokens processed", sum("prompt_tokens").toLocaleString(), "the prompt tokens the backends reported"),
+      card("cached", "prompt tokens cached", hasCached ? sum("cached_tokens").toLocaleString() : "—",
+        hasCached ? "prompt tokens the backend took from its cache" : "no backend reported cached tokens for these rows"),
+      card("generated", "tokens generated", sum("completion_tokens").toLocaleString(), "completion tokens")),
+    histogram("prompt", "Prompt speed (prompt tokens ÷ TTFT)", prompt, "tok/s"),
+    histogram("generation", "Generation speed (tok/s)", gen, "tok/s"));
+}
+
+/* In flight (GET /api/inflight), with Cancel for admin keys (else disabled, saying why). */
+async function loadInflight(state) {
+  const data = await apiJSON("/api/inflight");
+  if (current !== state) return;
+  const rows = data.requests || [];
+  $("#inflight-count").textContent = `· ${rows.length}`;
+  if (!rows.length) { $("#inflight").replaceChildren(el("p", { class: "muted small", "data-role": "inflight-none", text: "No request is being served now." })); return; }
+  const admin = can("admin");
+  const why = admin ? null : `Cancel ${needs("admin")}`;
+  $("#inflight").replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["since", "model", "route", "state", "key", ""].map((h, i) => el("th", { scope: "col", class: i >= 2 && i <= 4 ? "wide" : "", text: h })))),
+    el("tbody", {}, ...rows.map((r) => el("tr", { "data-inflight": r.id },
+      el("td", { class: "num", text: secs((r.elapsed_ms || 0) / 1000) }),
+      el("td", { text: r.model || r.requested || "—" }),
+      el("td", { class: "wide", text: `${r.method} ${r.req_path}` }),
+      el("td", { class: "wide", text: r.cancelling ? "cancelling…" : r.state || "" }),
+      el("td", { class: "wide", text: r.key_name || "" }),
+      el("td", {}, el("button", { type: "button", "data-needs-link": true, "data-blocked": admin ? "0" : "1", "aria-label": `Cancel request ${r.id}`,
+        disabled: !admin || r.cancelling || link.offline, title: why || "close the upstream request and free the model's slot", text: "Cancel",
+        onclick: async (e) => {
+          e.target.disabled = true;
+          try { await apiJSON(`/api/inflight/${encodeURIComponent(r.id)}/cancel`, { method: "POST" }); } catch (err) {
+            if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(`cancel: ${err.message || err}`);
+          }
+          loadInflight(state).catch(() => {});
+        } })))))),
+    why ? el("p", { class: "perm-note small", "data-role": "inflight-perm", text: why + "." }) : "");
+}
 
 /* A row that never reached a model names what was asked for instead (bounded, redacted). */
 function modelCell(r) {
@@ -1035,7 +1150,8 @@ function activityFiltered() {
 
 function renderActivity() {
   const head = $("#activity-table thead tr");
-  head.replaceChildren(...COLUMNS.map((c) => {
+  const columns = shownColumns();
+  head.replaceChildren(...columns.map((c) => {
     const th = el("th", { class: (c.num ? "num" : "") + (c.wide ? " wide" : ""), scope: "col", title: c.title,
       "aria-sort": activity.sort === c.key ? (activity.dir > 0 ? "ascending" : "descending") : "none" });
     th.append(el("button", { type: "button", text: c.label, "data-sort": c.key, onclick: () => {
@@ -1053,12 +1169,13 @@ function renderActivity() {
     return (x < y ? -1 : x > y ? 1 : 0) * activity.dir;
   });
   $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status },
-    ...COLUMNS.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
+    ...columns.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
       el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
       text: c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
   $("#activity-empty").hidden = rows.length > 0;
   $("#activity-older").disabled = !activity.more;
   $("#activity-range").textContent = activity.rows.length ? `${activity.rows.length} requests shown${activity.more ? " · older ones on the next page" : " · that is all"}` : "";
+  renderStats();
   renderCharts();
 }
 
@@ -1116,6 +1233,12 @@ pages.activity = async (state) => {
   $("#activity-older").onclick = () => loadActivity(state, { older: true }).catch(fail);
   $("#activity-model").onchange = () => loadActivity(state).catch(fail);
   $("#activity-outcome").onchange = () => renderActivity();
+  $("#activity-csv").onclick = exportCSV;
+  $("#activity-json").onclick = exportJSON;
+  renderColumnChooser();
+  const inflight = () => loadInflight(state).catch(fail);
+  inflight();
+  const inflightPoll = setInterval(inflight, 1000);
   let stop = null;
   const live = () => {
     if (stop) { stop(); stop = null; }
@@ -1130,7 +1253,7 @@ pages.activity = async (state) => {
   $("#activity-live").onchange = live;
   await loadActivity(state);
   live();
-  state.leave = () => { if (stop) stop(); if (activity.reload) clearTimeout(activity.reload); activity.reload = null; };
+  state.leave = () => { clearInterval(inflightPoll); if (stop) stop(); if (activity.reload) clearTimeout(activity.reload); activity.reload = null; };
 };
 
 /* ---- Playground: in playground.js (loaded after this file) ---------------------------- */
