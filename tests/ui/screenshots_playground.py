@@ -103,6 +103,8 @@ def run_tab(page: Any, name: str) -> None:
         "s => /^(done|finished)/.test(document.querySelector(s).textContent)",
         arg=f"#pg-{name}-status",
     )
+    if name == "loadtest":  # the final numbers: the gateway's own rows for the run
+        page.locator('dd[data-role="measured-by"]', has_text="activity log").wait_for()
 
 
 def shoot_tabs(

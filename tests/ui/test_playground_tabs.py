@@ -294,6 +294,14 @@ def test_load_test_counts_match_n_stop_stops_and_bounds_hold(
     assert cell("TTFT-p95").endswith(" ms")
     assert cell("tok-s-p50").endswith(" tok/s")
     gw.wait_for(lambda: activity_count(gw, "echo") == 12)  # the gateway saw exactly N
+    # The final numbers are the gateway's own rows for this run (as Activity shows them).
+    page.locator('dd[data-role="measured-by"]', has_text="activity log").wait_for()
+    rows = request(gw, "GET", "/api/activity?model=echo&limit=1000").json()["data"]
+    ttfts = sorted(r["ttft"] for r in rows if r["request_id"].startswith("loadtest-"))
+    assert len(ttfts) == 12
+    # Nearest rank: p50 is the 6th of 12, p95 the 12th (within the display's rounding).
+    assert abs(float(cell("TTFT-p50").removesuffix(" ms")) - ttfts[5] * 1000) <= 1
+    assert abs(float(cell("TTFT-p95").removesuffix(" ms")) - ttfts[11] * 1000) <= 1
 
     # Bounded: N over 1000 or C over 64 is refused before anything is sent.
     page.get_by_label("Requests (N)", exact=True).fill("1001")
