@@ -223,3 +223,100 @@ def test_comfyui_without_the_model_is_404(gateway: StartGateway) -> None:
     reply = request(gw, "GET", "/comfyui/")
     assert reply.status == 404
     assert reply.json()["error"]["message"] == "local model comfyui_auto not found"
+
+
+def test_captures_and_activity_metrics_in_llamaswaps_shape(gateway: StartGateway) -> None:
+    gw = gateway(model("m"), extra_top="activity:\n  capture: true\n  captureBytes: 4096\n")
+    secret = "sk-in-the-body-0123456789"
+    for _ in range(3):
+        reply = request(
+            gw,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+            {"Content-Type": "application/json", "Authorization": f"Bearer {secret}"},
+        )
+        assert reply.status == 200, reply.body
+    gw.wait_for(lambda: gw.get_json("/api/metrics/activity")["total"] == 3)
+
+    page = gw.get_json("/api/metrics/activity?limit=2")
+    assert {k: page[k] for k in ("page", "limit", "total", "total_pages")} == {
+        "page": 1,
+        "limit": 2,
+        "total": 3,
+        "total_pages": 2,
+    }
+    rows = page["data"]
+    assert isinstance(rows, list)
+    newest = rows[0]
+    assert newest["id"] > rows[1]["id"]  # newest first
+    assert (newest["model"], newest["req_path"], newest["resp_status_code"]) == (
+        "m",
+        "/v1/chat/completions",
+        200,
+    )
+    assert newest["tokens"]["output_tokens"] > 0
+    assert newest["has_capture"] is True
+    assert newest["timestamp"].endswith("Z")
+    assert newest["request_id"]
+    ascending = gw.get_json("/api/metrics/activity?sort=id&order=asc&page=2&limit=2")["data"]
+    assert [row["id"] for row in ascending] == [newest["id"]]  # type: ignore[index]
+
+    for bad, message in (
+        ("limit=1000", "limit must be between 1 and 999"),
+        ("page=0", "page must be >= 1"),
+        ("sort=nope", "invalid sort column"),
+        ("order=up", "order must be asc or desc"),
+        ("start=yesterday", "invalid 'start' timestamp, use RFC3339 format"),
+    ):
+        reply = request(gw, "GET", f"/api/metrics/activity?{bad}")
+        assert (reply.status, reply.json()["error"]["message"]) == (400, message)
+
+    stats = gw.get_json("/api/metrics/stats?model=m")
+    assert stats["total_requests"] == 3
+    assert stats["total_output_tokens"] == 3 * newest["tokens"]["output_tokens"]
+    assert stats["total_cache_tokens"] == 0
+    assert stats["prompt_histogram"] is None
+    assert gw.get_json("/api/metrics/stats?model=other")["total_requests"] == 0
+
+    captured = gw.get_json(f"/api/captures/{newest['id']}")
+    assert set(captured) >= {
+        "id",
+        "req_path",
+        "req_headers",
+        "req_body",
+        "resp_headers",
+        "resp_body",
+    }
+    assert captured["id"] == newest["id"]
+    sent = json.loads(base64.b64decode(str(captured["req_body"])))
+    assert sent["messages"] == [{"role": "user", "content": "hi"}]
+    answer = json.loads(base64.b64decode(str(captured["resp_body"])))
+    assert answer["choices"][0]["message"]["content"]
+    req_headers = {k.lower(): v for k, v in captured["req_headers"].items()}  # type: ignore[union-attr]
+    assert req_headers["content-type"] == "application/json"
+    assert secret not in json.dumps(captured)  # the client's key is masked
+    resp_headers = {k.lower() for k in captured["resp_headers"]}  # type: ignore[union-attr]
+    assert "content-type" in resp_headers
+
+    assert request(gw, "GET", "/api/captures/abc").status == 400
+    missing = request(gw, "GET", "/api/captures/999")
+    assert (missing.status, missing.json()["error"]["message"]) == (404, "capture not found")
+
+
+def test_no_capture_without_activity_capture(gateway: StartGateway) -> None:
+    gw = gateway(model("m"))
+    assert (
+        request(
+            gw,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+            {"Content-Type": "application/json"},
+        ).status
+        == 200
+    )
+    gw.wait_for(lambda: gw.get_json("/api/metrics/activity")["total"] == 1)
+    [row] = gw.get_json("/api/metrics/activity")["data"]  # type: ignore[misc]
+    assert row["has_capture"] is False
+    assert request(gw, "GET", f"/api/captures/{row['id']}").status == 404

@@ -76,6 +76,8 @@ _READ_EXACT = frozenset(
         "/api/inflight",
     }
 )
+# llama-swap's /api/captures/{id} and /api/metrics/{activity,stats}: the activity log's rows
+_READ_PREFIXES = ("/logs/", "/api/captures/", "/api/metrics/")
 # /api/inflight/{id}/cancel: llama-swap's cancel of an in-flight request
 # /comfyui/...: any path of a ComfyUI server, as /upstream/ is any path of a model's server
 _ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/", "/comfyui/")
@@ -92,7 +94,7 @@ def route_class(path: str) -> str:
         return OPEN  # the web UI's static files: every API call they make carries a key
     if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
         return INFERENCE
-    if path in _READ_EXACT or path.startswith("/logs/"):
+    if path in _READ_EXACT or path.startswith(_READ_PREFIXES):
         return READ
     if path in _ADMIN_EXACT or path.startswith(_ADMIN_PREFIXES):
         return ADMIN

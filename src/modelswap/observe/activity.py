@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from modelswap.errors import ModelswapError
@@ -78,12 +79,19 @@ def _migrate_to_v5(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE requests ADD COLUMN requested TEXT")
 
 
+def _migrate_to_v6(conn: sqlite3.Connection) -> None:
+    # With capture, the headers too (JSON objects, credentials masked): llama-swap's captures.
+    conn.execute("ALTER TABLE requests ADD COLUMN request_headers TEXT")
+    conn.execute("ALTER TABLE requests ADD COLUMN response_headers TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
     _migrate_to_v3,
     _migrate_to_v4,
     _migrate_to_v5,
+    _migrate_to_v6,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -109,7 +117,10 @@ _COLUMNS = (
     "error_code",
     "request_body",
     "response_body",
+    "request_headers",
+    "response_headers",
 )
+_CAPTURED = frozenset({"request_body", "response_body", "request_headers", "response_headers"})
 _INSERT = (
     f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 )
@@ -138,13 +149,15 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.error_code,
         rec.request_body,
         rec.response_body,
+        rec.request_headers,
+        rec.response_headers,
     )
 
 
 def _row_dict(row: tuple[object, ...]) -> dict[str, object]:
     out: dict[str, object] = {"id": row[0]}
     for name, value in zip(_COLUMNS, row[1:], strict=True):
-        if name in ("request_body", "response_body") and value is None:
+        if name in _CAPTURED and value is None:
             continue
         out[name] = bool(value) if name == "streamed" else value
     return out
@@ -214,6 +227,50 @@ def _connect(path: str | Path) -> tuple[sqlite3.Connection, str]:
         os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
     conn = sqlite3.connect(file, check_same_thread=False, isolation_level=None)
     return conn, str(file)
+
+
+# The columns a page may be sorted by (never the client's text in the SQL).
+SORT_COLUMNS = frozenset(
+    {"id", "at", "model", "route", "status", "streamed", "prompt_tokens", "completion_tokens"}
+    | {"tokens_per_second", "duration"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PageQuery:
+    """A page of rows: filters (each optional, all ANDed), order, and where the page starts."""
+
+    models: tuple[str, ...] = ()
+    start: float | None = None  # unix time, inclusive
+    end: float | None = None
+    min_id: int | None = None
+    max_id: int | None = None
+    sort: str = "id"  # one of SORT_COLUMNS
+    ascending: bool = False
+    limit: int = 25
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sort not in SORT_COLUMNS:
+            raise ValueError(f"cannot sort by {self.sort!r}")
+
+
+def _page_where(query: PageQuery) -> tuple[str, list[object]]:
+    clauses: list[str] = []
+    params: list[object] = []
+    if query.models:
+        clauses.append(f"model IN ({', '.join('?' for _ in query.models)})")
+        params.extend(query.models)
+    for clause, value in (
+        ("at >= ?", query.start),
+        ("at <= ?", query.end),
+        ("id >= ?", query.min_id),
+        ("id <= ?", query.max_id),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
 class ActivityLog:
@@ -450,6 +507,42 @@ class ActivityLog:
                 .fetchall()
             )
         return [_row_dict(tuple(row)) for row in rows]
+
+    def page(self, query: PageQuery) -> tuple[list[dict[str, object]], int]:
+        """One page of stored rows for llama-swap's ``/api/metrics/activity``, and how many rows
+        match in all. Pending (not yet written) records are not included."""
+        where, params = _page_where(query)
+        direction = "ASC" if query.ascending else "DESC"
+        order = (
+            f"{query.sort} {direction}, id {direction}" if query.sort != "id" else f"id {direction}"
+        )
+        limit = max(0, min(query.limit, MAX_QUERY_LIMIT))
+        with self._conn_lock:
+            conn = self._connection()
+            total = int(conn.execute(f"SELECT COUNT(*) FROM requests{where}", params).fetchone()[0])
+            rows = conn.execute(
+                f"{_SELECT}{where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*params, limit, max(0, query.offset)],
+            ).fetchall()
+        return [_row_dict(tuple(row)) for row in rows], total
+
+    def totals(self, model: str | None = None) -> tuple[int, int, int, list[float]]:
+        """Requests, prompt tokens, completion tokens, and every known generation speed (>0)
+        of the stored rows (of ``model`` only, when given)."""
+        where, params = (" WHERE model = ?", [model]) if model else ("", [])
+        with self._conn_lock:
+            conn = self._connection()
+            count, prompt, completion = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0),"
+                f" COALESCE(SUM(completion_tokens), 0) FROM requests{where}",
+                params,
+            ).fetchone()
+            extra = " AND" if where else " WHERE"
+            speeds = conn.execute(
+                f"SELECT tokens_per_second FROM requests{where}{extra} tokens_per_second > 0",
+                params,
+            ).fetchall()
+        return int(count), int(prompt), int(completion), [float(row[0]) for row in speeds]
 
     def stats(self) -> dict[str, int]:
         """``{"rows": stored, "dropped": lost, "pending": queued}``; a snapshot."""

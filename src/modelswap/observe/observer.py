@@ -41,7 +41,7 @@ class Observer:
             summary = {
                 k: v
                 for k, v in record.as_dict().items()
-                if k not in ("request_body", "response_body")
+                if k not in ("request_body", "response_body", "request_headers", "response_headers")
             }
             self._events.publish("request.finished", **summary)
             # The request's own line, by its id: errors always, every request at debug level.

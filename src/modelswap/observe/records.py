@@ -51,6 +51,10 @@ class RequestRecord:
     """Seconds the request waited for its model to start; ``None`` when it was ready."""
     requested: str | None = None
     """The ``model`` the client asked for, bounded and redacted: what a 404 row names."""
+    request_headers: str | None = None
+    """Only with ``activity.capture``: the request's headers as a JSON object, credentials
+    masked (llama-swap's capture shows them)."""
+    response_headers: str | None = None
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -101,4 +105,7 @@ class RequestRecord:
             out["request_body"] = self.request_body
         if self.response_body is not None:
             out["response_body"] = self.response_body
+        for name in ("request_headers", "response_headers"):
+            if (value := getattr(self, name)) is not None:
+                out[name] = value
         return out

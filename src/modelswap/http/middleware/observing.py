@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -24,6 +24,7 @@ from modelswap.http.middleware.request_id import request_id
 from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.usage import UsageTracker
+from modelswap.redact import Redactor
 from modelswap.supervisor.process import ManagedProcess
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -85,6 +86,14 @@ def _error_code(response: web.StreamResponse) -> str | None:
     except ValueError:
         return None
     return error_code_of(data)  # OpenAI's envelope or Anthropic's
+
+
+def _headers_json(headers: Mapping[str, str], redactor: Redactor) -> str:
+    """Headers as a JSON object (first value of each), credentials masked."""
+    out: dict[str, str] = {}
+    for name, value in redactor.headers(list(headers.items())):
+        out.setdefault(name, value)
+    return json.dumps(out)
 
 
 def _load_seconds(process: ManagedProcess | None, arrived: float) -> float | None:
@@ -149,6 +158,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         load = _load_seconds(runtime.router.processes.get(obs.model or ""), obs.at)
         streamed = bool(usage and usage.streamed)
         first = obs.first_token if streamed else obs.ttft
+        sent = request.get(RESPONSE) or response  # a Response returned is prepared after us
         runtime.observer.request_finished(
             RequestRecord(
                 at=obs.at,
@@ -173,6 +183,12 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
                 else None,
                 response_body=redact(bytes(obs.response_body).decode("utf-8", "replace"))
                 if obs.capture_limit
+                else None,
+                request_headers=_headers_json(request.headers, runtime.redactor)
+                if obs.capture_limit
+                else None,
+                response_headers=_headers_json(sent.headers, runtime.redactor)
+                if obs.capture_limit and sent is not None
                 else None,
             )
         )

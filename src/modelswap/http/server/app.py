@@ -25,6 +25,7 @@ from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.middleware.observing import observe_middleware
 from modelswap.http.middleware.throttle import FailureLimiter
 from modelswap.http.routes import admin as admin_routes
+from modelswap.http.routes import captures as capture_routes
 from modelswap.http.routes import comfyui as comfyui_routes
 from modelswap.http.routes import inflight as inflight_routes
 from modelswap.http.routes import observe as observe_routes
@@ -103,6 +104,7 @@ def create_app(runtime: Runtime) -> web.Application:
     admin_routes.add_routes(app)
     inflight_routes.add_routes(app)
     comfyui_routes.add_routes(app)
+    capture_routes.add_routes(app)
     security_routes.add_routes(app)
     plan_routes.add_routes(app)
     peer_routes.add_routes(app)
