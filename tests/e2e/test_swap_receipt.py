@@ -134,4 +134,5 @@ def test_the_prefetch_begins_while_the_evicted_model_still_serves(
     assert answers == [200]
     gw.wait_for(lambda: "swap to b done in" in gw.log())
     line = next(line for line in gw.log().splitlines() if "swap to b done in" in line)
+    assert re.search(r"\(drain \S+ s, stop \S+ s, start ", line), line  # it waited for a
     assert "; prefetch done: 2.0 MiB of 2.0 MiB from 1 of 1 file(s) in " in line, line

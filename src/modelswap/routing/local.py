@@ -90,6 +90,7 @@ class LocalRouter:
         self.last_used: dict[str, float] = {}
         self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._prefetches: dict[str, Prefetch | PrefetchRecord] = {}  # a record: decided against
+        self._due_at: dict[str, float] = {}  # target -> when its swap began to wait (drain)
         events.add_listener(self._on_event)
 
     # ---- for request handlers --------------------------------------------------------------
@@ -225,7 +226,8 @@ class LocalRouter:
     def start_swap(self, target: str, evict: Set[str], reason: str) -> None:
         log.info("swap: %s", reason)
         self._events.publish("swap", target=target, evict=sorted(evict), reason=reason)
-        task = self._spawn_task(self._swap(target, frozenset(evict)), f"swap:{target}")
+        due_at = self._due_at.pop(target, None)
+        task = self._spawn_task(self._swap(target, frozenset(evict), due_at), f"swap:{target}")
         self._swap_tasks[target] = task
 
     def cancel_swap(self, target: str) -> None:
@@ -240,9 +242,11 @@ class LocalRouter:
 
     def prepare_swap(self, target: str) -> None:
         """The swap to ``target`` waits for what it evicts to drain: read its weights now."""
+        self._due_at[target] = time.monotonic()
         self._begin_prefetch(target)
 
     def abandon_swap(self, target: str) -> None:
+        self._due_at.pop(target, None)
         if target not in self._swap_tasks:
             self._stop_prefetch(target, "the swap is no longer due")
             self._prefetches.pop(target, None)
@@ -272,9 +276,10 @@ class LocalRouter:
 
     # ---- the work behind the effects -------------------------------------------------------
 
-    async def _swap(self, target: str, evict: frozenset[str]) -> None:
+    async def _swap(self, target: str, evict: frozenset[str], due_at: float | None) -> None:
         error: Exception | None = None
         began = time.monotonic()
+        drained = began - due_at if due_at is not None else None
         stopped = began
         try:
             if evict:
@@ -301,7 +306,8 @@ class LocalRouter:
             self._maybe_arm_idle_timer(target)
         try:  # the receipt is a report: it must never keep waiters from their answer
             prefetched = await self._settled_prefetch(target)
-            self._swap_receipt(target, evict, (began, stopped, ended), error, prefetched)
+            clock = (began, stopped, ended)
+            self._swap_receipt(target, evict, drained, clock, error, prefetched)
         except Exception:
             log.exception("swap to %s: no receipt", target)
 
@@ -351,6 +357,7 @@ class LocalRouter:
         self,
         target: str,
         evict: frozenset[str],
+        drained: float | None,
         clock: tuple[float, float, float],
         error: Exception | None,
         prefetched: PrefetchRecord | None,
@@ -358,12 +365,15 @@ class LocalRouter:
         """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
         what it evicted (until each whole process tree was gone), then the target's own
         start — spawn to listening, listening to healthy (0 when it was running already) —
-        and what was prefetched meanwhile. ``clock``: began, stopped, ended (monotonic)."""
+        and what was prefetched meanwhile. ``drained``: how long the swap waited, before it
+        began, for what it evicts to finish serving (None: it did not wait). ``clock``: began,
+        stopped, ended (monotonic)."""
         process = self.processes[target]
         began, stopped, now = clock
         receipt: dict[str, object] = {
             "target": target,
             "evict": sorted(evict),
+            **({"drain_seconds": round(drained, 4)} if drained is not None else {}),
             "stop_seconds": round(stopped - began, 4),
             "start_seconds": round(now - stopped, 4),
             "total_seconds": round(now - began, 4),
