@@ -186,7 +186,8 @@ def test_images_speech_transcription_and_rerank_tabs_fit_a_phone(
     gw = gateway(
         f"  echo:\n    cmd: {fake()}\n"
         f"  painter:\n    cmd: {fake('--serves', 'images')}\n    capabilities: [images]\n"
-        f"  chatonly:\n    cmd: {fake('--serves', 'chat')}\n"
+        f"  chatonly:\n    cmd: {fake('--serves', 'chat')}\n",
+        extra_top="activity: {capture: true}\n",
     )
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     context.set_default_timeout(HANG * 1000)
@@ -232,6 +233,11 @@ def test_images_speech_transcription_and_rerank_tabs_fit_a_phone(
         page.wait_for_function(
             "document.querySelector('#pg-speech-out audio').duration > 0.3", timeout=HANG * 1000
         )
+        rows = request(gw, "GET", "/api/activity?model=echo").json()["data"]
+        asked = [json.loads(r["request_body"]) for r in rows if r["route"] == "/v1/audio/speech"]
+        assert asked == [
+            {"model": "echo", "input": "Hello world", "voice": "nova", "response_format": "wav"}
+        ]
 
         tab(page, gw, "transcription")
         page.wait_for_function("document.querySelectorAll('#pg-transcription-model').length")

@@ -278,7 +278,9 @@ async function sendChat(text, { again = null } = {}) {
   const sentAt = Date.now() / 1000;
   const t0 = performance.now();
   let ready = t0, loaded = false, first = null, last = null, chunks = 0, usage = null, answer = "", finish = null;
-  let reasoning = "", thought = null;
+  let reasoning = "", thought = null, drawing = false;
+  // One markdown render a frame, not one a token (a long answer re-parses from the start).
+  const draw = () => { drawing = false; if (out.node.isConnected) renderMarkdown(out.body, answer); };
   const browser = () => {
     const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
     const gen = first !== null ? (last - first) / 1000 : 0;
@@ -327,7 +329,7 @@ async function sendChat(text, { again = null } = {}) {
       if (delta.content) {
         if (thought && !answer) thought.open = false;
         answer += delta.content;
-        renderMarkdown(out.body, answer);
+        if (!drawing) { drawing = true; requestAnimationFrame(draw); }
       }
       show();
     }, (comment) => {
@@ -352,6 +354,7 @@ async function sendChat(text, { again = null } = {}) {
       user.node.classList.add("unsent");
     }
   } finally {
+    if (answer) renderMarkdown(out.body, answer); // the whole answer, whatever the frames drew
     out.node.classList.remove("pending");
     if (outcome === "error" && !answer) chat.messages.pop(); // never send a failed turn as history
     else chat.messages.push({ role: "assistant", content: answer });
