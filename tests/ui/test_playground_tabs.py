@@ -354,6 +354,13 @@ def test_a_read_key_sees_every_tab_with_sending_disabled_and_why(
         if name != "chat":
             assert "inference" in (go.get_attribute("title") or ""), name
             page.locator(f"#pg-{name}-model option", has_text="echo").wait_for(state="attached")
+    # The keyboard: arrow keys move between the tabs, wrapping round.
+    page.get_by_role("tab", name="Load test").focus()
+    page.keyboard.press("ArrowRight")
+    assert page.get_by_role("tab", name="Chat").get_attribute("aria-selected") == "true"
+    assert page.locator("#pg-tab-chat").is_visible()
+    page.keyboard.press("ArrowLeft")
+    assert page.locator("#pg-tab-loadtest").is_visible()
 
 
 @ui

@@ -725,11 +725,25 @@ function buildTabs() {
     type: "button", role: "tab", id: `pg-tabbtn-${tab}`, "aria-controls": `pg-tab-${tab}`, "data-tab": tab, text: label,
     onclick: () => { history.replaceState(null, "", `#/playground?tab=${tab}`); showTab(tab); },
   })));
+  // Arrow keys move between tabs (the WAI-ARIA tabs pattern); Tab goes into the panel.
+  $("#pg-tabs").addEventListener("keydown", (e) => {
+    const step = { ArrowRight: 1, ArrowLeft: -1 }[e.key];
+    const names = Object.keys(TABS);
+    const at = names.indexOf(document.activeElement && document.activeElement.dataset.tab);
+    if (!step || at < 0) return;
+    e.preventDefault();
+    const next = $(`#pg-tabbtn-${names[(at + step + names.length) % names.length]}`);
+    next.click();
+    next.focus();
+  });
 }
 
 function showTab(tab) {
   const chosen = TABS[tab] ? tab : "chat";
-  for (const b of document.querySelectorAll("#pg-tabs [role=tab]")) b.setAttribute("aria-selected", String(b.dataset.tab === chosen));
+  for (const b of document.querySelectorAll("#pg-tabs [role=tab]")) {
+    b.setAttribute("aria-selected", String(b.dataset.tab === chosen));
+    b.tabIndex = b.dataset.tab === chosen ? 0 : -1;
+  }
   for (const t of Object.keys(TABS)) $(`#pg-tab-${t}`).hidden = t !== chosen;
 }
 
