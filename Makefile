@@ -98,7 +98,8 @@ test-vllm: $(STAMP) $(VLLM_VENV)/.installed
 	MODELSWAP_VLLM_MODEL=$(abspath $(VLLM_MODEL_DIR)) \
 	$(BIN)/pytest -q -m vllm tests/vllm
 
-# The side-by-side benchmark suite (bench/, docs/PERFORMANCE.md; ~15 minutes). bench/setup.sh
+# The side-by-side benchmark suite (bench/, docs/PERFORMANCE.md; ~15 minutes: the relay scenarios,
+# then cold starts, a swap under load and weight prefetch, which drops the page cache as root). bench/setup.sh
 # installs nginx and wrk (apt-get, as root), LiteLLM's proxy, py-spy and uvloop into build/ —
 # never into .venv; a piece that cannot be installed skips its target, the run goes on.
 # ARGS passes options, e.g. make bench ARGS="--targets direct,floor,modelswap --scenarios latency".

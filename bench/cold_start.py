@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -108,10 +109,9 @@ def unload(port: int) -> None:
         conn.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+def measure(rounds: int = 5) -> dict[str, Any]:
+    """Per round: direct start-to-healthy and first token, then the gateway's cold first
+    token (seconds); the gateway's idle RSS."""
     gw_port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yaml"
@@ -121,21 +121,11 @@ def main() -> None:
             f"models:\n  smollm2:\n    cmd: {json.dumps(cmd)}\n"
         )
         gateway = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "modelswap",
-                "serve",
-                "--config",
-                str(config),
-                "--listen",
-                f"127.0.0.1:{gw_port}",
-                "--log-level",
-                "warn",
-            ],
+            [sys.executable, "-m", "modelswap", "serve", "--config", str(config),
+             "--listen", f"127.0.0.1:{gw_port}", "--log-level", "warn"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )
+        )  # fmt: skip
         try:
             deadline = time.perf_counter() + 30
             while http_status(gw_port, "/health") != 200:
@@ -146,7 +136,7 @@ def main() -> None:
             rss = gw.memory_info().rss
             reaper = sum(c.memory_info().rss for c in gw.children())
             healthy, warm, cold = [], [], []
-            for _ in range(args.rounds):
+            for _ in range(rounds):
                 h, w = direct_round()
                 healthy.append(h)
                 warm.append(w)
@@ -155,16 +145,37 @@ def main() -> None:
         finally:
             gateway.send_signal(signal.SIGTERM)
             gateway.wait(30)
+    return {
+        "rounds": rounds,
+        "healthy": healthy,
+        "warm": warm,
+        "cold": cold,
+        "share": [c - h - w for c, h, w in zip(cold, healthy, warm, strict=True)],
+        "rss": rss,
+        "reaper_rss": reaper,
+    }
+
+
+def report(r: dict[str, Any]) -> list[str]:
     med = statistics.median
-    print(f"rounds: {args.rounds} (medians)")
-    print(f"direct: start-to-healthy          {med(healthy) * 1000:8.1f} ms")
-    print(f"direct: first token, 1st request  {med(warm) * 1000:8.1f} ms")
-    print(f"direct: sum                       {(med(healthy) + med(warm)) * 1000:8.1f} ms")
-    print(f"modelswap: cold first token       {med(cold) * 1000:8.1f} ms")
-    print(
-        f"modelswap adds to a cold start    {(med(cold) - med(healthy) - med(warm)) * 1000:8.1f} ms"
-    )
-    print(f"modelswap idle RSS: gateway {rss / 2**20:.1f} MiB, reaper {reaper / 2**20:.1f} MiB")
+    healthy, warm, cold = med(r["healthy"]), med(r["warm"]), med(r["cold"])
+    return [
+        f"rounds: {r['rounds']} (medians)",
+        f"direct: start-to-healthy          {healthy * 1000:8.1f} ms",
+        f"direct: first token, 1st request  {warm * 1000:8.1f} ms",
+        f"direct: sum                       {(healthy + warm) * 1000:8.1f} ms",
+        f"modelswap: cold first token       {cold * 1000:8.1f} ms",
+        f"modelswap adds to a cold start    {(cold - healthy - warm) * 1000:8.1f} ms",
+        f"modelswap idle RSS: gateway {r['rss'] / 2**20:.1f} MiB, "
+        f"reaper {r['reaper_rss'] / 2**20:.1f} MiB",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print("\n".join(report(measure(args.rounds))))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -100,19 +101,16 @@ def start_gateway(tmp: str, load_delay: float) -> tuple[subprocess.Popen[bytes],
     return gateway, port
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--load-delay", type=float, default=0.3)
-    args = parser.parse_args()
+def measure(rounds: int = 7, load_delay: float = 0.3, poll_load: float = 3.0) -> dict[str, Any]:
+    """The rounds' figures (seconds) and the polling cost during one ``poll_load`` s start."""
     direct_healthy: list[float] = []
     direct_warm: list[float] = []
     cold: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        gateway, port = start_gateway(tmp, args.load_delay)
+        gateway, port = start_gateway(tmp, load_delay)
         try:
-            for _ in range(args.rounds):
-                healthy, warm = direct_round(args.load_delay)
+            for _ in range(rounds):
+                healthy, warm = direct_round(load_delay)
                 direct_healthy.append(healthy)
                 direct_warm.append(warm)
                 unload(port)
@@ -120,7 +118,7 @@ def main() -> None:
         finally:
             stop(gateway)
         shares = [c - h - w for c, h, w in zip(cold, direct_healthy, direct_warm, strict=True)]
-        gateway, port = start_gateway(tmp, 3.0)
+        gateway, port = start_gateway(tmp, poll_load)
         try:
             me = psutil.Process(gateway.pid)
             before = sum(me.cpu_times()[:2])
@@ -130,20 +128,45 @@ def main() -> None:
             wall = time.perf_counter() - began
         finally:
             stop(gateway)
+    return {
+        "rounds": rounds,
+        "load_delay": load_delay,
+        "direct_healthy": direct_healthy,
+        "direct_warm": direct_warm,
+        "cold": cold,
+        "share": shares,
+        "poll_load": poll_load,
+        "poll_cpu": cpu,
+        "poll_wall": wall,
+    }
 
-    def ms(values: list[float]) -> str:
-        return (
-            f"median {statistics.median(values) * 1000:.1f} ms "
-            f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f})"
-        )
 
-    print(f"rounds: {args.rounds}, silent load {args.load_delay} s")
-    print(f"direct spawn -> healthy:   {ms(direct_healthy)}")
-    print(f"direct warm first byte:    {ms(direct_warm)}")
-    print(f"gateway cold first byte:   {ms(cold)}")
-    print(f"gateway's share:           {ms(shares)}")
-    print(f"gateway CPU during a 3 s silent start: {cpu:.3f} s in {wall:.2f} s "
-          f"= {cpu / wall * 100:.1f} % of one core")  # fmt: skip
+def ms(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values) * 1000:.1f} ms "
+        f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f})"
+    )
+
+
+def report(r: dict[str, Any]) -> list[str]:
+    cpu, wall = r["poll_cpu"], r["poll_wall"]
+    return [
+        f"rounds: {r['rounds']}, silent load {r['load_delay']} s",
+        f"direct spawn -> healthy:   {ms(r['direct_healthy'])}",
+        f"direct warm first byte:    {ms(r['direct_warm'])}",
+        f"gateway cold first byte:   {ms(r['cold'])}",
+        f"gateway's share:           {ms(r['share'])}",
+        f"gateway CPU during a {r['poll_load']:g} s silent start: {cpu:.3f} s in {wall:.2f} s "
+        f"= {cpu / wall * 100:.1f} % of one core",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--load-delay", type=float, default=0.3)
+    args = parser.parse_args()
+    print("\n".join(report(measure(args.rounds, args.load_delay))))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """modelswap's side-by-side benchmark suite (issue 10).
 
     .venv/bin/python bench/suite.py [--quick] [--targets direct,nginx,floor,litellm,modelswap]
-                                    [--scenarios latency,throughput,streams,bodies,cold,footprint]
+                                    [--scenarios latency,throughput,streams,bodies,cold,footprint,
+                                                 silent,llamacpp,swap,prefetch]
+                                    [--target NAME=URL] [--backend-port PORT]
                                     [--client auto|wrk|aiohttp] [--json FILE]
 
 ``make bench`` installs what the other targets need (nginx and wrk from Debian, LiteLLM and
@@ -24,14 +26,36 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import cold_and_footprint, load, report, scenarios
+from bench import cold_and_footprint, extras, load, report, scenarios
 from bench.targets import ALL_TARGETS, DEFAULT_TARGETS, Fleet
+
+OUTSIDE_HELP = """\
+--target NAME=URL puts a gateway that is already running (e.g. your llama-swap) in the same
+tables as the others, for the relay scenarios (latency, throughput, streams, bodies,
+footprint): URL is its loopback address (http://127.0.0.1:PORT). It must serve the model
+`fake`, relayed to the suite's own fake backend, whose port you fix with --backend-port, e.g.
+for llama-swap (config.yaml):
+
+  models:
+    fake:
+      cmd: sleep 86400                 # a placeholder process: the backend is the suite's
+      proxy: http://127.0.0.1:18090    # --backend-port 18090
+      checkEndpoint: none
+  groups:
+    hot: {swap: false, exclusive: false, persistent: true, members: [fake]}
+
+then: bench/suite.py --backend-port 18090 --target llama-swap=http://127.0.0.1:8080
+Its CPU and memory are read from the process listening on URL's port (root sees every
+process). The cold-start, swap and prefetch scenarios run modelswap only: an outside gateway's
+models are not the suite's to start.
+"""
 
 
 def machine() -> str:
@@ -57,7 +81,11 @@ def machine() -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        epilog=OUTSIDE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="a few seconds: proves it runs")
     parser.add_argument(
         "--targets",
@@ -66,8 +94,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        default=",".join(scenarios.SCENARIOS),
-        help="comma-separated (default: all: %(default)s)",
+        default=None,
+        help="comma-separated (default: all: "
+        f"{','.join((*scenarios.SCENARIOS, *extras.EXTRAS))}; with --quick: "
+        f"{','.join(scenarios.SCENARIOS)})",
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="an already-running gateway to measure as well (see below)",
+    )
+    parser.add_argument(
+        "--backend-port",
+        type=int,
+        default=0,
+        help="the fake backend's port (default: a free one); fix it for --target",
     )
     parser.add_argument(
         "--client",
@@ -97,14 +140,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--variant {spec!r}: {src}/modelswap is not a modelswap package")
         args.variants[name] = str(Path(src).resolve())
         args.target_list.append(name)
+    args.outside = {}
+    for spec in args.target:
+        name, sep, url = spec.partition("=")
+        if not sep or not name or name in ALL_TARGETS or name.startswith("modelswap"):
+            parser.error(f"--target {spec!r}: want NAME=URL, NAME not one of the suite's own")
+        try:
+            port_of(url)
+        except ValueError as exc:
+            parser.error(f"--target {spec!r}: {exc}")
+        args.outside[name] = url
+        args.target_list.append(name)
+    if args.scenarios is None:
+        known = scenarios.SCENARIOS if args.quick else (*scenarios.SCENARIOS, *extras.EXTRAS)
+        args.scenarios = ",".join(known)
     args.scenario_list = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     for t in args.target_list:
-        if t not in ALL_TARGETS and t not in args.variants:
+        if t not in ALL_TARGETS and t not in args.variants and t not in args.outside:
             parser.error(f"unknown target {t!r}; known: {', '.join(ALL_TARGETS)}")
+    every = (*scenarios.SCENARIOS, *extras.EXTRAS)
     for s in args.scenario_list:
-        if s not in scenarios.SCENARIOS:
-            parser.error(f"unknown scenario {s!r}; known: {', '.join(scenarios.SCENARIOS)}")
+        if s not in every:
+            parser.error(f"unknown scenario {s!r}; known: {', '.join(every)}")
     return args
+
+
+def port_of(url: str) -> int:
+    """The port of a loopback http:// URL (the suite talks to loopback only)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "http" or parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError("want http://127.0.0.1:PORT (loopback only)")
+    if parsed.port is None:
+        raise ValueError("the URL names no port")
+    return parsed.port
 
 
 def throughput_client(choice: str, quick: bool) -> str:
@@ -135,13 +203,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     results = scenarios.Results()
     client = throughput_client(args.client, args.quick)
-    steps = args.scenario_list
+    steps = [s for s in args.scenario_list if s in scenarios.SCENARIOS]
+    extra_steps = [s for s in args.scenario_list if s in extras.EXTRAS]
     workdir = Path(tempfile.mkdtemp(prefix="modelswap-bench-"))
     fleet = Fleet(
         args.target_list,
         workdir,
         llamacpp=not args.quick and "cold" in steps,
         variants=args.variants,
+        outside={name: port_of(url) for name, url in args.outside.items()},
+        backend_port=args.backend_port,
     )
     meta: dict[str, Any] = {
         "command": " ".join(shlex.quote(a) for a in ["bench/suite.py", *sys.argv[1:]]),
@@ -150,34 +221,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "workdir": str(workdir),
     }
+    targets: dict[str, Any] = {}
+    extra_results: dict[str, Any] = {}
     try:
-        with fleet:
-            warm(fleet)
-            log(f"targets up: {', '.join(t.name for t in fleet.ready())} ({workdir})")
-            if "footprint" in steps:
-                cold_and_footprint.footprint_idle(fleet, plan, results)
-            for step in steps:
-                log(f"scenario {step} …")
-                t0 = time.monotonic()
-                if step == "latency":
-                    scenarios.latency(fleet, plan, results)
-                elif step == "throughput":
-                    scenarios.throughput(fleet, plan, results, client)
-                elif step == "streams":
-                    scenarios.streams(fleet, plan, results)
-                elif step == "bodies":
-                    scenarios.bodies(fleet, plan, results)
-                elif step == "cold":
-                    cold_and_footprint.cold(fleet, plan, results)
-                elif step == "footprint":
-                    cold_and_footprint.footprint(
-                        fleet, plan, results, had_streams="streams" in steps
-                    )
-                log(f"scenario {step} done in {time.monotonic() - t0:.1f} s")
-            targets = {
-                name: {"description": t.description, "skipped": t.skipped, "port": t.port}
-                for name, t in fleet.targets.items()
-            }
+        if steps:
+            targets = _run_fleet(fleet, steps, plan, results, client, workdir)
+        for step in extra_steps:
+            log(f"scenario {step} …")
+            t0 = time.monotonic()
+            extra_results[step] = extras.run(step, args.quick)
+            log(f"scenario {step} done in {time.monotonic() - t0:.1f} s")
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -186,13 +239,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
         for k, v in vars(plan).items()
     }
+    problems = results.problems() + [
+        f"{name}: {data['error']}" for name, data in extra_results.items() if "error" in data
+    ]
     return {
         "meta": meta,
         "targets": targets,
         "info": results.info,
         "scenarios": results.data,
-        "problems": results.problems(),
+        "extras": extra_results,
+        "problems": problems,
     }
+
+
+def _run_fleet(
+    fleet: Fleet,
+    steps: list[str],
+    plan: scenarios.Plan,
+    results: scenarios.Results,
+    client: str,
+    workdir: Path,
+) -> dict[str, Any]:
+    """The scenarios every target runs; returns the targets' descriptions."""
+    with fleet:
+        warm(fleet)
+        log(f"targets up: {', '.join(t.name for t in fleet.ready())} ({workdir})")
+        if "footprint" in steps:
+            cold_and_footprint.footprint_idle(fleet, plan, results)
+        for step in steps:
+            log(f"scenario {step} …")
+            t0 = time.monotonic()
+            if step == "latency":
+                scenarios.latency(fleet, plan, results)
+            elif step == "throughput":
+                scenarios.throughput(fleet, plan, results, client)
+            elif step == "streams":
+                scenarios.streams(fleet, plan, results)
+            elif step == "bodies":
+                scenarios.bodies(fleet, plan, results)
+            elif step == "cold":
+                cold_and_footprint.cold(fleet, plan, results)
+            elif step == "footprint":
+                cold_and_footprint.footprint(fleet, plan, results, had_streams="streams" in steps)
+            log(f"scenario {step} done in {time.monotonic() - t0:.1f} s")
+        return {
+            name: {"description": t.description, "skipped": t.skipped, "port": t.port}
+            for name, t in fleet.targets.items()
+        }
 
 
 def log(message: str) -> None:

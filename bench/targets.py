@@ -93,6 +93,7 @@ class Target:
     proc: subprocess.Popen[bytes] | None = None
     skipped: str | None = None
     health_path: str = "/health"
+    pid: int | None = None  # an outside gateway's: the process listening on its port
 
     @property
     def gateway(self) -> bool:
@@ -106,10 +107,11 @@ class Target:
         """The target's own processes (for CPU and RSS): never the backend it relays to, nor
         the model processes modelswap started (its orphan watchdog is counted: it is
         modelswap's)."""
-        if self.proc is None or not self.gateway:
+        pid = self.proc.pid if self.proc is not None else self.pid
+        if pid is None or not self.gateway:
             return []
         try:
-            root = psutil.Process(self.proc.pid)
+            root = psutil.Process(pid)
             out = [root]
             for child in root.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
@@ -122,10 +124,11 @@ class Target:
             return []
 
     def main_process(self) -> psutil.Process | None:
-        if self.proc is None or not self.gateway:
+        pid = self.proc.pid if self.proc is not None else self.pid
+        if pid is None or not self.gateway:
             return None
         try:
-            return psutil.Process(self.proc.pid)
+            return psutil.Process(pid)
         except psutil.Error:
             return None
 
@@ -140,11 +143,14 @@ class Fleet:
         *,
         llamacpp: bool = True,
         variants: dict[str, str] | None = None,
+        outside: dict[str, int] | None = None,
+        backend_port: int = 0,
     ) -> None:
         self.names = names
         self.variants = variants or {}  # extra modelswap targets: name → its src/ directory
+        self.outside = outside or {}  # gateways already running: name → loopback port
         self.workdir = workdir
-        self.backend_port = free_port()
+        self.backend_port = backend_port or free_port()
         self.backend: subprocess.Popen[bytes] | None = None
         self.targets: dict[str, Target] = {}
         self._started: list[psutil.Process] = []  # every process we started, and theirs
@@ -194,6 +200,8 @@ class Fleet:
             self.targets[name] = target
             if name in self.variants:
                 starter = self._start_modelswap
+            elif name in self.outside:
+                starter = self._start_outside
             else:
                 starter = getattr(self, "_start_" + name.replace("-", "_"))
             try:
@@ -237,6 +245,17 @@ class Fleet:
         return [t for t in self.targets.values() if t.skipped is None]
 
     # -- targets --------------------------------------------------------------------------
+
+    def _start_outside(self, target: Target) -> None:
+        """A gateway someone else started: only its port is ours to know (and, for CPU and
+        memory, the process listening on it)."""
+        target.port = self.outside[target.name]
+        if http_status(target.port, "/health") is None and http_status(target.port, "/") is None:
+            raise SkipTarget(f"nothing answers on 127.0.0.1:{target.port}")
+        target.health_path = "/health" if http_status(target.port, "/health") == 200 else "/"
+        target.pid = listening_pid(target.port)
+        seen = "its process" if target.pid else "no process found (CPU and RSS not measured)"
+        target.description = f"outside gateway at 127.0.0.1:{target.port} ({seen})"
 
     def _start_direct(self, target: Target) -> None:
         target.port = self.backend_port
@@ -401,6 +420,17 @@ class Fleet:
             env={"PYTHONPATH": path},
         )
         target.description = "modelswap serve under uvloop (bench/uvloop_modelswap.py)"
+
+
+def listening_pid(port: int) -> int | None:
+    """The process listening on a loopback TCP port, if this user may see it."""
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return conn.pid
+    except (psutil.Error, OSError):
+        return None
+    return None
 
 
 def python_path(src: str | None = None) -> str:

