@@ -143,7 +143,7 @@ function renderMarkdown(target, text) { target.replaceChildren(...mdBlocks(text)
    generated token after the model was ready (a cold start's load is shown apart), tok/s the
    tokens after the first over the time after it. The browser's estimate is replaced by what the
    gateway recorded for the same request when this key may read the activity log. */
-const chat = { messages: [], abort: null, model: null, states: {}, attachments: [] };
+const chat = { messages: [], abort: null, model: null, states: {}, attachments: [], turn: 0 };
 const FINISH = {
   stop: "finished (stop)",
   length: "length — cut by max_tokens",
@@ -276,6 +276,7 @@ async function sendChat(text, { again = null } = {}) {
   chat.abort = new AbortController();
   chatButtons();
   const sentAt = Date.now() / 1000;
+  const turn = ++chat.turn; // a later send owns the stats line
   const t0 = performance.now();
   let ready = t0, loaded = false, first = null, last = null, chunks = 0, usage = null, answer = "", finish = null;
   let reasoning = "", thought = null, drawing = false;
@@ -368,7 +369,7 @@ async function sendChat(text, { again = null } = {}) {
   const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : null;
   try {
     const row = outcome === "done" ? await gatewayRecord(model, sentAt, tokens) : null;
-    if (row) {
+    if (row && turn === chat.turn) {
       stats.textContent = timing({ ttft: row.ttft, tps: row.tokens_per_second, tokens: row.completion_tokens,
         firstByte: row.first_byte, load: row.load }) + ` (gateway) · ${outcome}`;
       stats.dataset.activityId = row.id;
