@@ -323,3 +323,47 @@ def test_activity_stats_columns_export_and_cancel_in_flight(
         '#activity-table tbody tr[data-status="499"], #activity-table tbody tr[data-status="502"]'
     ).first.wait_for()
     fits_phone_in_both_themes(browser, gw.url("/ui/#/activity"), '[data-stat="requests"]', READ_KEY)
+
+
+# ---- Logs: proxy and upstream panels, font size ----------------------------------------------
+
+
+@ui
+def test_logs_show_a_model_beside_the_gateway_with_a_font_size(
+    gateway: StartGateway, page: Any, browser: Any
+) -> None:
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n", extra_top=KEYS)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"}
+    assert request(gw, "POST", "/api/models/load/tiny", b"", admin).status == 200
+    page.goto(gw.url("/ui/#/logs?source=tiny"))
+    sign_in(page, READ_KEY)
+    page.locator("#logs-view .line").first.wait_for()
+    assert page.locator("#logs-proxy-wrap").is_hidden()  # one log by default
+    page.locator("#logs-layout").select_option("both")
+    page.locator("#logs-proxy .line", has_text="swap to tiny done").first.wait_for()
+    page.locator("#logs-view .line").first.wait_for()
+    assert page.locator("#logs-main-title").text_content() == "tiny (upstream)"
+    assert "gateway (proxy)" in page.locator("#logs-proxy-wrap h2").text_content()
+    proxy_text = page.locator("#logs-proxy").text_content()
+    upstream_text = page.locator("#logs-view").text_content()
+    assert "swap to tiny done" not in upstream_text  # each panel its own source
+    assert proxy_text != upstream_text
+
+    page.locator("#logs-search").fill("swap to")
+    assert page.locator("#logs-proxy .line").count() >= 1
+    assert all("swap to" in t for t in page.locator("#logs-proxy .line").all_text_contents())
+
+    page.locator("#logs-font").select_option("l")
+    size = "el => getComputedStyle(el).fontSize"
+    assert page.locator("#logs-view").evaluate(size) == "16px"
+    assert page.locator("#logs-proxy").evaluate(size) == "16px"
+    page.locator("#logs-font").select_option("s")
+    assert page.locator("#logs-proxy").evaluate(size) == "11px"
+    page.reload()
+    page.locator("#logs-proxy .line").first.wait_for()  # both panels, remembered
+    assert page.locator("#logs-font").input_value() == "s"
+    assert page.locator("#logs-view").evaluate(size) == "11px"
+    screenshot(page, "logs-parity")
+    fits_phone_in_both_themes(
+        browser, gw.url("/ui/#/logs?source=tiny&panels=both"), "#logs-proxy .line", READ_KEY
+    )

@@ -894,7 +894,11 @@ function lineNode(entry) {
   return node;
 }
 
-function addLogLine(raw) {
+const LOG_LAYOUT_STORE = "modelswap.logs.panels";
+const LOG_FONT_STORE = "modelswap.logs.font";
+/* A second panel for "both": the gateway's own log (proxy) beside a model's output (upstream). */
+const proxyLogs = { lines: [], view: "#logs-proxy" };
+function addLogLine(raw, panel = logs) {
   // A \r inside a line: only what was drawn last is visible.
   let text = raw;
   if (text.includes("\r")) {
@@ -902,8 +906,8 @@ function addLogLine(raw) {
     text = parts.length ? parts[parts.length - 1] : "";
   }
   const key = progressKey(text);
-  const last = logs.lines[logs.lines.length - 1];
-  const view = $("#logs-view");
+  const last = panel.lines[panel.lines.length - 1];
+  const view = $(panel.view || "#logs-view");
   if (key && last && last.key === key) {
     last.text = text;
     last.count += 1;
@@ -915,9 +919,9 @@ function addLogLine(raw) {
     return;
   }
   const entry = { text, key, count: 1, node: null };
-  logs.lines.push(entry);
-  if (logs.lines.length > logs.max) {
-    const gone = logs.lines.shift();
+  panel.lines.push(entry);
+  if (panel.lines.length > logs.max) {
+    const gone = panel.lines.shift();
     if (gone.node) gone.node.remove();
   }
   if (logs.paused || !lineMatches(text)) return;
@@ -928,9 +932,13 @@ function addLogLine(raw) {
 }
 
 function renderLogs() {
-  const view = $("#logs-view");
+  renderPanel(proxyLogs);
+  renderPanel(logs);
+}
+function renderPanel(panel) {
+  const view = $(panel.view || "#logs-view");
   const nodes = [];
-  for (const entry of logs.lines) {
+  for (const entry of panel.lines) {
     entry.node = null;
     if (lineMatches(entry.text)) nodes.push((entry.node = lineNode(entry)));
   }
@@ -952,20 +960,42 @@ pages.logs = async (state) => {
   } catch (err) {
     if (err instanceof AuthError) throw err;
   }
-  let stop = null;
+  // Panels: one log (the source chosen), or "both": a model's output (upstream) beside the
+  // gateway's own log (proxy), as llama-swap's Logs page shows them.
+  const layout = $("#logs-layout");
+  layout.value = hashQuery().get("panels") || localStorage.getItem(LOG_LAYOUT_STORE) || "one";
+  if (!layout.value) layout.value = "one";
+  const font = $("#logs-font");
+  font.value = localStorage.getItem(LOG_FONT_STORE) || "m";
+  if (!font.value) font.value = "m";
+  const applyFont = () => { for (const v of document.querySelectorAll("#page-logs .logs")) v.dataset.font = font.value; };
+  applyFont();
+  font.onchange = () => { localStorage.setItem(LOG_FONT_STORE, font.value); applyFont(); };
+  let stops = [];
   const connect = () => {
-    if (stop) stop();
+    for (const s of stops) s();
+    stops = [];
+    const both = layout.value === "both";
+    if (both && !select.value && select.options.length > 1) select.value = select.options[1].value;
+    $("#logs-proxy-wrap").hidden = !both;
+    $("#logs-panels").classList.toggle("two", both);
+    const title = $("#logs-main-title");
+    title.hidden = !both;
+    title.textContent = select.value ? `${select.value} (upstream)` : "gateway (proxy)";
     logs.lines = [];
+    proxyLogs.lines = [];
     renderLogs();
     const path = select.value ? `/logs/stream/${encodeURIComponent(select.value)}` : "/logs/stream";
-    stop = liveStream(path, (_kind, data) => addLogLine(data), (s) => {
+    stops.push(liveStream(path, (_kind, data) => addLogLine(data), (s) => {
       $("#logs-status").textContent = logs.paused ? "paused" : s === "live" ? "● live" : s;
-    });
+    }));
+    if (both) stops.push(liveStream("/logs/stream", (_kind, data) => addLogLine(data, proxyLogs)));
   };
   select.onchange = connect;
+  layout.onchange = () => { localStorage.setItem(LOG_LAYOUT_STORE, layout.value); connect(); };
   $("#logs-search").oninput = setLogFilter;
   $("#logs-regex").onchange = setLogFilter;
-  $("#logs-wrap").onchange = (e) => $("#logs-view").classList.toggle("nowrap", !e.target.checked);
+  $("#logs-wrap").onchange = (e) => { for (const v of document.querySelectorAll("#page-logs .logs")) v.classList.toggle("nowrap", !e.target.checked); };
   $("#logs-pause").onclick = (e) => {
     logs.paused = !logs.paused;
     e.target.textContent = logs.paused ? "Resume" : "Pause";
@@ -973,9 +1003,9 @@ pages.logs = async (state) => {
     $("#logs-status").textContent = logs.paused ? "paused" : "● live";
     if (!logs.paused) renderLogs();
   };
-  $("#logs-clear").onclick = () => { logs.lines = []; renderLogs(); };
+  $("#logs-clear").onclick = () => { logs.lines = []; proxyLogs.lines = []; renderLogs(); };
   connect();
-  state.leave = () => { if (stop) stop(); };
+  state.leave = () => { for (const s of stops) s(); };
 };
 
 /* ---- Activity ---------------------------------------------------------------------------- */
