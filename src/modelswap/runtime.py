@@ -30,6 +30,7 @@ from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
+from modelswap.observe.swaps import SwapReceipts
 from modelswap.planner.receipt import PlanCache
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
@@ -129,6 +130,8 @@ class Runtime:
             enabled=lambda: self.config.observability.performance,
         )
         self._hardware: dict[str, object] | None = None
+        self.swaps = SwapReceipts()  # each model's last swap receipt, for /running and the UI
+        self.events.add_listener(self.swaps.on_event)
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
         obs = self.config.observability

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import HANG, Gateway, chat_body, fake_cmd, request
+from tests.e2e.conftest import HANG, Gateway, chat, chat_body, fake_cmd, request
 from tests.fakes import nvidia_smi
 from tests.ui.conftest import screenshot
 
@@ -366,4 +366,40 @@ def test_logs_show_a_model_beside_the_gateway_with_a_font_size(
     screenshot(page, "logs-parity")
     fits_phone_in_both_themes(
         browser, gw.url("/ui/#/logs?source=tiny&panels=both"), "#logs-proxy .line", READ_KEY
+    )
+
+
+# ---- Swap receipts on the cards (issue 21) ---------------------------------------------------
+
+
+@ui
+def test_a_models_card_says_where_its_last_swap_went(
+    gateway: StartGateway, page: Any, browser: Any
+) -> None:
+    gw = gateway(f"  a:\n    cmd: {fake_cmd()}\n  b:\n    cmd: {fake_cmd('--load-delay 0.3')}\n")
+    assert chat(gw, "a").status == 200
+    page.goto(gw.url("/ui/#/models"))
+    page.locator("#events-status", has_text="live").wait_for()
+    assert chat(gw, "b").status == 200  # evicts a; the card updates from the events
+    swap = page.locator('article[data-model="b"] [data-role="swap"]')
+    swap.locator('[data-part="first byte"]').wait_for()
+    receipt = gw.running()["b"]["last_swap"]
+    total = swap.locator('[data-part="total"]').text_content()
+    assert "evicted a" in total
+    parts = swap.locator("li").evaluate_all("ls => ls.map(l => l.dataset.part)")
+    assert parts == ["stop", "spawn → listening", "listening → healthy", "first byte"]
+    spawn = swap.locator('[data-part="spawn → listening"] strong').text_content()
+    assert spawn == f"{round(receipt['spawn_to_listening_seconds'] * 1000)} ms"
+    slowest = swap.locator("li.slowest")
+    assert slowest.count() == 1
+    assert slowest.get_attribute("data-part") != "first byte"  # a phase, not the request
+    assert "from that request's arrival" in (
+        swap.locator('[data-part="first byte"]').get_attribute("title") or ""
+    )
+    screenshot(page, "models-swap-receipt")
+
+    page.goto(gw.url("/ui/#/model?id=b"))
+    page.locator('#model-card [data-role="swap"] [data-part="first byte"]').wait_for()
+    fits_phone_in_both_themes(
+        browser, gw.url("/ui/#/models"), 'article[data-model="b"] [data-part="first byte"]'
     )

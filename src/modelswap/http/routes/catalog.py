@@ -153,6 +153,9 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
             row["start_seconds"] = round(process.ready_at - process.started_at, 3)
         if process.state is ProcessState.STARTING:
             row.update(_start_progress(process))
+        last_swap = runtime.swaps.last(model_id)
+        if last_swap is not None:
+            row["last_swap"] = last_swap  # where the last swap's time went (issue 21)
         row.update(reported_context(runtime, model_id))
         if process.state is ProcessState.READY and process.metadata is not None:
             row["reported"] = process.metadata.as_dict()

@@ -293,6 +293,7 @@ function modelCard(id) {
       <dt data-role="capacity-dt">receipt</dt><dd data-role="capacity"></dd>
       <dt>requests</dt><dd data-role="load-info"></dd>
       <dt data-role="ttl-dt">unloads in</dt><dd data-role="ttl"></dd>
+      <dt data-role="swap-dt" hidden>last swap</dt><dd data-role="swap" hidden></dd>
     </dl>
     <p class="perm-note small" data-role="perm" hidden></p>
     <div class="failure" data-role="failure" hidden>
@@ -359,6 +360,32 @@ function renderContext(dd, model, run) {
     if (mismatch) dd.append(el("div", { class: "ctx-warn", "data-role": "ctx-warn", role: "note", text: "⚠ less context than asked: " + mismatch }));
   }
   if (!dd.childNodes.length) dd.append(el("span", { class: "muted", text: "—" }));
+}
+
+/* The last swap to this model (issue 21): where its time went, the largest part in bold. */
+function renderSwap(card, receipt) {
+  const dd = role(card, "swap");
+  dd.hidden = role(card, "swap-dt").hidden = !receipt;
+  if (!receipt) return;
+  const shown = JSON.stringify(receipt);
+  if (dd.dataset.shown === shown) return;
+  dd.dataset.shown = shown;
+  const evicted = (receipt.evict || []).join(", ");
+  const parts = [
+    ["drain", receipt.drain_seconds, `waited for ${evicted || "what it evicts"} to finish serving`],
+    ["stop", evicted ? receipt.stop_seconds : undefined, `${evicted} stopped, every process gone`],
+    ["spawn → listening", receipt.spawn_to_listening_seconds, "the backend's start until its port listened"],
+    ["listening → healthy", receipt.listening_to_ready_seconds, "until its health check passed"],
+    ["first byte", receipt.first_byte_seconds, "the first request's first byte after it, from that request's arrival"],
+  ].filter(([, v]) => typeof v === "number");
+  const phases = parts.filter(([k]) => k !== "first byte");
+  const slowest = phases.length ? phases.reduce((a, b) => (b[1] > a[1] ? b : a))[0] : null;
+  const fmt = (v) => (v < 1 ? `${Math.round(v * 1000)} ms` : secs(v));
+  dd.replaceChildren(
+    el("span", { "data-part": "total", text: `${fmt(receipt.total_seconds || 0)} at ${clock(receipt.at)}` + (evicted ? ` · evicted ${evicted}` : "") }),
+    receipt.error ? el("span", { class: "error small", text: ` · failed: ${receipt.error}` }) : "",
+    el("ul", { class: "receipt" }, ...parts.map(([k, v, why]) => el("li", { "data-part": k, title: why, class: k === slowest ? "slowest" : "" },
+      `${k} `, el("strong", { text: fmt(v) })))));
 }
 
 function capacityText(cap) {
@@ -455,6 +482,7 @@ function updateCard(card, model, run) {
   }
 
   renderContext(role(card, "context"), model, run);
+  renderSwap(card, run && run.last_swap);
   const cap = capacityText(run && run.capacity);
   role(card, "capacity").textContent = cap;
   role(card, "capacity").hidden = role(card, "capacity-dt").hidden = !cap;
@@ -529,7 +557,7 @@ function onModelEvent(kind, text) {
     if (row) row.state = data.new;
     renderModels();
   }
-  if (["process.state", "process.metadata", "swap", "request.finished"].includes(kind)) scheduleModelsRefresh();
+  if (["process.state", "process.metadata", "swap", "swap.done", "request.finished"].includes(kind)) scheduleModelsRefresh();
 }
 
 async function unloadAll() {

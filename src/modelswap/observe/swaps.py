@@ -1,0 +1,45 @@
+"""The last swap's receipt per model, for ``/running`` and the web UI's cards (issue 21).
+
+``LocalRouter._swap_receipt`` publishes each swap's ``swap.done`` (drain, stop, spawn to
+listening, listening to healthy); this keeps the newest one per target and completes it with the
+first byte of the first request to that model that finished after it (``request.finished``),
+so "why was that slow?" has its answer in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelswap.events import Event
+
+
+class SwapReceipts:
+    """Fed by the event bus (``on_event``, a quick listener that never raises)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, dict[str, Any]] = {}
+
+    def on_event(self, event: Event) -> None:
+        if event.kind == "swap.done":
+            target = event.data.get("target")
+            if isinstance(target, str):
+                self._last[target] = {**event.data, "at": round(event.at, 3)}
+        elif event.kind == "request.finished":
+            self._first_byte(event.data)
+
+    def _first_byte(self, data: dict[str, Any]) -> None:
+        receipt = self._last.get(data.get("model") or "")
+        first_byte = data.get("first_byte")
+        if receipt is None or "first_byte_seconds" in receipt or receipt.get("error"):
+            return
+        if isinstance(first_byte, int | float):
+            # from that request's arrival: a request that waited for this swap includes it
+            receipt["first_byte_seconds"] = round(float(first_byte), 4)
+            receipt["first_request_id"] = data.get("request_id")
+            if isinstance(data.get("load"), int | float):
+                receipt["first_request_load_seconds"] = round(float(data["load"]), 4)
+
+    def last(self, model: str) -> dict[str, Any] | None:
+        """The newest swap to ``model`` (a copy), or None."""
+        receipt = self._last.get(model)
+        return dict(receipt) if receipt is not None else None
