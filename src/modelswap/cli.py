@@ -175,7 +175,12 @@ def run_serve(args: argparse.Namespace, config: Config) -> int:
     if refused:
         print(f"modelswap: {refused}", file=sys.stderr)
         return EXIT_CONFIG
-    log_filter = _setup_logging(args.log_level or config.log_level, Redactor(config.secrets))
+    log_filter = _setup_logging(
+        args.log_level or config.log_level,
+        Redactor(config.secrets),
+        to_stdout=config.log_to_stdout,
+        time_format=config.log_time_format,
+    )
     reloading = Reloading(
         path=args.config,
         watch=args.watch_config,
@@ -385,9 +390,19 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def _setup_logging(level: str, redactor: Redactor) -> RedactingFilter:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+def _setup_logging(
+    level: str, redactor: Redactor, *, to_stdout: str | None = None, time_format: str = ""
+) -> RedactingFilter:
+    """The gateway's log: stderr, or stdout with llama-swap's ``logToStdout: proxy|both``; its
+    timestamps in a Go layout with ``logTimeFormat``."""
+    from modelswap.config.logtime import GoTimeFormatter, layout
+
+    handler = logging.StreamHandler(sys.stdout if to_stdout in ("proxy", "both") else sys.stderr)
+    line = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    render = layout(time_format)
+    handler.setFormatter(
+        GoTimeFormatter(line, render) if render is not None else logging.Formatter(line)
+    )
     log_filter = RedactingFilter(redactor)
     handler.addFilter(log_filter)
     logging.basicConfig(level=_LEVELS.get(level, logging.INFO), handlers=[handler])

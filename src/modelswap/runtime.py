@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
 from modelswap.config import Config, ModelConfig
-from modelswap.config.resolved import ApiKey, Selector
+from modelswap.config.resolved import ApiKey, Selector, Timeouts
 from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
@@ -48,6 +49,7 @@ from modelswap.routing.swappers import (
     GroupSpec,
     GroupSwapper,
 )
+from modelswap.sessions import PooledSessions
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -103,6 +105,7 @@ class Runtime:
         self._reaper = Reaper() if use_reaper else None
         self._health_session: aiohttp.ClientSession | None = None
         self._proxy_session: aiohttp.ClientSession | None = None
+        self._pooled = PooledSessions()  # timeouts.keepalive / idleConn (llama-swap's)
         self._router: LocalRouter | None = None
         # own_port: a pool member at one of this machine's addresses and this port is us.
         self.peers = PeerDirectory(
@@ -304,6 +307,16 @@ class Runtime:
         return self._hardware
 
     def make_process(self, model: ModelConfig) -> ManagedProcess:
+        process = self._new_process(model)
+        if self.config.log_to_stdout in ("upstream", "both"):  # llama-swap's logToStdout
+            process.logs.add_listener(self._backend_line_to_stdout)
+        return process
+
+    def _backend_line_to_stdout(self, line: str) -> None:
+        sys.stdout.write(self.redactor.text(line) + "\n")
+        sys.stdout.flush()
+
+    def _new_process(self, model: ModelConfig) -> ManagedProcess:
         return ManagedProcess(
             model,
             events=self.events,
@@ -358,6 +371,7 @@ class Runtime:
         for session in (self._health_session, self._proxy_session):
             if session is not None:
                 await session.close()
+        await self._pooled.close()
         if self._reaper is not None:
             self._reaper.close()
 
@@ -390,6 +404,11 @@ class Runtime:
     def proxy_session(self) -> aiohttp.ClientSession:
         assert self._proxy_session is not None, "Runtime.start() was not awaited"
         return self._proxy_session
+
+    def session_for(self, timeouts: Timeouts) -> aiohttp.ClientSession:
+        """The proxy session, or one whose connections follow ``keepalive``/``idleConn``."""
+        pooled = timeouts.pooled
+        return self.proxy_session if pooled is None else self._pooled.get(pooled)
 
     def resolve(self, name: str, key: ApiKey | None = None) -> ModelConfig:
         """The local model a request names (its id or an alias). Raises ModelNotFoundError —

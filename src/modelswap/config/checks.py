@@ -102,6 +102,8 @@ def build_config(
         start_port=raw.start_port,
         start_timeout=start_timeout,
         log_level=raw.log_level,
+        log_to_stdout=raw.log_to_stdout,
+        log_time_format=raw.log_time_format,
         max_request_body_bytes=raw.max_request_body_bytes,
         source=source,
         max_upload_body_bytes=raw.max_upload_body_bytes,
@@ -386,7 +388,15 @@ def _resolve_model(
         name=_expand_optional(model.name, scope, (*base, "name"), problems),
         description=_expand_optional(model.description, scope, (*base, "description"), problems),
         backend=model.backend,
-        timeouts=Timeouts(t.connect, t.first_byte, t.idle_between_chunks, t.total),
+        timeouts=Timeouts(
+            t.connect,
+            t.first_byte,
+            t.idle_between_chunks,
+            t.total,
+            keepalive=t.keepalive,
+            tls_handshake=t.tls_handshake,
+            idle_conn=t.idle_conn,
+        ),
         start_timeout=(
             _start_timeout(model, base, problems)
             or _start_timeout(raw, (), [])

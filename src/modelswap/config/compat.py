@@ -23,15 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelswap.config.compat_keys import (
+    CAPTURE_BUFFER,
+    METRICS_WINDOW,
     MODEL_IGNORED,
     MODEL_SAME,
     NO_TIMEOUT,
     PEER_SAME,
     SPL,
     TIMEOUTS_IGNORED,
+    TIMEOUTS_SAME,
     TOP_IGNORED,
     TOP_SAME,
 )
+from modelswap.config.logtime import layout
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.resolved import KeyMapping
 from modelswap.config.schema import RawConfig, type_name
@@ -179,6 +183,15 @@ class _Translator:
             self.matrix(data, data["matrix"], ("matrix",))
         if isinstance(data.get("selectors"), dict):
             self.selectors(data["selectors"])
+        self.activity_keys(data)
+        time_format = data.get("logTimeFormat")
+        if isinstance(time_format, str) and time_format.strip() and layout(time_format) is None:
+            self.note(
+                ("logTimeFormat",),
+                ("logTimeFormat",),
+                "not one of llama-swap's names: modelswap's own timestamp (llama-swap writes none)",
+                DIFFERS,
+            )
         for key, note in TOP_SAME.items():
             if key in data:
                 self.note((key,), (key,), note)
@@ -445,10 +458,49 @@ class _Translator:
             target = ("models", model_id, "aliasFilters", name, "setParams")
             self.note((*base, str(key)), target, "applied when a client names it")
 
+    def activity_keys(self, data: Data) -> None:
+        """``metricsMaxInMemory`` and ``captureBuffer`` become the activity log's bounds,
+        unless the file sets those (or, for the first, ``store.path``, as in llama-swap)."""
+        store = data.get("store")
+        activity = data.get("activity")
+        if activity is not None and not isinstance(activity, dict):
+            return  # validation names it
+        settings: Data = activity if activity is not None else {}
+        if "metricsMaxInMemory" in data:
+            value = data.pop("metricsMaxInMemory")
+            if isinstance(store, dict) and "path" in store:
+                self.note(("metricsMaxInMemory",), None, "no effect: store.path is set", IGNORED)
+            elif "maxRows" in settings:
+                self.note(("metricsMaxInMemory",), None, "activity.maxRows is set", IGNORED)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                settings["maxRows"] = value if value > 0 else 1000
+                self.note(("metricsMaxInMemory",), ("activity", "maxRows"), METRICS_WINDOW)
+            else:
+                self.problem(
+                    ("metricsMaxInMemory",), f"expected an integer, got {type_name(value)}"
+                )
+        if "captureBuffer" in data:
+            value = data.pop("captureBuffer")
+            if "capture" in settings or "captureBytes" in settings:
+                self.note(("captureBuffer",), None, "activity.capture is set", IGNORED)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                settings["capture"] = value > 0
+                if value > 0:
+                    settings["captureBytes"] = value * 1024 * 1024
+                self.note(("captureBuffer",), ("activity", "captureBytes"), CAPTURE_BUFFER)
+            else:
+                self.problem(("captureBuffer",), f"expected an integer, got {type_name(value)}")
+        if settings and activity is None:
+            data["activity"] = settings
+
     def timeouts(self, base: Path, timeouts: Data) -> None:
         for key, reason in TIMEOUTS_IGNORED.items():
             if key in timeouts:
                 self.ignore(timeouts, key, base, reason)
+        for key, note in TIMEOUTS_SAME.items():
+            if key in timeouts:
+                generic = (*_generic(base), key)
+                self.note(generic, generic, note)
         if "responseHeader" in timeouts:
             if "firstByte" in timeouts:
                 self.problem((*base, "responseHeader"), "firstByte is set too: keep one")

@@ -32,6 +32,11 @@ TOP_SAME = {
     "matrix": "vars, sets, evict_costs: the least-cost set of models that may run together",
     "profiles": "named sets of models; the active one (PUT /api/profiles/active) is loaded and "
     "pinned",
+    "logToStdout": "same values: proxy (the gateway's log on stdout, not stderr), upstream (each "
+    "backend's output copied to stdout; the gateway's log stays on stderr), both, none (nothing "
+    "on stdout; the gateway's log on stderr)",
+    "logTimeFormat": "same names (ansic ... stampnano): the timestamp of the gateway's log "
+    "lines on stdout/stderr; empty or unknown: modelswap's own timestamp (llama-swap writes none)",
     "performance": "disabled, every: same meaning (every also takes seconds, at least 1); "
     "GET /api/performance answers in llama-swap's shape",
 }
@@ -60,12 +65,7 @@ PEER_SAME = {
     "apiKey": "sent to the peer as Authorization: Bearer",
 }
 TOP_IGNORED = {
-    "logTimeFormat": "modelswap's log lines always start with a timestamp",
-    "logToStdout": "modelswap logs to stderr; each backend's output is kept per model "
-    "(GET /logs/<model>, /logs/stream/<model>)",
     "logRequests": "every request is recorded in the activity log (activity.enabled)",
-    "metricsMaxInMemory": "the activity log is bounded by activity.maxRows and activity.maxAgeDays",
-    "captureBuffer": "request and response capture is activity.capture with activity.captureBytes",
     "ui": "the web UI has no settings",
     "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
     "and resources budgets apply instead)",
@@ -78,9 +78,18 @@ MODEL_IGNORED = {
     "compat": "there are no upstream compatibility switches",
     "cmd_stop": "llama-swap ignores this old spelling too; cmdStop is the stop command",
 }
-TIMEOUTS_IGNORED = {
-    "keepalive": "connections to backends use the HTTP client's keep-alive defaults",
-    "tlsHandshake": "there is no separate TLS handshake timeout",
-    "expectContinue": "there is no Expect: 100-continue timeout",
-    "idleConn": "idle connections to backends use the HTTP client's defaults",
+TIMEOUTS_SAME = {
+    "keepalive": "TCP keep-alive probes after this many idle seconds, then at this interval "
+    "(0: none)",
+    "tlsHandshake": "an https proxy or peer gets connect + tlsHandshake seconds to connect (the "
+    "HTTP client times the TCP connect and the TLS handshake as one)",
+    "idleConn": "seconds an idle connection is kept for reuse (0: no limit)",
 }
+TIMEOUTS_IGNORED = {
+    "expectContinue": "modelswap has read the whole body before it forwards a request and sends "
+    "it at once: there is no 100 Continue to wait for",
+}
+METRICS_WINDOW = "the rows the activity log keeps (llama-swap's default in-memory window; "
+METRICS_WINDOW += "modelswap keeps them in activity.path); <= 0 means 1000, as in llama-swap"
+CAPTURE_BUFFER = "MB for captures: > 0 turns activity.capture on, each body kept up to that "
+CAPTURE_BUFFER += "size (captures are rows of the activity log, not a ring of N MB); 0: off"

@@ -21,6 +21,17 @@ class Timeouts:
     first_byte: float = 600.0
     idle_between_chunks: float = 300.0
     total: float | None = None
+    # llama-swap's connection settings; None keeps aiohttp's behaviour
+    keepalive: float | None = None  # TCP keep-alive idle/interval seconds (0: none)
+    tls_handshake: float | None = None  # added to connect for an https upstream
+    idle_conn: float | None = None  # an idle pooled connection's lifetime (0: no limit)
+
+    @property
+    def pooled(self) -> tuple[float | None, float | None] | None:
+        """The connection-pool settings, when any differs from the shared session's."""
+        if self.keepalive is None and self.idle_conn is None:
+            return None
+        return self.keepalive, self.idle_conn
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +298,9 @@ class Config:
     compat: tuple[KeyMapping, ...] = ()
     # The file (or --listen) names the listen address; else it is the default, 127.0.0.1:8080.
     listen_given: bool = False
+    # llama-swap's logToStdout (None: the gateway logs to stderr) and logTimeFormat ("": ours)
+    log_to_stdout: str | None = None
+    log_time_format: str = ""
     # /upstream/<model>/<path> paths (globs) that never start a model (upstream.ignorePaths)
     upstream_ignore_paths: tuple[str, ...] = ()
     # GET /v1/models has a row per alias too (llama-swap's includeAliasesInList).

@@ -171,6 +171,26 @@ class RawTimeouts(BaseModel):
     total: float | None = Field(
         None, gt=0, description="Ceiling in seconds for a whole request; null means no ceiling."
     )
+    # llama-swap's connection timeouts (its config.example.yaml); null: aiohttp's behaviour.
+    keepalive: float | None = Field(
+        None,
+        ge=0,
+        description="TCP keep-alive: seconds idle before the first probe, and between probes "
+        "(0: no keep-alive probes).",
+    )
+    tls_handshake: float | None = Field(
+        None,
+        ge=0,
+        alias="tlsHandshake",
+        description="Seconds the TLS handshake to an https proxy or peer may take, beyond "
+        "connect (0: no separate allowance).",
+    )
+    idle_conn: float | None = Field(
+        None,
+        ge=0,
+        alias="idleConn",
+        description="Seconds an idle connection to the backend is kept for reuse (0: no limit).",
+    )
 
 
 class RawFilters(BaseModel):
@@ -557,6 +577,19 @@ class RawConfig(BaseModel):
         description="Seconds a failed start is reported as-is before a new attempt is made.",
     )
     log_level: LogLevel = Field("info", alias="logLevel", description="Gateway log verbosity.")
+    log_to_stdout: Literal["proxy", "upstream", "both", "none"] | None = Field(
+        None,
+        alias="logToStdout",
+        description="llama-swap's: what goes to stdout. proxy: the gateway's log; upstream: "
+        "the backends' output; both; none. Unset: the gateway logs to stderr.",
+    )
+    log_time_format: str = Field(
+        "",
+        alias="logTimeFormat",
+        description="llama-swap's timestamp of the gateway's log lines: ansic, unixdate, "
+        "rubydate, rfc822, rfc822z, rfc850, rfc1123, rfc1123z, rfc3339, rfc3339nano, kitchen, "
+        "stamp, stampmilli, stampmicro, stampnano. Empty: modelswap's own.",
+    )
     macros: dict[str, MacroValue] = Field(
         default_factory=dict,
         description="Text substituted for ${name} in cmd, cmdStop, proxy, env and more.",

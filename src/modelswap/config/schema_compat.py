@@ -14,7 +14,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from modelswap.config.compat_keys import MODEL_IGNORED, TIMEOUTS_IGNORED, TOP_IGNORED
+from modelswap.config.compat_keys import (
+    CAPTURE_BUFFER,
+    METRICS_WINDOW,
+    MODEL_IGNORED,
+    TIMEOUTS_IGNORED,
+    TOP_IGNORED,
+)
 
 Schema = dict[str, Any]
 
@@ -51,6 +57,9 @@ def accept_llamaswap(generated: Schema) -> Schema:
     for key, reason in TOP_IGNORED.items():
         top.setdefault(key, _ignored(reason))
     top["store"] = _llamaswap("store.path is activity.path", {"type": "object"})
+    integer = {"type": ["integer", "string"], "pattern": MACRO_PATTERN}
+    top["metricsMaxInMemory"] = _llamaswap(f"activity.maxRows: {METRICS_WINDOW}", integer)
+    top["captureBuffer"] = _llamaswap(f"activity.captureBytes: {CAPTURE_BUFFER}", integer)
     top["routing"] = _llamaswap("routing.router.settings.groups, scheduler priorities", {})
     top["models"] = _widen(top["models"], {"type": "null"})
     top["selectors"]["additionalProperties"] = {

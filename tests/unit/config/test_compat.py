@@ -97,7 +97,8 @@ def test_readme_examples_load_as_documented() -> None:
     assert first.scheduling.preload == ("nomic-embed",)
     assert first.api_keys[0].secret == "sk-readme"
     second = load(examples[1])
-    assert warned(second) == ["models.coder.timeouts.keepalive"]
+    assert warned(second) == []
+    assert second.models["coder"].timeouts.keepalive == 30  # TCP keep-alive probes
     assert second.models["coder"].priority == 10
     assert second.peers["gpu-box"].api_key == "gpu-box-key"
     assert [g.name for g in second.scheduling.groups] == ["coding"]
@@ -281,11 +282,9 @@ def test_timeouts_are_renamed_and_zero_keeps_the_default() -> None:
     kinds = mapped(config)
     assert kinds["models.m.timeouts.responseHeader"] == ("models.m.timeouts.firstByte", "rewritten")
     assert kinds["models.m.timeouts.connect"] == ("models.m.timeouts.connect", "differs")
-    assert warned(config) == [
-        "models.m.timeouts.keepalive",
-        "models.m.timeouts.idleConn",
-        "models.m.timeouts.connect",
-    ]
+    assert warned(config) == ["models.m.timeouts.connect"]
+    assert (t.keepalive, t.idle_conn, t.tls_handshake) == (30.0, 90.0, None)  # applied
+    assert kinds["models.*.timeouts.keepalive"] == ("models.*.timeouts.keepalive", "same")
 
 
 def test_hooks_on_startup_preload_and_its_aliases() -> None:
@@ -402,7 +401,8 @@ def test_peers_key_from_the_environment_and_tailcat_peers() -> None:
     assert peer.timeouts.first_byte == 30
     assert set(config.peers) == {"box"}
     assert mapped(config)["peers.box.apiKey"] == ("peers.box.apiKeyEnv", "rewritten")
-    assert warned(config) == ["peers.box.timeouts.tlsHandshake", "peers.tc"]
+    assert warned(config) == ["peers.tc"]
+    assert config.peers["box"].timeouts.tls_handshake == 5  # applied to an https peer
 
 
 def test_peer_key_with_other_macros_is_a_problem() -> None:
@@ -454,14 +454,13 @@ def test_include_aliases_in_list() -> None:
 # --- what warns, and what is still an error -------------------------------------------------
 
 UNSUPPORTED_TOP = (
-    "logTimeFormat: rfc3339\nlogToStdout: both\nlogRequests: true\nmetricsMaxInMemory: 5\n"
-    "captureBuffer: 1\nui: {}\n"
+    "logRequests: true\nui: {}\n"
     "matrix: {solver: x}\npolicies: {}\ntailcat: {}\n"
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
     "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\n"
-    "timeouts: {keepalive: 1, tlsHandshake: 1, expectContinue: 1, idleConn: 1}\n"
+    "timeouts: {expectContinue: 1}\n"
 )
 
 
@@ -473,8 +472,7 @@ def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixtur
     assert top | {"hooks.on_request", "selectors.s"} <= set(keys)
     for key in ("compat", "filters.policy"):
         assert f"models.m.{key}" in keys
-    for key in ("keepalive", "tlsHandshake", "expectContinue", "idleConn"):
-        assert f"models.m.timeouts.{key}" in keys
+    assert "models.m.timeouts.expectContinue" in keys
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == len(keys) == len(set(keys))
     for key in keys:
@@ -490,8 +488,9 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
         config = load_config_text(text, environ=ENV)
     expected = [warning_text(m) for m in config.compat if m.warning]
     # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles,
-    # upstream.ignorePaths: read since issue 17; performance since issue 19
-    assert len(expected) == 16
+    # upstream.ignorePaths: read since issue 17; performance since issue 19; logTimeFormat,
+    # logToStdout, metricsMaxInMemory, captureBuffer, timeouts.keepalive|tlsHandshake|idleConn
+    assert len(expected) == 10
     assert [r.getMessage() for r in caplog.records] == expected
 
 
@@ -568,13 +567,13 @@ def test_explain_lists_keys_by_how_they_were_read() -> None:
 def test_explain_lists_each_key_not_acted_on_once() -> None:
     text = (
         "models:\n"
-        "  a: {cmd: 'srv ${PORT}', compat: {x: 1}, timeouts: {keepalive: 1}}\n"
-        "  b: {cmd: 'srv ${PORT}', compat: {x: 2}, timeouts: {keepalive: 2}}\n"
+        "  a: {cmd: 'srv ${PORT}', compat: {x: 1}, timeouts: {expectContinue: 1}}\n"
+        "  b: {cmd: 'srv ${PORT}', compat: {x: 2}, timeouts: {expectContinue: 2}}\n"
     )
     summary = explain(load(text).compat).split("not acted on (2 keys, each once):\n", 1)[1]
     assert [line.split(":")[0].strip() for line in summary.splitlines()] == [
         "models.*.compat",
-        "models.*.timeouts.keepalive",
+        "models.*.timeouts.expectContinue",
     ]
 
 

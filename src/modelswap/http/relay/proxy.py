@@ -142,6 +142,9 @@ async def _open_upstream(
     url = upstream.base_url + path_qs
     timeouts = upstream.timeouts
     label = upstream.label
+    connect = timeouts.connect
+    if timeouts.tls_handshake and url.startswith("https:"):  # aiohttp times both as one
+        connect += timeouts.tls_handshake
     try:
         async with asyncio.timeout(timeouts.first_byte):
             return await session.request(
@@ -150,11 +153,11 @@ async def _open_upstream(
                 data=body if body else None,
                 headers=headers,
                 allow_redirects=False,
-                timeout=_client_timeout(timeouts.connect),
+                timeout=_client_timeout(connect),
             )
     except TimeoutError as exc:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            raise UpstreamTimeoutError(label, "connection", timeouts.connect) from exc
+            raise UpstreamTimeoutError(label, "connection", connect) from exc
         raise UpstreamTimeoutError(label, "response", timeouts.first_byte) from exc
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamUnreachableError(label, str(exc) or type(exc).__name__) from exc
@@ -244,7 +247,10 @@ async def forward(
     """
     obs = request.get(OBS)
     timeouts = target.timeouts
-    redactor = request.app[RUNTIME].redactor
+    runtime = request.app[RUNTIME]
+    redactor = runtime.redactor
+    if timeouts.pooled is not None:  # llama-swap's keepalive / idleConn: its own connections
+        session = runtime.session_for(timeouts)
     try:
         async with _ceiling(timeouts.total):
             headers = request_headers(request.headers, target.api_key)
