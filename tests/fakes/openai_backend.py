@@ -87,6 +87,7 @@ class Config:
     hang: bool
     exit_after_ready: float | None
     print_log: str | None = None
+    late_log: str | None = None
     quiet_loading: bool = False
     silent_bind: bool = False
     silent_after: float | None = None
@@ -209,6 +210,11 @@ class FakeBackend:
             open_now = len(server.connections) if server is not None else 0
             return json_response({"open": max(0, open_now - 1), "pid": self.pid})
         if method == "GET" and path in (*MODELS_PATHS, "/props", "/api/ps"):
+            if self.cfg.late_log and self.ready:
+                # The gateway asks for metadata only once it has called us ready.
+                late, self.cfg.late_log = self.cfg.late_log, None
+                for line in Path(late).read_text(errors="replace").splitlines():  # noqa: ASYNC240
+                    log(line)
             special = await self.metadata_special(request)
             if special is not None:
                 return special
@@ -764,6 +770,12 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--hang", action="store_true")
     p.add_argument("--exit-after-ready", type=float, default=None)
     p.add_argument("--print-log", metavar="FILE", default=None, help="print FILE while loading")
+    p.add_argument(
+        "--late-log",
+        metavar="FILE",
+        default=None,
+        help="print FILE at the first metadata request once ready (after the gateway's READY)",
+    )
     p.add_argument("--quiet-loading", action="store_true", help="print nothing while loading")
     p.add_argument(
         "--silent-bind", action="store_true", help="print nothing when the port binds or is ready"
@@ -820,6 +832,7 @@ def parse_args(argv: list[str] | None) -> Config:
         hang=a.hang,
         exit_after_ready=a.exit_after_ready,
         print_log=a.print_log,
+        late_log=a.late_log,
         quiet_loading=a.quiet_loading,
         silent_bind=a.silent_bind,
         silent_after=a.silent_after,

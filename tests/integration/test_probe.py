@@ -772,6 +772,24 @@ async def test_metadata_and_capacity_are_gone_the_moment_a_restart_begins(
     assert len(seen.published) == 2
 
 
+async def test_a_receipt_read_only_after_ready_still_counts(
+    make_model: MakeModel,
+    make_process: MakeProcess,
+    session: aiohttp.ClientSession,
+) -> None:
+    """The backend's log reaches the gateway through a pipe another task reads: lines printed
+    before the port answered may be read after READY. Here they come after it for certain (the
+    fake prints them at the gateway's first metadata request), and the receipt still has them."""
+    log = str(LOGS / "llamacpp-success.log")
+    process = managed(
+        make_process, make_model("--ctx", "2048", "--quiet-loading", "--late-log", log), session
+    )
+    await process.ensure_ready()
+    await wait_until(lambda: process.capacity is not None)
+    assert process.capacity is not None
+    assert process.capacity.n_ctx is not None
+
+
 async def test_failed_restart_leaves_no_metadata(
     make_model: MakeModel,
     make_process: MakeProcess,

@@ -48,6 +48,7 @@ DIAGNOSIS_TAIL = 250
 TREE_REFRESH_SECONDS = 1.0
 KEEPER_KILL_CEILING = 10.0  # only ends a hang: a keeper exits within its grace (1 s) and a kill
 OWN_LINE_PREFIX = "[modelswap]"
+LATE_RECEIPT_LINES = 200  # how many lines after READY may still carry the receipt (see _on_line)
 # ModelConfig fields a running backend was started with: changing one means a restart.
 PROCESS_FIELDS = ("cmd", "cmd_stop", "proxy", "env", "check_endpoint", "use_model_name")
 
@@ -118,6 +119,9 @@ class ManagedProcess:
         # Ephemeral, per start: cleared before anything else when a new start begins.
         self.metadata: ModelMetadata | None = None
         self.capacity: CapacityReceipt | None = None
+        # Lines printed before the port answered may be read after READY (the pipe is read by
+        # another task, through the keeper): so many lines after READY still count as receipt.
+        self._late_receipt_lines = 0
         self.progress: Progress | None = None
         self.last_progress_at: float | None = None
         self.last_progress_line: str | None = None
@@ -274,6 +278,7 @@ class ManagedProcess:
             self.config, self._next_config = self._next_config, None
         self.metadata = None  # first of all: no stale receipt may survive a restart
         self.capacity = None
+        self._late_receipt_lines = 0
         self.progress = None
         self.last_progress_at = None
         self.last_progress_line = None
@@ -316,6 +321,7 @@ class ManagedProcess:
         self.logs.append(f"[modelswap] ready after {elapsed:.3f} s{where}")
         if self._log_reader is not None:
             self.capacity = self._log_reader.capacity(self.logs.tail())
+            self._late_receipt_lines = LATE_RECEIPT_LINES
         timing = {} if listening is None else {"listening_seconds": round(listening, 4)}
         self._set_state(S.READY, start_seconds=round(elapsed, 4), **timing)
         loop = asyncio.get_running_loop()
@@ -336,7 +342,14 @@ class ManagedProcess:
         if line.startswith(OWN_LINE_PREFIX):
             return  # modelswap's own notes are not the backend's output or progress
         self._output_seen.set()
-        if self._state is not S.STARTING or self._log_reader is None:
+        if self._log_reader is None:
+            return
+        if self._state is S.READY and self._late_receipt_lines > 0:
+            self._late_receipt_lines -= 1
+            if self._log_reader.capacity([line]) is not None:  # the whole tail: last one wins
+                self.capacity = self._log_reader.capacity(self.logs.tail())
+            return
+        if self._state is not S.STARTING:
             return
         found = self._log_reader.progress(line)
         if found is not None:
