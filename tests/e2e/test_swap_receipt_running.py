@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.e2e.conftest import Gateway, chat, fake_cmd
+from tests.e2e.conftest import Gateway, chat, fake_cmd, request
 
 StartGateway = Callable[..., Gateway]
 
@@ -24,3 +24,17 @@ def test_running_shows_where_the_last_swap_went(gateway: StartGateway) -> None:
     # the request that asked for b waited for the swap: its first byte counts it
     assert receipt["first_byte_seconds"] >= receipt["first_request_load_seconds"] > 0
     assert "a" not in gw.running()  # evicted
+
+
+def test_the_activity_log_counts_cached_prompt_tokens(gateway: StartGateway) -> None:
+    """Issue 19's Activity stats: the cached tokens a backend reports are recorded (and a
+    backend that reports none leaves them unknown, not 0)."""
+    gw = gateway(
+        f"  warm:\n    cmd: {fake_cmd('--cached-tokens 3')}\n  cold:\n    cmd: {fake_cmd()}\n"
+    )
+    assert chat(gw, "warm").status == 200
+    assert chat(gw, "warm", stream=True, stream_options={"include_usage": True}).status == 200
+    assert chat(gw, "cold").status == 200
+    rows = request(gw, "GET", "/api/activity").json()["data"]
+    cached = {(r["model"], r["streamed"]): r["cached_tokens"] for r in rows}
+    assert cached == {("warm", False): 3, ("warm", True): 3, ("cold", False): None}

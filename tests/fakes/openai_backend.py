@@ -103,6 +103,7 @@ class Config:
     blackhole_after_ready: bool = False
     weights: str | None = None
     stop_delay: float = 0.0
+    cached_tokens: int | None = None
 
 
 @dataclasses.dataclass
@@ -392,11 +393,13 @@ class FakeBackend:
         if self.cfg.tps > 0 and n_tokens > 0:
             await asyncio.sleep(n_tokens / self.cfg.tps)
         text = "".join(f"tok{i} " for i in range(n_tokens))
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n_tokens,
-            "total_tokens": prompt_tokens + n_tokens,
-        }
+        usage = self.with_cached(
+            {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n_tokens,
+                "total_tokens": prompt_tokens + n_tokens,
+            }
+        )
         if kind == "chat":
             return json_response(
                 {
@@ -426,6 +429,12 @@ class FakeBackend:
                 "usage": usage,
             }
         )
+
+    def with_cached(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """``--cached-tokens``: OpenAI's ``prompt_tokens_details.cached_tokens``."""
+        if self.cfg.cached_tokens is None:
+            return usage
+        return {**usage, "prompt_tokens_details": {"cached_tokens": self.cfg.cached_tokens}}
 
     def completion_tokens(self, body: dict[str, Any]) -> int:
         for key in ("max_completion_tokens", "max_tokens"):
@@ -533,11 +542,13 @@ class FakeBackend:
                     log(f"fake: {until} exists, the stream goes on")
         await send({**base, "choices": [choice(None, "length")]})
         if include_usage:
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": n_tokens,
-                "total_tokens": prompt_tokens + n_tokens,
-            }
+            usage = self.with_cached(
+                {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": n_tokens,
+                    "total_tokens": prompt_tokens + n_tokens,
+                }
+            )
             await send({**base, "choices": [], "usage": usage})
         await send("[DONE]")
         await response.write_eof()
@@ -812,6 +823,12 @@ def parse_args(argv: list[str] | None) -> Config:
     )
     p.add_argument("--weights", metavar="FILE", default=None, help="read FILE while loading")
     p.add_argument("--stop-delay", type=float, default=0.0, help="after SIGTERM, exit S s later")
+    p.add_argument(
+        "--cached-tokens",
+        type=int,
+        default=None,
+        help="report N prompt tokens as cached (usage.prompt_tokens_details.cached_tokens)",
+    )
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -848,6 +865,7 @@ def parse_args(argv: list[str] | None) -> Config:
         blackhole_after_ready=a.blackhole_after_ready,
         weights=a.weights,
         stop_delay=max(0.0, a.stop_delay),
+        cached_tokens=a.cached_tokens,
     )
 
 

@@ -247,7 +247,8 @@ def test_activity_stats_columns_export_and_cancel_in_flight(
     gateway: StartGateway, page: Any, browser: Any
 ) -> None:
     gw = gateway(
-        f"  tiny:\n    cmd: {fake_cmd()}\n  slow:\n    cmd: {fake_cmd('--stall-after 2')}\n",
+        f"  tiny:\n    cmd: {fake_cmd('--cached-tokens 2')}\n"
+        f"  slow:\n    cmd: {fake_cmd('--stall-after 2')}\n",
         extra_top=KEYS + "activity: {capture: true}\n",
     )
     admin = {"Authorization": f"Bearer {ADMIN_KEY}", "Content-Type": "application/json"}
@@ -264,7 +265,7 @@ def test_activity_stats_columns_export_and_cancel_in_flight(
     assert stat("requests") == "3"
     assert stat("processed") == f"{sum(r['prompt_tokens'] for r in rows):,}"
     assert stat("generated") == f"{sum(r['completion_tokens'] for r in rows):,}"
-    assert stat("cached") == "—"  # the fake reports none
+    assert stat("cached") == "6"  # 2 per request, as the backend reported
     generation = page.locator('[data-histogram="generation"]')
     assert generation.locator("rect.bar").count() >= 1
     assert "3 requests" in generation.locator('[data-role="median"]').text_content()

@@ -85,6 +85,11 @@ def _migrate_to_v6(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE requests ADD COLUMN response_headers TEXT")
 
 
+def _migrate_to_v7(conn: sqlite3.Connection) -> None:
+    # Prompt tokens the backend took from its cache; older rows have none (NULL).
+    conn.execute("ALTER TABLE requests ADD COLUMN cached_tokens INTEGER")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
@@ -92,6 +97,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v4,
     _migrate_to_v5,
     _migrate_to_v6,
+    _migrate_to_v7,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -119,6 +125,7 @@ _COLUMNS = (
     "response_body",
     "request_headers",
     "response_headers",
+    "cached_tokens",
 )
 _CAPTURED = frozenset({"request_body", "response_body", "request_headers", "response_headers"})
 _INSERT = (
@@ -151,6 +158,7 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.response_body,
         rec.request_headers,
         rec.response_headers,
+        rec.cached_tokens,
     )
 
 

@@ -55,6 +55,8 @@ class RequestRecord:
     """Only with ``activity.capture``: the request's headers as a JSON object, credentials
     masked (llama-swap's capture shows them)."""
     response_headers: str | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the backend reported it took from its cache (None: it said nothing)."""
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -91,6 +93,7 @@ class RequestRecord:
             "streamed": self.streamed,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
             "ttft": self.ttft,
             "first_byte": self.first_byte,
             "load": self.load,

@@ -55,6 +55,26 @@ def usage_of(data: object) -> tuple[int | None, int | None] | None:
     return None
 
 
+def cached_of(data: object) -> int | None:
+    """Prompt tokens the backend took from its cache: OpenAI's
+    ``usage.prompt_tokens_details.cached_tokens``, Anthropic's ``cache_read_input_tokens``,
+    llama.cpp's ``timings.cache_n``; None when it says nothing."""
+    if not isinstance(data, dict):
+        return None
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and _int(details.get("cached_tokens")) is not None:
+            return _int(details.get("cached_tokens"))
+        if _int(usage.get("cache_read_input_tokens")) is not None:
+            return _int(usage.get("cache_read_input_tokens"))
+    timings = data.get("timings")
+    if isinstance(timings, dict) and _int(timings.get("cache_n")) is not None:
+        return _int(timings.get("cache_n"))
+    message = data.get("message")  # Anthropic streams: message_start
+    return cached_of(message) if isinstance(message, dict) else None
+
+
 def _is_usage_only(data: Any) -> bool:
     return (
         isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict)
@@ -72,6 +92,7 @@ class UsageTracker:
         self._body = bytearray()
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.saw_text = False
         """Streamed: whether a generated token has been relayed yet (for the TTFT)."""
 
@@ -163,6 +184,9 @@ class UsageTracker:
         return None
 
     def _take(self, data: object) -> None:
+        cached = cached_of(data)
+        if cached is not None:
+            self.cached_tokens = cached
         found = usage_of(data)
         if found is None:
             return

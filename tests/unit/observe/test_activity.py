@@ -326,8 +326,8 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 6
-    assert schema_version(path) == "6"
+    assert SCHEMA_VERSION == 7
+    assert schema_version(path) == "7"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
@@ -342,7 +342,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "6"
+    assert schema_version(path) == "7"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
@@ -364,6 +364,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
         "bytes_in": 10,
         "bytes_out": 20,
         "error_code": None,
+        "cached_tokens": None,  # before v7 the cache was not counted
     }
     assert newest["error_code"] == "backend_failed"
     assert newest["streamed"] is True
@@ -373,7 +374,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "6"
+    assert schema_version(path) == "7"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:

@@ -1047,6 +1047,7 @@ const COLUMNS = [
   { key: "status", label: "status", num: true },
   { key: "streamed", label: "stream", fmt: (v) => (v ? "yes" : "no"), wide: true },
   { key: "prompt_tokens", label: "prompt", num: true, wide: true },
+  { key: "cached_tokens", label: "cached", num: true, wide: true, title: "prompt tokens the backend took from its cache (blank: it did not say)" },
   { key: "completion_tokens", label: "tokens", num: true, title: "completion tokens" },
   { key: "ttft", label: "TTFT", num: true, fmt: (v) => (v == null ? "" : (v * 1000).toFixed(0) + " ms"),
     title: "first generated token after the model was ready (a cold start's load not counted)" },
