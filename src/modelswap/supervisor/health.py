@@ -11,6 +11,7 @@ FIRST_INTERVAL to MAX_INTERVAL. Output from the backend wakes the loop at once e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import ipaddress
@@ -26,6 +27,46 @@ FIRST_INTERVAL = 0.02
 MAX_INTERVAL = 0.25
 BACKOFF = 1.5
 PROBE_TIMEOUT = 2.0
+
+
+class Waker:
+    """The readiness loop's sleep: until a timeout, the backend's output (:meth:`output`), or
+    its exit — one future and one timer per wait. (An ``Event.wait()`` task raced against the
+    exit under ``asyncio.wait`` costs twice the CPU, and the loop waits ~100 times a second.)"""
+
+    def __init__(self) -> None:
+        self._fut: asyncio.Future[None] | None = None
+        self._on_output = False
+        self.by_output = False  # the last wait ended because the backend printed
+
+    def output(self) -> None:
+        """The backend printed a line: end the current wait, if it wakes on output."""
+        if self._on_output and self._fut is not None and not self._fut.done():
+            self.by_output = True
+            self._fut.set_result(None)
+
+    async def wait(self, seconds: float, exited: asyncio.Future[int], *, on_output: bool) -> None:
+        self.by_output = False
+        if exited.done():
+            return
+        loop = asyncio.get_running_loop()
+        fut = self._fut = loop.create_future()
+        self._on_output = on_output
+        timer = loop.call_later(seconds, self._ring)
+        exited.add_done_callback(self._ring_for)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            exited.remove_done_callback(self._ring_for)
+            self._fut = None
+
+    def _ring(self) -> None:
+        if self._fut is not None and not self._fut.done():
+            self._fut.set_result(None)
+
+    def _ring_for(self, _: asyncio.Future[int]) -> None:
+        self._ring()
 
 
 def intervals() -> Iterator[float]:

@@ -88,7 +88,7 @@ class ManagedProcess:
         self.model = config.id
         self._next_config: ModelConfig | None = None  # waits for the next start
         self.logs = LogBuffer(log_capacity)
-        self._output_seen = asyncio.Event()
+        self._waker = health.Waker()
         self.logs.add_listener(self._on_line)
         self._events = events
         self._session = session
@@ -341,7 +341,7 @@ class ManagedProcess:
     def _on_line(self, line: str) -> None:
         if line.startswith(OWN_LINE_PREFIX):
             return  # modelswap's own notes are not the backend's output or progress
-        self._output_seen.set()
+        self._waker.output()
         if self._log_reader is None:
             return
         if self._state is S.READY and self._late_receipt_lines > 0:
@@ -428,7 +428,7 @@ class ManagedProcess:
         assert proc is not None
         cfg = self.config
         started = time.monotonic()
-        exited = asyncio.ensure_future(proc.wait())
+        exited: asyncio.Future[int] = asyncio.ensure_future(proc.wait())
         try:
             target = health.probe_target(urlsplit(cfg.proxy).hostname, cfg.port)
             url = cfg.proxy + cfg.check_endpoint if cfg.check_endpoint is not None else None
@@ -457,18 +457,11 @@ class ManagedProcess:
                     interval = health.HEALTH_INTERVAL
                 # Wake on output too: servers print "listening"/"model loaded" as they become
                 # ready, so a new line is the best moment to look again.
-                self._output_seen.clear()
-                output = asyncio.ensure_future(self._output_seen.wait())
-                done, _ = await asyncio.wait(
-                    {exited, output},
-                    timeout=min(interval, remaining),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                output.cancel()
-                if output in done:  # but never poll more often than the shortest interval
+                await self._waker.wait(min(interval, remaining), exited, on_output=True)
+                if self._waker.by_output:  # but never poll more often than the shortest interval
                     gap = health.LISTEN_INTERVAL - (time.monotonic() - polled_at)
                     if gap > 0:
-                        await asyncio.wait({exited}, timeout=gap)
+                        await self._waker.wait(gap, exited, on_output=False)
                 if exited.done():
                     await self._drain_output()
                     raise _StartFailed(
@@ -491,10 +484,11 @@ class ManagedProcess:
         last_output = max(started, self.logs.last_output_monotonic or started)
         silence_left = last_output + cfg.silence_timeout - now
         ceiling_left = started + cfg.start_timeout - now
-        lines = self.logs.tail(DIAGNOSIS_TAIL)
         if ceiling_left <= 0:
+            lines = self.logs.tail(DIAGNOSIS_TAIL)  # only when it fails: this runs every poll
             raise _StartFailed(self._diagnoser.ceiling(lines, cfg.start_timeout, self.progress))
         if silence_left <= 0:
+            lines = self.logs.tail(DIAGNOSIS_TAIL)
             raise _StartFailed(self._diagnoser.silence(lines, cfg.silence_timeout, self.progress))
         return min(silence_left, ceiling_left)
 
