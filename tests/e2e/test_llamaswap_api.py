@@ -4,13 +4,17 @@ codes and body shapes, through ``python -m modelswap serve`` and the fake backen
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import sys
 import threading
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from tests.e2e import test_llamaswap_compat as compat
 from tests.e2e.conftest import Gateway, Reply, fake_cmd, next_event, open_stream, request
@@ -320,3 +324,29 @@ def test_no_capture_without_activity_capture(gateway: StartGateway) -> None:
     [row] = gw.get_json("/api/metrics/activity")["data"]  # type: ignore[misc]
     assert row["has_capture"] is False
     assert request(gw, "GET", f"/api/captures/{row['id']}").status == 404
+
+
+COMFYUI_FAKE = Path(__file__).resolve().parents[1] / "fakes" / "comfyui_server.py"
+
+
+def test_comfyui_websocket_is_relayed_while_ready(gateway: StartGateway) -> None:
+    cmd = json.dumps(f'"{sys.executable}" "{COMFYUI_FAKE}" --port ${{PORT}}')
+    gw = gateway(f"  comfyui_auto:\n    cmd: {cmd}\n    checkEndpoint: /health\n")
+    assert request(gw, "GET", "/comfyui/ws").status == 409  # not loaded: never started by it
+    assert request(gw, "GET", "/comfyui/").status == 200  # the root starts it
+
+    async def talk() -> list[object]:
+        seen: list[object] = []
+        url = gw.url("/comfyui/ws?clientId=abc")
+        async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+            seen.append(json.loads((await ws.receive(timeout=60)).data))
+            await ws.send_str("hello")
+            seen.append((await ws.receive(timeout=60)).data)
+            await ws.send_bytes(b"\x00\x01")
+            seen.append((await ws.receive(timeout=60)).data)
+            await ws.send_str("close")  # the server closes: so does the gateway
+            seen.append((await ws.receive(timeout=60)).type)
+        return seen
+
+    seen = asyncio.run(talk())
+    assert seen == [{"type": "status", "sid": "abc"}, "hello", b"\x00\x01", aiohttp.WSMsgType.CLOSE]
