@@ -459,8 +459,7 @@ UNSUPPORTED_TOP = (
     "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
 )
 UNSUPPORTED_MODEL = (
-    "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\n"
-    "timeouts: {expectContinue: 1}\n"
+    "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\ntimeouts: {expectContinue: 1}\n"
 )
 
 
