@@ -240,7 +240,7 @@ def _connect(path: str | Path) -> tuple[sqlite3.Connection, str]:
 # The columns a page may be sorted by (never the client's text in the SQL).
 SORT_COLUMNS = frozenset(
     {"id", "at", "model", "route", "status", "streamed", "prompt_tokens", "completion_tokens"}
-    | {"tokens_per_second", "duration"}
+    | {"tokens_per_second", "duration", "cached_tokens"}
 )
 
 
@@ -534,15 +534,16 @@ class ActivityLog:
             ).fetchall()
         return [_row_dict(tuple(row)) for row in rows], total
 
-    def totals(self, model: str | None = None) -> tuple[int, int, int, list[float]]:
-        """Requests, prompt tokens, completion tokens, and every known generation speed (>0)
-        of the stored rows (of ``model`` only, when given)."""
+    def totals(self, model: str | None = None) -> tuple[int, int, int, int, list[float]]:
+        """Requests, prompt tokens, completion tokens, cached prompt tokens, and every known
+        generation speed (>0) of the stored rows (of ``model`` only, when given)."""
         where, params = (" WHERE model = ?", [model]) if model else ("", [])
         with self._conn_lock:
             conn = self._connection()
-            count, prompt, completion = conn.execute(
+            count, prompt, completion, cached = conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0),"
-                f" COALESCE(SUM(completion_tokens), 0) FROM requests{where}",
+                " COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cached_tokens), 0)"
+                f" FROM requests{where}",
                 params,
             ).fetchone()
             extra = " AND" if where else " WHERE"
@@ -550,7 +551,8 @@ class ActivityLog:
                 f"SELECT tokens_per_second FROM requests{where}{extra} tokens_per_second > 0",
                 params,
             ).fetchall()
-        return int(count), int(prompt), int(completion), [float(row[0]) for row in speeds]
+        speeds_seen = [float(row[0]) for row in speeds]
+        return int(count), int(prompt), int(completion), int(cached), speeds_seen
 
     def stats(self) -> dict[str, int]:
         """``{"rows": stored, "dropped": lost, "pending": queued}``; a snapshot."""

@@ -5,7 +5,7 @@ messages (internal/server/apigroup.go, internal/store/store.go).
 A capture exists only for rows recorded with ``activity.capture`` on (bodies bounded by
 ``captureBytes``, secrets redacted); its ``req_body``/``resp_body`` are base64, as Go encodes
 ``[]byte``. Rows carry llama-swap's fields, with modelswap's beside them; the fields modelswap
-does not measure (cached and draft tokens, prompt speed) are 0, which llama-swap's UI reads as
+does not measure (draft tokens, prompt speed) are 0, which llama-swap's UI reads as
 "not reported".
 """
 
@@ -37,8 +37,8 @@ SORT_KEYS = {
     "generated": "completion_tokens",
     "gen_speed": "tokens_per_second",
     "duration": "duration",
+    "cached": "cached_tokens",
     # not measured by modelswap (always 0): the order is by id
-    "cached": "id",
     "drafted": "id",
     "prompt_speed": "id",
 }
@@ -76,7 +76,7 @@ def activity_entry(row: dict[str, object]) -> dict[str, object]:
         "resp_content_type": "text/event-stream" if row.get("streamed") else "application/json",
         "resp_status_code": row["status"],
         "tokens": {
-            "cache_tokens": 0,
+            "cache_tokens": _int(row.get("cached_tokens")),
             "draft_tokens": 0,
             "draft_acc_tokens": 0,
             "input_tokens": _int(row.get("prompt_tokens")),
@@ -180,21 +180,21 @@ async def metrics_stats(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     model = request.query.get("model", "").strip() or None
     store = runtime.activity
-    count, prompt, completion = 0, 0, 0
+    count, prompt, completion, cached = 0, 0, 0, 0
     speeds: list[float] = []
     if store is not None:
 
-        def read() -> tuple[int, int, int, list[float]]:
+        def read() -> tuple[int, int, int, int, list[float]]:
             store.flush_now()
             return store.totals(model)
 
-        count, prompt, completion, speeds = await asyncio.to_thread(read)
+        count, prompt, completion, cached, speeds = await asyncio.to_thread(read)
     return web.json_response(
         {
             "total_requests": count,
             "total_input_tokens": prompt,
             "total_output_tokens": completion,
-            "total_cache_tokens": 0,
+            "total_cache_tokens": cached,
             "prompt_histogram": None,  # prompt speed is not measured
             "gen_histogram": histogram(speeds),
         }
