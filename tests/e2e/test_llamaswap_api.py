@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 from tests.e2e import test_llamaswap_compat as compat
 from tests.e2e.conftest import Gateway, Reply, fake_cmd, next_event, open_stream, request
@@ -351,3 +352,21 @@ def test_comfyui_websocket_is_relayed_while_ready(gateway: StartGateway) -> None
 
     seen = asyncio.run(talk())
     assert seen == [{"type": "status", "sid": "abc"}, "hello", b"\x00\x01", aiohttp.WSMsgType.CLOSE]
+
+
+def test_versionless_chat_streams_carry_the_loading_state(serve: Serve) -> None:
+    gw = serve("passthrough.yaml")
+    client = openai.OpenAI(base_url=gw.url("/v"), api_key="none", timeout=120)
+    reasoning, content = [], []
+    for chunk in client.chat.completions.create(
+        model="slow-remote", messages=[{"role": "user", "content": "hi"}], stream=True
+    ):
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            if (extra := delta.model_extra or {}).get("reasoning_content"):
+                reasoning.append(extra["reasoning_content"])
+            if delta.content:
+                content.append(delta.content)
+    assert reasoning, "no loading state arrived"
+    assert reasoning[0].startswith("loading model slow-remote")
+    assert content

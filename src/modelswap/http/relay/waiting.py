@@ -65,7 +65,7 @@ class WaitingStream:
         """An SSE comment; with ``sendLoadingState`` on a chat stream, llama-swap's chunk with
         the text as ``reasoning_content`` instead, for chat UIs that show thinking."""
         wanted = router.processes[model].config.send_loading_state
-        if not wanted or self._request.path != "/v1/chat/completions":
+        if not wanted or self._request.path not in ("/v1/chat/completions", "/v/chat/completions"):
             return f": {text}\n\n".encode()
         chunk = {
             "id": f"loading-{model}",
