@@ -50,6 +50,7 @@ def _model(model: ModelConfig, redactor: Redactor) -> dict[str, Any]:
         "aliasFilters": {alias: _filters(f) for alias, f in model.alias_filters.items()},
         "metadata": dict(model.metadata) if model.metadata else None,
         "fallback": list(model.fallback) if model.fallback else None,
+        "prefetch": model.prefetch,
     }
     return {k: v for k, v in out.items() if v is not None}
 
