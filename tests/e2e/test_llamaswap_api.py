@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import sys
 import threading
 import urllib.request
@@ -23,6 +24,7 @@ from tests.e2e.test_llamaswap_compat import Serve, post
 
 pytestmark = pytest.mark.e2e
 serve = compat.serve  # the fixture: a tests/data/llamaswap/ config served on free ports
+RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)"
 
 StartGateway = Callable[..., Gateway]
 
@@ -370,3 +372,20 @@ def test_versionless_chat_streams_carry_the_loading_state(serve: Serve) -> None:
     assert reasoning, "no loading state arrived"
     assert reasoning[0].startswith("loading model slow-remote")
     assert content
+
+
+def test_capture_buffer_of_a_llamaswap_config_fills_api_captures(serve: Serve) -> None:
+    """logging.yaml sets captureBuffer: 15 (MB), as llama-swap's config.example.yaml does."""
+    gw = serve("logging.yaml")
+    reply = post(
+        gw,
+        "/v1/chat/completions",
+        {"model": "llama", "messages": [{"role": "user", "content": "x"}]},
+    )
+    assert reply.status == 200, reply.body
+    gw.wait_for(lambda: gw.get_json("/api/metrics/activity")["total"] == 1)
+    [row] = gw.get_json("/api/metrics/activity")["data"]  # type: ignore[misc]
+    assert row["has_capture"] is True
+    captured = gw.get_json(f"/api/captures/{row['id']}")
+    assert json.loads(base64.b64decode(str(captured["req_body"])))["model"] == "llama"
+    assert re.search(rf"^{RFC3339} INFO", gw.log(), re.MULTILINE)  # logTimeFormat: rfc3339
