@@ -469,9 +469,16 @@ class _Translator:
         if "metricsMaxInMemory" in data:
             value = data.pop("metricsMaxInMemory")
             if isinstance(store, dict) and "path" in store:
-                self.note(("metricsMaxInMemory",), None, "no effect: store.path is set", IGNORED)
+                self.note(
+                    ("metricsMaxInMemory",),
+                    None,
+                    "store.path is set, and llama-swap then ignores it too",
+                    IGNORED,
+                )
             elif "maxRows" in settings:
-                self.note(("metricsMaxInMemory",), None, "activity.maxRows is set", IGNORED)
+                self.note(
+                    ("metricsMaxInMemory",), None, "activity.maxRows is set, and wins", IGNORED
+                )
             elif isinstance(value, int) and not isinstance(value, bool):
                 settings["maxRows"] = value if value > 0 else 1000
                 self.note(("metricsMaxInMemory",), ("activity", "maxRows"), METRICS_WINDOW)
@@ -482,7 +489,12 @@ class _Translator:
         if "captureBuffer" in data:
             value = data.pop("captureBuffer")
             if "capture" in settings or "captureBytes" in settings:
-                self.note(("captureBuffer",), None, "activity.capture is set", IGNORED)
+                self.note(
+                    ("captureBuffer",),
+                    None,
+                    "activity.capture or captureBytes is set, and wins",
+                    IGNORED,
+                )
             elif isinstance(value, int) and not isinstance(value, bool):
                 settings["capture"] = value > 0
                 if value > 0:
