@@ -46,6 +46,7 @@ Data = dict[Any, Any]
 Path = tuple[str | int, ...]
 
 SAME, REWRITTEN, IGNORED, DIFFERS = "same", "rewritten", "ignored", "differs"
+COMFYUI_MODEL, COMFYUI_MIN = "comfyui_auto", 50  # /comfyui/'s model (llama-swap's load.go)
 SELECTOR_KEYS = frozenset(
     {"targets", "strategy", "reservations", "name", "description", "unlisted"}
 )
@@ -376,6 +377,15 @@ class _Translator:
         if model.get("ttl") == -1:
             del model["ttl"]
             self.note((*base, "ttl"), ("globalTTL",), "-1: the model uses globalTTL")
+        limit = model.get("concurrencyLimit")
+        if model_id == COMFYUI_MODEL and isinstance(limit, int) and 0 < limit < COMFYUI_MIN:
+            model["concurrencyLimit"] = COMFYUI_MIN  # a browser loads ComfyUI's page in parallel
+            self.note(
+                (*base, "concurrencyLimit"),
+                (*base, "concurrencyLimit"),
+                f"raised to {COMFYUI_MIN} for {COMFYUI_MODEL}, as llama-swap does",
+                REWRITTEN,
+            )
         for key, note in MODEL_SAME.items():
             if key in model:
                 self.note(("models", "*", key), ("models", "*", key), note)

@@ -141,3 +141,15 @@ def test_the_logging_fixture_is_read_without_warnings() -> None:
         10.0,
         90.0,
     )
+
+
+def test_comfyui_auto_gets_at_least_50_requests_at_once_as_in_llamaswap() -> None:
+    config = load_config_text(
+        "models:\n"
+        "  comfyui_auto: {cmd: 'srv --port ${PORT}', concurrencyLimit: 4}\n"
+        "  other: {cmd: 'srv --port ${PORT}', concurrencyLimit: 4}\n",
+        environ=ENV,
+    )
+    assert config.models["comfyui_auto"].concurrency_limit == 50
+    assert config.models["other"].concurrency_limit == 4
+    assert mapped(config)["models.comfyui_auto.concurrencyLimit"][1] == "rewritten"
