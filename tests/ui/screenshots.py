@@ -36,7 +36,16 @@ from tests.ui.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.ui.screenshots_playground import shoot_all as shoot_playground_tabs
 
 OUT = REPO / "docs" / "screenshots"
-PAGES = ("models", "memory", "logs", "activity", "playground", "settings")
+PAGES = (
+    "models",
+    "memory",
+    "logs",
+    "activity",
+    "performance",
+    "hardware",
+    "playground",
+    "settings",
+)
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 900}
 
@@ -48,7 +57,7 @@ def demo_gateway(workdir: Path) -> Iterator[tuple[Gateway, Path]]:
     config = workdir / "config.yaml"
     config.write_text(
         f"startPort: {free_port_range(8)}\nstateDir: {workdir / 'state'}\n"
-        "resources: {ram: 2GiB}\nfailureBackoff: 600\n"
+        "resources: {ram: 2GiB}\nfailureBackoff: 600\nperformance: {every: 1s}\n"
         "models:\n"
         f"  qwen-chat:\n    cmd: {fake_cmd('--ctx 4096 -c 8192 -np 2')}\n"
         "    uses: {ram: 900MiB}\n"
@@ -107,6 +116,13 @@ def shoot(
                 page.locator("#logs-view .line").first.wait_for()
             if name == "activity":
                 page.locator("#activity-table tbody tr").first.wait_for()
+            if name == "performance":  # a few samples drawn (every 1 s in the demo)
+                page.wait_for_function(
+                    "(document.querySelector('[data-chart=\"cpu\"] polyline')"
+                    " ?.getAttribute('points') || '').split(' ').length >= 3"
+                )
+            if name == "hardware":
+                page.locator("#hardware-info dl").wait_for()
             if name == "playground":
                 page.locator("#pg-input").fill("Name three colours.")
                 page.get_by_role("button", name="Send").click()

@@ -135,7 +135,7 @@ def test_performance_without_a_gpu_and_switched_off(
     page.goto(gw.url("/ui/#/performance"))
     page.locator('[data-chart="cpu"] polyline').wait_for(state="attached")
     note = page.locator('[data-role="no-gpu"]')
-    assert note.text_content() == "GPU: no GPU: nvidia-smi is not on PATH."
+    assert note.text_content() == "No GPU: nvidia-smi is not on PATH."
     page.goto(gw.url("/ui/#/hardware"))
     page.locator('#hardware-info [data-role="gpus"]', has_text="none").wait_for()
 

@@ -76,7 +76,7 @@ function renderPerformance() {
   const ids = Object.keys(gpus).sort((a, b) => a - b);
   if (!ids.length) {
     const reason = (perf.gpuInfo && perf.gpuInfo.reason) || (perf.gpuInfo && perf.gpuInfo.tool ? "waiting for the first GPU sample" : "no GPU");
-    charts.push(perfNote("gpu", `GPU: ${reason}.`));
+    charts.push(perfNote("gpu", reason.startsWith("no GPU") ? `No GPU${reason.slice(6)}.` : `GPU: ${reason}.`));
   } else {
     const gseries = (key) => ids.map((id, i) => ({ name: `GPU ${id} ${gpus[id].name}`, color: PERF_COLORS[i % PERF_COLORS.length], points: gpus[id].rows.map((g) => [g.t, g[key]]) }));
     const gtotal = Math.max(...ids.map((id) => gpus[id].rows[gpus[id].rows.length - 1].mem_total_mb || 0));
