@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import HANG, Gateway, chat, fake_cmd, next_event, open_stream
+from tests.e2e.conftest import (
+    HANG,
+    Gateway,
+    chat,
+    chat_body,
+    fake_cmd,
+    next_event,
+    open_stream,
+    queue_depth,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -136,3 +145,28 @@ def test_the_prefetch_begins_while_the_evicted_model_still_serves(
     line = next(line for line in gw.log().splitlines() if "swap to b done in" in line)
     assert re.search(r"\(drain \S+ s, stop \S+ s, start ", line), line  # it waited for a
     assert "; prefetch done: 2.0 MiB of 2.0 MiB from 1 of 1 file(s) in " in line, line
+
+
+def test_a_prefetch_stops_when_its_swap_is_no_longer_due(
+    gateway: type[Gateway], tmp_path: Path
+) -> None:
+    release = tmp_path / "release-a"
+    weights = tmp_path / "b.gguf"
+    weights.write_bytes(b"GGUF" + b"\0" * (WEIGHTS_BYTES - 4))
+    a = fake_cmd(f"--stall-after 1 --stall-until {release}")
+    b = fake_cmd(f"--weights {weights}")
+    gw = gateway(f"  a:\n    cmd: {a}\n  b:\n    cmd: {b}\n")  # type: ignore[call-arg]
+    with open_stream(gw, "a") as resp:
+        assert resp.status == 200
+        assert next_event(resp) is not None  # a is streaming, and stalls
+        waiting = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
+        waiting.request(
+            "POST", "/v1/chat/completions", chat_body("b"), {"Content-Type": "application/json"}
+        )
+        gw.wait_for(lambda: queue_depth(gw, "b") == 1)
+        gw.wait_for(lambda: "swap to b: prefetching 1 weight file(s)" in gw.log())
+        waiting.close()  # b's only waiter leaves: its swap is no longer due
+        gw.wait_for(lambda: "swap to b: no longer due; prefetch " in gw.log())
+        assert set(gw.running()) == {"a"}
+        release.touch()
+    assert "swap to b done" not in gw.log()

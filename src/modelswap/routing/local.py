@@ -247,9 +247,16 @@ class LocalRouter:
 
     def abandon_swap(self, target: str) -> None:
         self._due_at.pop(target, None)
-        if target not in self._swap_tasks:
-            self._stop_prefetch(target, "the swap is no longer due")
-            self._prefetches.pop(target, None)
+        if target in self._swap_tasks:
+            return
+        prefetch = self._prefetches.pop(target, None)
+        if isinstance(prefetch, Prefetch):
+            prefetch.cancel("the swap is no longer due")
+            self._spawn_task(self._report_abandoned(target, prefetch), f"abandon:{target}")
+
+    async def _report_abandoned(self, target: str, prefetch: Prefetch) -> None:
+        record = await self._settle(prefetch)
+        log.info("swap to %s: no longer due; prefetch %s", target, record.summary())
 
     async def _abort_start(self, target: str) -> None:
         await self.processes[target].stop()  # ensure_ready in the swap task then fails
@@ -348,6 +355,10 @@ class LocalRouter:
         if not isinstance(prefetch, Prefetch):
             return prefetch
         prefetch.cancel("the swap ended")
+        return await self._settle(prefetch)
+
+    @staticmethod
+    async def _settle(prefetch: Prefetch) -> PrefetchRecord:
         try:
             return await asyncio.wait_for(prefetch.wait(), PREFETCH_SETTLE_SECONDS)
         except TimeoutError:
