@@ -4,6 +4,7 @@ shape, the read scope, the configured interval, a fake ``nvidia-smi`` on PATH.""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -121,3 +122,15 @@ def test_without_nvidia_smi_the_gateway_says_no_gpu(
     hw = request(gw, "GET", "/api/hardware").json()
     assert hw["accelerators"] == []
     assert hw["gpu"]["reason"] == "no GPU: nvidia-smi is not on PATH"
+
+
+def test_a_new_interval_applies_on_reload_without_a_restart(gateway: StartGateway) -> None:
+    gw = gateway(MODELS, extra_top="performance: {every: 30s}\n")
+    assert request(gw, "GET", "/api/performance").json()["every"] == 30.0
+    assert gw.config_path is not None
+    text = gw.config_path.read_text().replace("every: 30s", "every: 2s")
+    gw.config_path.write_text(text)
+    os.kill(gw.proc.pid, signal.SIGHUP)
+    gw.wait_for(lambda: "config reloaded from" in gw.log())
+    assert request(gw, "GET", "/api/performance").json()["every"] == 2.0
+    assert "applies when modelswap restarts" not in gw.log()  # read at each sample

@@ -28,6 +28,7 @@ from tests.e2e.conftest import (
     free_port,
     free_port_range,
     held_cmd,
+    request,
     serve_command,
     stop_gateway,
     wait_healthy,
@@ -89,7 +90,9 @@ def prepare(gw: Gateway) -> threading.Thread:
         chat(gw, "qwen-chat")
         chat(gw, "coder")
     chat(gw, "no-such-model")
-    starter = threading.Thread(target=gw.post, args=("/api/models/load/starting", b""))
+    # held until the pictures are taken, however long that is (gw.post gives up after 60 s)
+    load = (gw, "POST", "/api/models/load/starting", b"")
+    starter = threading.Thread(target=request, args=load, kwargs={"timeout": 1800})
     starter.start()
     gw.wait_for(lambda: gw.running().get("starting", {}).get("state") == "starting")
     return starter

@@ -323,6 +323,10 @@ def test_activity_stats_columns_export_and_cancel_in_flight(
     page.locator(
         '#activity-table tbody tr[data-status="499"], #activity-table tbody tr[data-status="502"]'
     ).first.wait_for()
+    page.locator("#activity-outcome").select_option("error")  # the stats follow the filter
+    page.locator('[data-stat="requests"] .stat-value', has_text="1").wait_for()
+    assert stat("errors") == "1"
+    assert stat("generated") != f"{sum(r['completion_tokens'] for r in rows):,}"
     fits_phone_in_both_themes(browser, gw.url("/ui/#/activity"), '[data-stat="requests"]', READ_KEY)
 
 
