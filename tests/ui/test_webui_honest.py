@@ -392,7 +392,7 @@ def test_memory_page_colours_labels_limit_free_and_sources(
     assert "not a measured weights size" in smol_text
     assert "weights" not in smol_text.replace("weights size", "")
     big = page.locator('.basin[data-resource="gpu0"] li[data-model="big"]')
-    assert "receipt" in (big.text_content() or "")
+    big.filter(has_text="receipt").wait_for()  # its receipt may be read just after READY
     assert "declared" in (page.locator('li[data-model="a"]').text_content() or "")
 
     gpu = page.locator('svg[data-resource="gpu0"]')
