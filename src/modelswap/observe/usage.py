@@ -204,7 +204,9 @@ def _usage_objects(body: bytes) -> dict[str, object]:
     """The top-level ``usage``/``timings`` objects of a JSON body, decoding just those (the
     last occurrence of each key: OpenAI and llama.cpp put them at the end)."""
     text = body.decode("utf-8")
-    if jsonsafe.nesting_depth(body) > jsonsafe.MAX_DEPTH:
+    # No deeper than its count of opening brackets: measure only when that count could be.
+    opening = body.count(b"[") + body.count(b"{")
+    if opening > jsonsafe.MAX_DEPTH and jsonsafe.nesting_depth(body) > jsonsafe.MAX_DEPTH:
         raise jsonsafe.JSONTooDeepError(jsonsafe.MAX_DEPTH)
     out: dict[str, object] = {}
     for key in ("usage", "timings"):
