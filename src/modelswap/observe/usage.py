@@ -21,6 +21,7 @@ from modelswap import jsonsafe
 MAX_BODY = 1024 * 1024
 # An SSE event ends at a blank line; lines may end in \n, \r\n or \r.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_EVENT_SPLIT = re.compile(rb"(\r\n\r\n|\n\n|\r\r)")  # keeps the separators
 MAX_PENDING = 1024 * 1024  # an "event" larger than this is passed on unsplit
 # A stream event that carries generated text (chat, completions, reasoning, Anthropic and
 # Responses deltas): a non-empty string value. A role-only first chunk does not match.
@@ -150,10 +151,17 @@ class UsageTracker:
         if not self._strip:
             self._scan(data)
             return data
-        kept: list[bytes] = []
-        parts = _EVENT_END.split(data)
-        separators = [m.group(0) for m in _EVENT_END.finditer(data)]
-        for event, sep in zip(parts, [*separators, b""], strict=True):
+        # Only the events from the first that mentions usage on need reading (in a big read
+        # of many events, the last): the ones before it go on as they are, unsplit.
+        usage, timings = data.find(b'"usage"'), data.find(b'"timings"')
+        first = usage if timings < 0 or 0 <= usage < timings else timings
+        if first < 0:
+            return data
+        head = _event_start(data, first)
+        kept: list[bytes] = [data[:head]]
+        pieces = _EVENT_SPLIT.split(data[head:])  # event, separator, event, …, last event
+        pieces.append(b"")
+        for event, sep in zip(pieces[0::2], pieces[1::2], strict=True):
             payload = self._payload(event)
             if payload is not None:
                 self._take(payload)
@@ -222,6 +230,23 @@ def _usage_objects(body: bytes) -> dict[str, object]:
         value, _ = _DECODER.raw_decode(text, start)
         out[key] = value
     return out
+
+
+def _event_start(data: bytes, at: int) -> int:
+    """Where the event holding ``data[at]`` starts: just past the last event end before
+    ``at`` (0 if none), as a scan of all of ``data`` would place it. A separator's match
+    depends only on the run of CR/LF it lies in, so only that last run is scanned."""
+    cut = max(
+        data.rfind(b"\n\n", 0, at), data.rfind(b"\r\r", 0, at), data.rfind(b"\r\n\r\n", 0, at)
+    )
+    if cut < 0:
+        return 0
+    while cut > 0 and data[cut - 1] in b"\r\n":
+        cut -= 1
+    end = 0
+    for match in _EVENT_END.finditer(data, cut, at):
+        end = match.end()
+    return end
 
 
 def _last_event_end(data: bytes) -> int:

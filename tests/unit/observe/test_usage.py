@@ -217,6 +217,12 @@ STREAM_CASES = [
         (12, 3),
         id="usage-chunk-unterminated-at-eof",
     ),
+    pytest.param(
+        OPENAI_STREAM.replace(b"\n", b"\r\n"),
+        USAGE_ONLY.replace(b"\n", b"\r\n"),
+        (12, 3),
+        id="crlf-events",
+    ),
 ]
 
 
