@@ -137,6 +137,27 @@ MUTATIONS = (
         "if True:",
         ("tests/unit/backends/test_capacity.py",),
     ),
+    Mutation(
+        "inflight-cancel-read-scope",  # a read key could cancel requests (issue 17)
+        "src/modelswap/http/route_classes.py",
+        '_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/", "/comfyui/")',
+        '_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/comfyui/")',
+        ("tests/unit/http/test_auth.py",),
+    ),
+    Mutation(
+        "go-layout-day-zero-padded",  # Go's _2 is space-padded (issue 17, logTimeFormat)
+        "src/modelswap/config/logtime.py",
+        'return f"{dt.day:2d}"  # Go\'s _2',
+        'return f"{dt.day:02d}"  # Go\'s _2',
+        ("tests/unit/config/test_compat_logging.py",),
+    ),
+    Mutation(
+        "histogram-bins-not-sturges",  # llama-swap's /api/metrics/stats bins (issue 17)
+        "src/modelswap/observe/histogram.py",
+        "math.ceil(math.log2(len(values))) + 1",
+        "math.ceil(math.log2(len(values)))",
+        ("tests/unit/observe/test_histogram.py",),
+    ),
 )
 
 
