@@ -49,7 +49,7 @@ from modelswap.routing.swappers import (
     GroupSpec,
     GroupSwapper,
 )
-from modelswap.sessions import PooledSessions
+from modelswap.sessions import SKIP_AUTO_HEADERS, PooledSessions, RelayRequest
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -283,7 +283,8 @@ class Runtime:
         self._proxy_session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
             auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+            skip_auto_headers=SKIP_AUTO_HEADERS,
+            request_class=RelayRequest,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
         self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())

@@ -10,12 +10,35 @@ connection (Go's ``IdleConnTimeout``), 0 for no limit.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
+from multidict import CIMultiDict, istr
 
 Pooled = tuple[float | None, float | None]
+# Relayed requests carry the client's headers only: aiohttp adds none of its own.
+SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Accept", "Content-Type")
+_SKIP = frozenset(istr(name) for name in SKIP_AUTO_HEADERS)
+_SKIPPED = CIMultiDict((name, None) for name in sorted(_SKIP))
+# The shortcut below is exact only where aiohttp keeps the skip set in `_skip_auto_headers`
+# and every header it would add automatically is one of ours (else aiohttp's own path).
+_SHORTCUT = isinstance(vars(aiohttp.ClientRequest).get("skip_auto_headers"), property) and all(
+    name in _SKIP for name in (*aiohttp.ClientRequest.DEFAULT_HEADERS, aiohttp.hdrs.USER_AGENT)
+)
+
+
+class RelayRequest(aiohttp.ClientRequest):
+    """``skip_auto_headers=SKIP_AUTO_HEADERS`` without its per-request cost: aiohttp builds a
+    multidict of the skipped names and copies the request's headers to apply it, on every
+    request; with every automatic header skipped there is nothing to add, and the skip set
+    (which aiohttp only reads) is built once."""
+
+    def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
+        if _SHORTCUT and skip_auto_headers == _SKIP:
+            self._skip_auto_headers = _SKIPPED
+        else:
+            super().update_auto_headers(skip_auto_headers)
 
 
 def _socket_factory(keepalive: float) -> Callable[[AddrInfoType], socket.socket]:
@@ -44,7 +67,8 @@ def make_session(keepalive: float | None, idle_conn: float | None) -> aiohttp.Cl
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(**options),  # type: ignore[arg-type]
         auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        skip_auto_headers=SKIP_AUTO_HEADERS,
+        request_class=RelayRequest,
     )
 
 

@@ -3,6 +3,7 @@ connection to a real loopback server, its socket options read back."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 from aiohttp import web
@@ -61,3 +62,49 @@ async def test_one_session_per_pair_closed_together() -> None:
     assert pooled.opened() == [(30.0, 90.0), (None, 90.0)]
     await pooled.close()
     assert first.closed
+
+
+async def test_a_relayed_request_carries_only_the_headers_it_was_given() -> None:
+    """No User-Agent, Accept, Accept-Encoding or default Content-Type added by aiohttp: the
+    backend gets the client's headers as they came (read from the raw request bytes)."""
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (
+                int(line[15:])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        heads.append(head + await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    session = make_session(keepalive=None, idle_conn=None)
+    try:
+        sent: list[tuple[str, bytes | None, dict[str, str]]] = [
+            ("POST", b"raw", {}),
+            ("GET", None, {"Accept": "text/plain", "User-Agent": "me"}),
+        ]
+        for method, body, headers in sent:
+            async with session.request(
+                method, f"http://127.0.0.1:{port}/v1/x", data=body, headers=headers
+            ) as resp:
+                assert await resp.read() == b"ok"
+    finally:
+        await session.close()
+        server.close()
+        await server.wait_closed()
+    assert heads[0] == (
+        f"POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 3\r\n\r\nraw".encode()
+    )
+    assert heads[1] == (
+        f"GET /v1/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/plain\r\n"
+        "User-Agent: me\r\n\r\n".encode()
+    )
