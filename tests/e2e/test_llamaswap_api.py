@@ -19,7 +19,15 @@ import aiohttp
 import openai
 import pytest
 from tests.e2e import test_llamaswap_compat as compat
-from tests.e2e.conftest import Gateway, Reply, fake_cmd, next_event, open_stream, request
+from tests.e2e.conftest import (
+    Gateway,
+    Reply,
+    fake_cmd,
+    held_cmd,
+    next_event,
+    open_stream,
+    request,
+)
 from tests.e2e.test_llamaswap_compat import Serve, post
 
 pytestmark = pytest.mark.e2e
@@ -389,3 +397,28 @@ def test_capture_buffer_of_a_llamaswap_config_fills_api_captures(serve: Serve) -
     captured = gw.get_json(f"/api/captures/{row['id']}")
     assert json.loads(base64.b64decode(str(captured["req_body"])))["model"] == "llama"
     assert re.search(rf"^{RFC3339} INFO", gw.log(), re.MULTILINE)  # logTimeFormat: rfc3339
+
+
+def test_a_stream_opened_while_its_model_starts_is_waiting_until_cancelled(
+    gateway: StartGateway, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    gw = gateway(f"  held:\n    cmd: {held_cmd(release, '--load-delay', '0')}\n")
+    try:
+        with open_stream(gw, "held") as resp:
+            assert resp.status == 200  # the event stream opened early, with progress comments
+            gw.wait_for(lambda: bool(inflight(gw)) and bool(inflight(gw)[0]["resp_headers"]))
+            [row] = inflight(gw)
+            assert row["state"] == "waiting"  # no byte of the backend's yet
+            status, _, raw = gw.post(f"/api/inflight/{row['id']}/cancel", b"")
+            assert (status, json.loads(raw)) == (200, {"msg": "ok"})
+            while next_event(resp) is not None:
+                pass
+        gw.wait_for(lambda: not inflight(gw))
+        gw.wait_for(lambda: bool(activity(gw)))
+        assert (activity(gw)[0]["status"], activity(gw)[0]["error_code"]) == (
+            499,
+            "request_cancelled",
+        )
+    finally:
+        release.touch()  # let the start finish, so that teardown stops a running backend

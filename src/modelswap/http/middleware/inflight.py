@@ -106,6 +106,7 @@ def describe(
     requested: str | None,
     bytes_out: int,
     key_name: str | None,
+    relaying: bool,
     now: float | None = None,
 ) -> dict[str, object]:
     """llama-swap's ``InflightRequestEntry`` fields, then modelswap's own beside them."""
@@ -129,7 +130,7 @@ def describe(
         "request_id": request_id(request),
         "requested": requested,
         "key_name": key_name,
-        "state": "relaying" if response is not None else "waiting",
+        "state": "relaying" if relaying else "waiting",
         "cancelling": entry.cancelled,
     }
 

@@ -4,7 +4,8 @@ A streaming request that has waited more than a second for its model gets its 20
 headers, then SSE comment lines — ``: loading model X — autotuning 7/16 (95 s)`` — whenever the
 phase changes and every few seconds otherwise. OpenAI clients ignore comments, so no fake
 content ever enters the answer; a client (or proxy) with a read timeout sees a live connection.
-A model with ``sendLoadingState`` (llama-swap's) gets, on ``/v1/chat/completions``, the same
+A model with ``sendLoadingState`` (llama-swap's) gets, on ``/v1/chat/completions`` (and the
+versionless ``/v/chat/completions``), the same
 text as ``reasoning_content`` chunks instead, which chat UIs show as thinking.
 Non-streaming requests simply wait.
 """

@@ -33,6 +33,8 @@ async def inflight(request: web.Request) -> web.Response:
                 requested=obs.requested if obs is not None else None,
                 bytes_out=obs.bytes_out if obs is not None else 0,
                 key_name=key.name if key is not None else None,
+                # the backend's status arrived (an event stream opened early is still waiting)
+                relaying=obs.status is not None if obs is not None else False,
             )
         )
     return web.json_response({"operation": "snapshot", "requests": rows})
