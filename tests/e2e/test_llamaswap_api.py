@@ -422,3 +422,28 @@ def test_a_stream_opened_while_its_model_starts_is_waiting_until_cancelled(
         )
     finally:
         release.touch()  # let the start finish, so that teardown stops a running backend
+
+
+def test_image_and_audio_bodies_are_not_captured_as_in_llamaswap(gateway: StartGateway) -> None:
+    gw = gateway(model("sd"), extra_top="activity:\n  capture: true\n")
+    for path in ("/sdapi/v1/txt2img", "/sdapi/v1/img2img", "/v1/chat/completions"):
+        reply = request(
+            gw,
+            "POST",
+            path,
+            json.dumps({"model": "sd", "prompt": "a cat", "messages": []}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        assert reply.status == 200, (path, reply.body)
+    gw.wait_for(lambda: gw.get_json("/api/metrics/activity")["total"] == 3)
+    rows = gw.get_json("/api/metrics/activity?sort=id&order=asc")["data"]
+    captures = {row["req_path"]: gw.get_json(f"/api/captures/{row['id']}") for row in rows}  # type: ignore[union-attr]
+    txt2img, img2img, chat = (
+        captures[p] for p in ("/sdapi/v1/txt2img", "/sdapi/v1/img2img", "/v1/chat/completions")
+    )
+    assert json.loads(base64.b64decode(str(txt2img["req_body"])))["prompt"] == "a cat"
+    assert txt2img["resp_body"] == ""  # the image is not kept
+    assert (img2img["req_body"], img2img["resp_body"]) == ("", "")  # headers only
+    assert img2img["req_headers"]
+    assert chat["req_body"]
+    assert chat["resp_body"]

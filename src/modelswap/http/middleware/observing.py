@@ -42,7 +42,9 @@ class RequestObs:
     bytes_in: int = 0
     bytes_out: int = 0
     usage: UsageTracker | None = None
-    capture_limit: int = 0  # >0: keep this many bytes of each body
+    capture_limit: int = 0  # >0: capture on, keep this many bytes of each body
+    request_limit: int = 0  # of the request body (0 for the binary ones, as llama-swap)
+    response_limit: int = 0
     status: int | None = None  # what the backend answered, once relaying began
     done_sent: bool = False  # the stream's final "data: [DONE]" reached the client
     request_body: bytes = b""
@@ -69,12 +71,25 @@ class RequestObs:
 
     def _sent(self, data: bytes) -> None:
         self.bytes_out += len(data)
-        room = self.capture_limit - len(self.response_body)
+        room = self.response_limit - len(self.response_body)
         if room > 0 and data:
             self.response_body += data[:room]
 
 
 OBS: web.RequestKey[RequestObs] = web.RequestKey("obs", RequestObs)
+# llama-swap's captureFieldsByPath: audio and image bodies are not captured, only headers
+NO_REQUEST_BODY = frozenset(
+    {"/v1/audio/voices", "/v1/audio/transcriptions", "/v1/images/edits", "/sdapi/v1/img2img"}
+)
+NO_RESPONSE_BODY = frozenset(
+    {
+        "/v1/audio/speech",
+        "/v1/images/generations",
+        "/v1/images/edits",
+        "/sdapi/v1/txt2img",
+        "/sdapi/v1/img2img",
+    }
+)
 
 
 def _error_code(response: web.StreamResponse) -> str | None:
@@ -118,6 +133,9 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     obs = RequestObs()
     if runtime.config.observability.capture:
         obs.capture_limit = runtime.config.observability.capture_bytes
+        path = request.path
+        obs.request_limit = 0 if path in NO_REQUEST_BODY else obs.capture_limit
+        obs.response_limit = 0 if path in NO_RESPONSE_BODY else obs.capture_limit
     request[OBS] = obs
     registry = request.app.get(INFLIGHT)
     inflight = registry.add(request) if registry is not None else None

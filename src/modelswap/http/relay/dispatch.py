@@ -130,7 +130,7 @@ async def _attempt(
     obs = request.get(OBS)
     if obs is not None:
         obs.model, obs.bytes_in = target.label, len(payload)
-        obs.request_body = payload[: obs.capture_limit]
+        obs.request_body = payload[: obs.request_limit]
         injected = None
         if data is not None and request.path in USAGE_PATHS:
             injected = request_usage_injection(payload, data)
