@@ -139,7 +139,7 @@ def request(
     path: str,
     body: bytes | None = None,
     headers: dict[str, str] | None = None,
-    timeout: float = 30.0,
+    timeout: float = HANG,  # only ends a hang
 ) -> Reply:
     """One request on its own connection (closed before returning)."""
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)

@@ -53,7 +53,7 @@ def assert_omitted(row: dict[str, Any]) -> None:
 
 def send_chat(gw: Gateway, model: str) -> http.client.HTTPConnection:
     """Send a chat request now; read its reply later with :func:`read_reply_of`."""
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
     conn.request(
         "POST", "/v1/chat/completions", chat_body(model), {"Content-Type": "application/json"}
     )

@@ -73,7 +73,7 @@ def send_only(
     gw: Gateway, body: bytes, path: str = "/v1/chat/completions"
 ) -> http.client.HTTPConnection:
     """Send a request now, read the response later with ``conn.getresponse()``."""
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
     conn.request("POST", path, body, JSON)
     return conn
 
@@ -419,7 +419,7 @@ def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
     assert "1000" in str(error["message"])
 
     # Chunked (no Content-Length): the limit holds while reading, too.
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
     try:
         conn.request(
             "POST",

@@ -93,7 +93,7 @@ def call(
     headers: dict[str, str] | None = None,
     *,
     source: str | None = None,
-    timeout: float = 30.0,
+    timeout: float = 60.0,  # only ends a hang
     head_only: bool = False,
 ) -> Reply:
     """One request on its own connection (closed before returning). ``head_only`` returns

@@ -31,7 +31,7 @@ def test_a_swap_logs_its_stop_and_the_targets_spawn_listening_and_ready(
     gw = gateway(f"  a:\n    cmd: {fake_cmd()}\n  b:\n    cmd: {silent}\n")  # type: ignore[call-arg]
     assert chat(gw, "a").status == 200
     assert chat(gw, "b").status == 200  # one model at a time: a is stopped for b
-    gw.wait_for(lambda: "swap to b done in" in gw.log(), timeout=30)
+    gw.wait_for(lambda: "swap to b done in" in gw.log())
     line = next(line for line in gw.log().splitlines() if "swap to b done in" in line)
     found = re.search(
         r"\(stop (\S+) s, start (\S+) s, spawn to listening (\S+) s, listening to ready (\S+) s\)",
@@ -47,7 +47,7 @@ def test_a_swap_logs_its_stop_and_the_targets_spawn_listening_and_ready(
 def test_a_failed_swap_says_so(gateway: type[Gateway]) -> None:
     gw = gateway(f"  broken:\n    cmd: {fake_cmd('--fail-start')}\n")  # type: ignore[call-arg]
     assert chat(gw, "broken").status == 503
-    gw.wait_for(lambda: "swap to broken failed in" in gw.log(), timeout=30)
+    gw.wait_for(lambda: "swap to broken failed in" in gw.log())
 
 
 # ---- prefetch: B's weights read while A stops -----------------------------------------------
