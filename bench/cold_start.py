@@ -33,7 +33,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make the bench package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procs import free_port, http_status
+from bench.procs import free_port, http_status, start_port
 from bench.targets import llamacpp_cmd, llamacpp_gguf
 
 BODY = {
@@ -117,7 +117,7 @@ def measure(rounds: int = 5) -> dict[str, Any]:
         config = Path(tmp) / "bench.yaml"
         cmd = " ".join(json.dumps(a) for a in server_cmd(0)).replace('"0"', "${PORT}")
         config.write_text(
-            f"startPort: {free_port()}\nstateDir: {tmp}/state\n"
+            f"startPort: {start_port()}\nstateDir: {tmp}/state\n"
             f"models:\n  smollm2:\n    cmd: {json.dumps(cmd)}\n"
         )
         gateway = subprocess.Popen(

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import synthetic_gguf
-from bench.procs import free_port, http_status, stop, wait_until
+from bench.procs import free_port, http_status, start_port, stop, wait_until
 from bench.targets import llamacpp_cmd, llamacpp_gguf
 
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "openai_backend.py"
@@ -102,7 +102,7 @@ class Receipts:
                     self.events.append(json.loads(line.removeprefix("data: ")))
                     self._cond.notify_all()
 
-    def next_for(self, target: str, after: int, timeout: float = 600) -> dict[str, Any]:
+    def next_for(self, target: str, after: int, timeout: float = 300) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -130,7 +130,7 @@ def start_gateway(tmp: Path, gguf: str, stop_delay: float) -> tuple[subprocess.P
     for mode, on in (("b-on", "true"), ("b-off", "false")):
         models += f"  {mode}:\n    cmd: {cmd(b)}\n    prefetch: {on}\n"
     config = tmp / "prefetch.yaml"
-    config.write_text(f"startPort: {free_port()}\nstateDir: {tmp}/state\nmodels:\n{models}")
+    config.write_text(f"startPort: {start_port()}\nstateDir: {tmp}/state\nmodels:\n{models}")
     log = (tmp / "gateway.log").open("ab")
     gateway = subprocess.Popen(
         [sys.executable, "-m", "modelswap", "serve", "--config", str(config),

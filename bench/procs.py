@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -65,6 +66,30 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def start_port(count: int = 8) -> int:
+    """A ``startPort`` whose next ``count`` ports can be listened on now, below the ephemeral
+    range: a port from :func:`free_port` is an ephemeral one, which the load clients' own
+    connections may take before a backend restarted on it binds (tests/e2e/conftest.py's
+    free_port_range, for the same reason)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        start = rng.randrange(10000, max(10001, low - count))
+        try:
+            for port in range(start, start + count):
+                with socket.socket() as sock:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind(("127.0.0.1", port))
+                    sock.listen(1)
+        except OSError:
+            continue
+        return start
+    raise RuntimeError("no free port range below the ephemeral range")
 
 
 def http_status(port: int, path: str, timeout: float = 2.0) -> int | None:

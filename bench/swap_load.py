@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.prefetch import Receipts, chat
-from bench.procs import free_port, http_post, http_status, stop, wait_until
+from bench.procs import free_port, http_post, http_status, start_port, stop, wait_until
 from bench.targets import llamacpp_gguf
 
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "openai_backend.py"
@@ -43,7 +43,8 @@ RECEIPT_KEYS = (
 )
 
 
-def _stream(port: int, model: str) -> bool:
+def _stream(port: int, model: str) -> str | None:
+    """One streamed answer from ``model``: None when it came whole, else what went wrong."""
     body = json.dumps(
         {"model": model, "stream": True, "messages": [{"role": "user", "content": "x"}]}
     )
@@ -52,22 +53,27 @@ def _stream(port: int, model: str) -> bool:
         conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         data = resp.read()
-        return resp.status == 200 and b"[DONE]" in data
-    except OSError:
-        return False
+        if resp.status == 200 and b"[DONE]" in data:
+            return None
+        return f"HTTP {resp.status}: {data[:200]!r}"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
     finally:
         conn.close()
 
 
 def _client(
-    port: int, running: threading.Event, served: list[int], failed: list[int], i: int
+    port: int, running: threading.Event, served: list[int], failed: list[str], i: int
 ) -> None:
-    """Stream from A until ``running`` is cleared."""
+    """Stream from A until ``running`` is cleared; a failure is noted, then a pause (a client
+    that retried at once would spin while A fails, and starve the machine)."""
     while running.is_set():
-        if _stream(port, "a"):
+        error = _stream(port, "a")
+        if error is None:
             served[i] += 1
         else:
-            failed[i] += 1
+            failed.append(error)
+            time.sleep(0.1)
 
 
 def start_gateway(tmp: Path, stop_delay: float) -> tuple[subprocess.Popen[bytes], int]:
@@ -79,7 +85,7 @@ def start_gateway(tmp: Path, stop_delay: float) -> tuple[subprocess.Popen[bytes]
     b_flags = ["--load-delay", "0.3", *(["--weights", weights] if weights else [])]
     config = tmp / "swap.yaml"
     config.write_text(
-        f"startPort: {free_port()}\nstateDir: {tmp}/state\nmodels:\n"
+        f"startPort: {start_port()}\nstateDir: {tmp}/state\nmodels:\n"
         f"  a:\n    cmd: {cmd('--tps', '50', '--tokens', '25', '--stop-delay', str(stop_delay))}\n"
         f"  b:\n    cmd: {cmd(*b_flags)}\n"
     )
@@ -106,7 +112,7 @@ def measure(rounds: int = 3, clients: int = 8, stop_delay: float = 0.5) -> dict[
                 running = threading.Event()
                 running.set()
                 served = [0] * clients
-                failed = [0] * clients
+                failed: list[str] = []
                 threads = [
                     threading.Thread(target=_client, args=(port, running, served, failed, i))
                     for i in range(clients)
@@ -122,7 +128,7 @@ def measure(rounds: int = 3, clients: int = 8, stop_delay: float = 0.5) -> dict[
                     thread.join(300)
                 out["rounds"].append(
                     {"first_byte": first_byte, "receipt": receipt, "a_streams": sum(served),
-                     "a_failed": sum(failed)}
+                     "a_failed": len(failed), "a_errors": failed[:3]}
                 )  # fmt: skip
         finally:
             receipts.close()
@@ -151,9 +157,11 @@ def render(result: dict[str, Any]) -> list[str]:
         cells.append(_fmt(values) if values else "—")
     lines.append("| " + " | ".join(cells) + " |")
     failed = sum(r["a_failed"] for r in rounds)
+    errors = [e for r in rounds for e in r.get("a_errors", [])]
+    first = f" (first: {errors[0]})" if errors else ""
     lines += [
         "",
-        f"A's streams: {sum(r['a_streams'] for r in rounds)} served, {failed} failed. "
+        f"A's streams: {sum(r['a_streams'] for r in rounds)} served, {failed} failed{first}. "
         "The last round's receipt (`swap.done`):",
         "",
         "```json",
