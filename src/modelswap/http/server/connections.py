@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
 from aiohttp import web
 
@@ -114,7 +115,7 @@ class Refusal(asyncio.Protocol):
         self._received = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
         self._transport = transport
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(REFUSAL_READ_TIMEOUT, self._respond)
@@ -161,7 +162,7 @@ class RefuseNow(asyncio.Protocol):
         self._answer = answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
+        transport = cast(asyncio.WriteTransport, transport)
         transport.write(self._answer)
         transport.close()
 
@@ -173,7 +174,7 @@ class _Doorman(asyncio.Protocol):
         self._place = place
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
         self._place(transport)
 
 
