@@ -84,12 +84,15 @@ def direct_round(load_delay: float) -> tuple[float, float]:
         stop(proc)
 
 
-def start_gateway(tmp: str, load_delay: float) -> tuple[subprocess.Popen[bytes], int]:
+def start_gateway(
+    tmp: str, load_delay: float, spare_keeper: bool = True
+) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     config = Path(tmp) / f"silent-{load_delay}.yaml"
     cmd = " ".join(json.dumps(a) for a in fake_cmd("${PORT}", load_delay))
     config.write_text(
         f"startPort: {start_port()}\nstateDir: {tmp}/state\n"
+        f"spareKeeper: {json.dumps(spare_keeper)}\n"
         f"models:\n  silent:\n    cmd: {json.dumps(cmd)}\n"
     )
     gateway = subprocess.Popen(
@@ -101,13 +104,15 @@ def start_gateway(tmp: str, load_delay: float) -> tuple[subprocess.Popen[bytes],
     return gateway, port
 
 
-def measure(rounds: int = 7, load_delay: float = 0.3, poll_load: float = 3.0) -> dict[str, Any]:
+def measure(
+    rounds: int = 7, load_delay: float = 0.3, poll_load: float = 3.0, spare_keeper: bool = True
+) -> dict[str, Any]:
     """The rounds' figures (seconds) and the polling cost during one ``poll_load`` s start."""
     direct_healthy: list[float] = []
     direct_warm: list[float] = []
     cold: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        gateway, port = start_gateway(tmp, load_delay)
+        gateway, port = start_gateway(tmp, load_delay, spare_keeper)
         try:
             for _ in range(rounds):
                 healthy, warm = direct_round(load_delay)
@@ -118,7 +123,7 @@ def measure(rounds: int = 7, load_delay: float = 0.3, poll_load: float = 3.0) ->
         finally:
             stop(gateway)
         shares = [c - h - w for c, h, w in zip(cold, direct_healthy, direct_warm, strict=True)]
-        gateway, port = start_gateway(tmp, poll_load)
+        gateway, port = start_gateway(tmp, poll_load, spare_keeper)
         try:
             me = psutil.Process(gateway.pid)
             before = sum(me.cpu_times()[:2])
@@ -165,8 +170,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--load-delay", type=float, default=0.3)
+    parser.add_argument(
+        "--no-spare-keeper", action="store_true", help="the gateway with spareKeeper: false"
+    )
     args = parser.parse_args()
-    print("\n".join(report(measure(args.rounds, args.load_delay))))
+    figures = measure(args.rounds, args.load_delay, spare_keeper=not args.no_spare_keeper)
+    print("\n".join(report(figures)))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def apply_config(runtime: Runtime, new: Config) -> ReloadReport:
     runtime.redactor = runtime.redactor.with_secrets(new.secrets)
     runtime.refresh_configured()
     runtime.peers.reconfigure(new.peers)
+    runtime.launcher.reconfigure(new.spare_keeper)  # the spare goes; a new one if still wanted
     router = runtime.router
     added = {m: runtime.make_process(cfg) for m, cfg in new.models.items() if m not in old.models}
     report.added = sorted(added)

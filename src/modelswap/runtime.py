@@ -56,6 +56,7 @@ from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.process import ManagedProcess
 from modelswap.supervisor.reaper import Reaper
+from modelswap.supervisor.spare import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,8 @@ class Runtime:
         self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)
         self.backend_record = BackendRecord(state_dir / "backends" if state_dir else None)
         self.containment: Containment = subreaper_only()  # refined by start()
+        # Starts backends' keepers; its spare is made once serve() listens (launcher.begin()).
+        self.launcher = Launcher(self.containment, spare=config.spare_keeper)
         self.events.add_listener(self._record_start)
         self._background: list[asyncio.Task[None]] = []
         self.activity = self._activity_log(state_dir)
@@ -274,6 +277,7 @@ class Runtime:
     async def start(self) -> None:
         await asyncio.to_thread(self.backend_record.reap_leftovers)  # a killed gateway's backends
         containment = self.containment = await asyncio.to_thread(detect)
+        self.launcher.containment = containment
         log.info("process containment: %s (%s)", containment.mechanism, containment.detail)
         if self._reaper is not None:
             self._reaper.start()
@@ -328,6 +332,7 @@ class Runtime:
             reaper=self._reaper,
             record=self.backend_record,
             containment=self.containment,
+            launcher=self.launcher,
             stop_grace=self._stop_grace if model.stop_grace is None else model.stop_grace,
         )
 
@@ -361,6 +366,7 @@ class Runtime:
                     await router.load(default)
 
     async def close(self) -> None:
+        await self.launcher.close()
         await self.plans.close()
         for task in self._background:
             task.cancel()

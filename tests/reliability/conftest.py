@@ -32,6 +32,8 @@ from tests.e2e.conftest import (
     wait_healthy,
 )
 
+from modelswap.supervisor import keeper
+
 LONG_ENV = "MODELSWAP_RELIABILITY_LONG"
 REPORT_ENV = "MODELSWAP_RELIABILITY_REPORT"  # a JSON-lines file: what each scenario did
 
@@ -69,6 +71,21 @@ def wait_all_dead(procs: Iterable[psutil.Process], timeout: float) -> list[psuti
     while (left := [p for p in procs if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.02)
     return left
+
+
+def is_spare(proc: psutil.Process, gw: Gateway) -> bool:
+    """Part of the gateway's unused spare keeper (``spareKeeper``): the keeper, its waiting
+    child, or the gateway's fork about to exec one. A spare's keeper keeps ``--spare`` in its
+    command line once used: then its child is the backend, and it counts as a backend's."""
+    try:
+        cmdline = proc.cmdline()
+        if cmdline == gw.proc.args:
+            return True
+        if keeper.SPARE not in cmdline:
+            return False
+        return all(keeper.SPARE in child.cmdline() for child in proc.children())
+    except psutil.Error:
+        return False
 
 
 def describe(procs: Iterable[psutil.Process]) -> str:

@@ -128,6 +128,7 @@ def build_config(
         compat=compat,
         listen_given="listen" in raw.model_fields_set,
         include_aliases_in_list=raw.include_aliases_in_list,
+        spare_keeper=raw.spare_keeper,
         upstream_ignore_paths=_ignore_paths(raw.upstream.ignore_paths, problems),
         selectors=MappingProxyType(selectors),
     )

@@ -305,6 +305,8 @@ class Config:
     upstream_ignore_paths: tuple[str, ...] = ()
     # GET /v1/models has a row per alias too (llama-swap's includeAliasesInList).
     include_aliases_in_list: bool = False
+    # One keeper started ahead of the next backend start (supervisor/spare.py).
+    spare_keeper: bool = True
     selectors: Mapping[str, Selector] = field(default_factory=dict, hash=False)
 
     def resolve(self, name: str) -> ModelConfig | None:

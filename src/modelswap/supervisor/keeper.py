@@ -20,6 +20,11 @@ costs a bare interpreter's; it never imports modelswap. The keeper
   SIGKILLs (``cgroup.kill``), and waits until none remains;
 * then exits as the backend did: same exit code, or the same signal raised on itself, so the
   gateway's ``returncode`` still says how the backend ended.
+
+``--spare CGROUP`` (``''``: none) starts a spare (:meth:`Keeper.start_spare`, the gateway's
+``supervisor/spare.py``): it forks the backend's process before the command comes, which joins
+the cgroup and waits on a pipe; the keeper says ``spare ...`` and hands the command over when it
+comes — a start then costs neither an interpreter's start nor a cgroup migration.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ DEFAULT_GRACE = 1.0
 KILL = b"kill\n"  # gateway to keeper: no more grace
 EXITED = b"exited"  # keeper to gateway: the backend itself has exited
 EXEC_FAILED = 127
+SPARE = "--spare"  # a keeper started ahead of its command: Keeper.start_spare
 NOTE_PREFIX = b"[modelswap] keeper: "  # the gateway treats "[modelswap]" lines as its own
 
 
@@ -190,6 +196,11 @@ def _write(path: str, data: bytes) -> None:
         f.write(data)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
 def cgroup_kill(path: str) -> None:
     """SIGKILL every process in the cgroup at once (Linux 5.14+): no fork can outrun it."""
     quietly(lambda: _write(os.path.join(path, "cgroup.kill"), b"1"))
@@ -232,26 +243,61 @@ def read_spec(fd: int) -> Spec:
     return decode_spec(_read_exactly(fd, int(header)))
 
 
+def _prepare_child(cgroup: str | None, report: int) -> None:
+    """In the forked child, before the command: own process group, own cgroup, default
+    signals, stdin /dev/null. Joining the cgroup is what costs (the kernel's
+    cgroup_threadgroup_rwsem): a spare pays it before its command comes."""
+    os.setpgid(0, 0)
+    if cgroup is not None and not cgroup_join(cgroup):
+        os.write(report, b"C")
+    signal.set_wakeup_fd(-1)
+    for sig in (*WATCHED, signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess restores them
+        signal.signal(sig, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # also closes our end of the gateway's socket
+    os.close(devnull)
+
+
+def _exec(spec: Spec) -> None:
+    if spec.env is None:
+        os.execvp(spec.argv[0], spec.argv)
+    os.execvpe(spec.argv[0], spec.argv, spec.env)  # PATH from env, as subprocess does
+
+
 def _exec_child(spec: Spec, report: int) -> NoReturn:
-    """In the forked child: own process group, own cgroup, default signals, stdin /dev/null."""
+    """In the forked child: prepare, then exec the command."""
     try:
-        os.setpgid(0, 0)
-        if spec.cgroup is not None and not cgroup_join(spec.cgroup):
-            os.write(report, b"C")
-        signal.set_wakeup_fd(-1)
-        for sig in (*WATCHED, signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess restores them
-            signal.signal(sig, signal.SIG_DFL)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)  # also closes our end of the gateway's socket
-        os.close(devnull)
-        if spec.env is None:
-            os.execvp(spec.argv[0], spec.argv)
-        os.execvpe(spec.argv[0], spec.argv, spec.env)  # PATH from env, as subprocess does
+        _prepare_child(spec.cgroup, report)
+        _exec(spec)
     except OSError as exc:
         code = exc.errno or 0
         quietly(lambda: os.write(report, b"E%d" % code))
     finally:
         os._exit(EXEC_FAILED)
+
+
+def _waiting_child(cgroup: str | None, commands: int, report: int) -> NoReturn:
+    """In a spare's forked child: prepare, say ``R``, wait for the command on ``commands``
+    (end-of-file: the keeper is gone or gave up, so exit), then exec it."""
+    try:
+        _prepare_child(cgroup, report)
+        os.write(report, b"R")
+        _exec(read_spec(commands))
+    except OSError as exc:
+        code = exc.errno or 0
+        quietly(lambda: os.write(report, b"E%d" % code))
+    except (EOFError, ValueError):
+        pass
+    finally:
+        os._exit(EXEC_FAILED)
+
+
+def _exec_report(read_end: int) -> bytes:
+    report = b""
+    while chunk := os.read(read_end, 64):
+        report += chunk
+    os.close(read_end)
+    return report
 
 
 def spawn(spec: Spec) -> tuple[int, bool] | int:
@@ -262,14 +308,14 @@ def spawn(spec: Spec) -> tuple[int, bool] | int:
         os.close(read_end)
         _exec_child(spec, write_end)
     os.close(write_end)
-    report = b""
-    while chunk := os.read(read_end, 64):
-        report += chunk
-    os.close(read_end)
+    return _spawned(pid, _exec_report(read_end), spec.cgroup)
+
+
+def _spawned(pid: int, report: bytes, cgroup: str | None) -> tuple[int, bool] | int:
     if b"E" in report:
         os.waitpid(pid, 0)
         return int(report.split(b"E", 1)[1] or 0)
-    return pid, spec.cgroup is not None and b"C" not in report
+    return pid, cgroup is not None and b"C" not in report
 
 
 CORE_SIGNALS = (signal.SIGQUIT, signal.SIGILL, signal.SIGABRT, signal.SIGFPE, signal.SIGSEGV)
@@ -318,12 +364,93 @@ class Keeper:
             signal.signal(sig, lambda *_: None)  # the wakeup fd says which arrived
         signal.set_wakeup_fd(wake_w)
 
-    def start(self) -> None:
+    def arm(self) -> bool:
+        """Become a child subreaper and arm the parent-death signal; whether the first took."""
         subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1)
         prctl(PR_SET_PDEATHSIG, GATEWAY_GONE)
         if os.getppid() != self.gateway:
             os._exit(1)  # the gateway died before the parent-death signal was armed
-        spawned = spawn(self.spec)
+        return subreaper
+
+    def start(self) -> None:
+        subreaper = self.arm()
+        self._started(spawn(self.spec), subreaper)
+
+    def start_spare(self) -> None:
+        """A spare keeper: fork the backend's process now (it joins the cgroup and waits), say
+        ``spare``, then wait for the command and hand it over. The gateway gone (or saying
+        anything but a command), a forwarded signal, or the waiting child gone end the spare."""
+        subreaper = self.arm()
+        commands_r, commands_w = os.pipe()
+        report_r, report_w = os.pipe()  # close-on-exec: EOF means the exec succeeded
+        pid = os.fork()
+        if pid == 0:
+            os.close(commands_w)
+            os.close(report_r)
+            _waiting_child(self.spec.cgroup, commands_r, report_w)
+        os.close(commands_r)
+        os.close(report_w)
+        self.backend = pid
+        early = b""
+        while b"R" not in early and (chunk := os.read(report_r, 64)):
+            early += chunk
+        if b"R" not in early:
+            self._end_spare()  # it died before it was ready
+        joined = self.spec.cgroup is not None and b"C" not in early
+        self._send(b"spare subreaper=%d cgroup=%d\n" % (subreaper, joined))
+        spec = self._await_command()
+        if spec is None:
+            self._end_spare()
+        spec.cgroup = self.spec.cgroup  # the child is in the spare's cgroup, whatever was sent
+        self.spec = spec
+        quietly(lambda: _write_all(commands_w, encode_spec(spec)))
+        os.close(commands_w)
+        report = early.replace(b"R", b"") + _exec_report(report_r)
+        self._started(_spawned(pid, report, spec.cgroup), subreaper)
+
+    def _await_command(self) -> Spec | None:
+        control = self.control
+        assert control is not None
+        assert self.backend is not None
+        while True:
+            readable, _, _ = select.select([self._wake_r, control], [], [], POLL_SECONDS)
+            if control in readable:
+                try:
+                    return read_spec(control)
+                except (EOFError, ValueError, OSError):
+                    return None  # the gateway is gone or discards the spare
+            if self._wake_r in readable:
+                try:
+                    signals = os.read(self._wake_r, 256)
+                except BlockingIOError:
+                    signals = b""
+                if any(signum in FORWARDED for signum in signals):
+                    return None
+            if os.getppid() != self.gateway:
+                return None
+            try:
+                pid, status = os.waitpid(self.backend, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self.backend, 0
+            if pid == self.backend:
+                self.status = status
+                return None
+
+    def _end_spare(self) -> NoReturn:
+        """End the waiting child (it has started nothing) and its cgroup; exit."""
+        backend = self.backend
+        if backend is not None and self.status is None:
+            _kill(backend, signal.SIGKILL)
+            quietly(lambda: os.waitpid(backend, 0))
+        cgroup = self.spec.cgroup
+        if cgroup is not None:
+            deadline = time.monotonic() + 5.0
+            while cgroup_populated(cgroup) and time.monotonic() < deadline:
+                time.sleep(STEP_SECONDS)
+            quietly(lambda: os.rmdir(cgroup))
+        os._exit(0)
+
+    def _started(self, spawned: tuple[int, bool] | int, subreaper: bool) -> None:
         if isinstance(spawned, int):
             cgroup = self.spec.cgroup
             if cgroup is not None:
@@ -428,8 +555,14 @@ class Keeper:
 
 
 def main(argv: list[str]) -> NoReturn:
+    if len(argv) == 4 and argv[2] == SPARE and argv[0] == "--gateway" and argv[1].isdigit():
+        keeper = Keeper(0, int(argv[1]), Spec(["(spare)"], DEFAULT_GRACE, argv[3] or None))
+        keeper.start_spare()
+        keeper.serve()
     if len(argv) != 2 or argv[0] != "--gateway" or not argv[1].isdigit():
-        sys.stderr.write("usage: keeper.py --gateway PID  (the command comes on stdin)\n")
+        sys.stderr.write(
+            "usage: keeper.py --gateway PID [--spare CGROUP]  (the command comes on stdin)\n"
+        )
         os._exit(2)
     try:
         spec = read_spec(0)

@@ -219,17 +219,28 @@ async def spawn(
         if isinstance(exc, OSError | TimeoutError):
             raise KeeperError(f"the keeper did not answer: {exc!r}") from exc
         raise
+    return await _started(proc, control, reply, argv[0], cgroup)
+
+
+async def _started(
+    proc: asyncio.subprocess.Process,
+    control: socket.socket,
+    reply: bytes,
+    command: str,
+    cgroup: Path | None,
+) -> Kept:
+    """The :class:`Kept` a ``pid N ...`` reply stands for; raises for any other reply."""
     reply, _, pending = reply.partition(b"\n")  # an "exited" line may have come with it
     words = reply.split()
     if words[:1] == [b"errno"]:
         control.close()
         await proc.wait()
         code = int(words[1]) if len(words) > 1 and words[1].isdigit() else errno.ENOEXEC
-        raise OSError(code, os.strerror(code), argv[0])
+        raise OSError(code, os.strerror(code), command)
     if words[:1] != [b"pid"] or len(words) < 2 or not words[1].isdigit():
         await _abandon(proc, control)
         raise KeeperError(f"the keeper answered {reply!r}")
-    flags = dict(w.split(b"=", 1) for w in words[2:] if b"=" in w)
+    flags = _flags(words)
     return Kept(
         proc,
         int(words[1]),
@@ -239,3 +250,91 @@ async def spawn(
         subreaper=flags.get(b"subreaper") == b"1",
         pending=pending,
     )
+
+
+def _flags(words: list[bytes]) -> dict[bytes, bytes]:
+    return dict(w.split(b"=", 1) for w in words[2:] if b"=" in w)
+
+
+class Spare:
+    """A keeper started ahead of its command (:func:`spawn_spare`): the interpreter's start and
+    the cgroup join are paid; :meth:`use` hands it the command. Used once."""
+
+    def __init__(
+        self, proc: asyncio.subprocess.Process, control: socket.socket, cgroup: Path | None
+    ) -> None:
+        self.keeper = proc
+        self.cgroup = cgroup  # its own, named ``...-spare`` (None: the subreaper alone)
+        self._control = control
+        self._used = False
+
+    @property
+    def keeper_pid(self) -> int:
+        return self.keeper.pid
+
+    def alive(self) -> bool:
+        return self.keeper.returncode is None and not self._used
+
+    async def use(
+        self, argv: Sequence[str], *, env: Mapping[str, str], grace: float = keeper.DEFAULT_GRACE
+    ) -> Kept:
+        """Run ``argv`` in the spare; raises as :func:`spawn` does (KeeperError: the spare was
+        dead or died, and nothing runs)."""
+        if not self.alive():
+            raise KeeperError("the spare keeper is gone")
+        self._used = True
+        proc, control = self.keeper, self._control
+        where = str(self.cgroup) if self.cgroup is not None else None
+        spec = keeper.Spec(list(argv), grace, where, dict(env))
+        try:
+            await asyncio.get_running_loop().sock_sendall(control, keeper.encode_spec(spec))
+            reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
+        except BaseException as exc:
+            await _abandon(proc, control)
+            if isinstance(exc, OSError | TimeoutError):
+                raise KeeperError(f"the spare keeper did not answer: {exc!r}") from exc
+            raise
+        return await _started(proc, control, reply, argv[0], self.cgroup)
+
+    async def discard(self) -> None:
+        """End it (it has started nothing) and wait until it has exited."""
+        if not self._used:
+            self._used = True
+            await _abandon(self.keeper, self._control)
+
+
+async def spawn_spare(cgroup: Path | None = None) -> Spare:
+    """Start a spare keeper whose child waits, in ``cgroup`` if given, for the command."""
+    control, theirs = socket.socketpair()
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *KEEPER_ARGV,
+                "--gateway",
+                str(os.getpid()),
+                keeper.SPARE,
+                str(cgroup) if cgroup is not None else "",
+                stdin=theirs.fileno(),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+    except BaseException as exc:
+        control.close()
+        if isinstance(exc, OSError):
+            raise KeeperError(f"cannot start the keeper ({sys.executable}): {exc}") from exc
+        raise
+    control.setblocking(False)
+    try:
+        reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
+    except BaseException as exc:
+        await _abandon(proc, control)
+        if isinstance(exc, OSError | TimeoutError):
+            raise KeeperError(f"the spare keeper did not answer: {exc!r}") from exc
+        raise
+    if not reply.startswith(b"spare "):
+        await _abandon(proc, control)
+        raise KeeperError(f"the spare keeper answered {reply!r}")
+    return Spare(proc, control, cgroup)  # could it not join, the backend's reply says so

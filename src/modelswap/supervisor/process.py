@@ -40,6 +40,7 @@ from modelswap.supervisor.containment import Containment, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.reaper import Reaper
+from modelswap.supervisor.spare import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class ManagedProcess:
         reaper: Reaper | None = None,
         record: BackendRecord | None = None,
         containment: Containment | None = None,
+        launcher: Launcher | None = None,
         stop_grace: float = 5.0,
         log_capacity: int = 500,
     ) -> None:
@@ -99,7 +101,8 @@ class ManagedProcess:
         self._start_failed_at: float | None = None
         self._reaper = reaper
         self._record = record  # pids in the state directory, for the next start (leftovers)
-        self._containment = containment or subreaper_only()
+        # Starts the keeper (the gateway's spare when one is ready) and makes the cgroup.
+        self._launcher = launcher or Launcher(containment or subreaper_only())
         self._stop_grace = stop_grace
         self._lock = asyncio.Lock()
         self._state = S.STOPPED
@@ -293,6 +296,8 @@ class ManagedProcess:
         self._start_task = asyncio.get_running_loop().create_task(
             self._run_start(), name=f"start:{self.model}"
         )
+        self._launcher.start_began()  # no spare is made while a start runs
+        self._start_task.add_done_callback(self._launcher.start_ended)
 
     async def _run_start(self) -> None:
         try:
@@ -369,14 +374,11 @@ class ManagedProcess:
         self._check_port_free()
         env = {**os.environ, **cfg.env}
         self.logs.append(f"[modelswap] starting {cfg.cmd[0]} ({len(cfg.cmd) - 1} arguments)")
-        cgroup = self._containment.new_cgroup(self.model)
-        try:
-            proc = await kept.spawn(cfg.cmd, env=env, cgroup=cgroup)
+        try:  # the launcher removes the cgroup it made if this raises
+            proc = await self._launcher.spawn(self.model, cfg.cmd, env=env)
         except OSError as exc:  # the command cannot be executed: as a direct spawn reports it
-            await self._remove_cgroup(cgroup)
             raise _StartFailed(self._diagnoser.spawn_error(cfg.cmd[0], exc)) from exc
         except kept.KeeperError as exc:
-            await self._remove_cgroup(cgroup)
             raise _StartFailed(
                 Diagnosis(
                     "keeper_failed",
@@ -385,6 +387,7 @@ class ManagedProcess:
                 )
             ) from exc
         self._proc = proc
+        cgroup = proc.cgroup
         if cgroup is not None and not proc.in_cgroup:
             self.logs.append(f"[modelswap] could not place the backend in cgroup {cgroup}")
         # The keeper is the root of the whole tree: orphaned helpers reparent to it.
