@@ -5,8 +5,9 @@
 
 Starts the fake backend and modelswap (as in the suite), attaches py-spy (from
 build/bench-venv, installed by ``make bench``) to the gateway process, and drives one load at a
-time: ``unpaced`` = 32 concurrent unpaced streams of 250 chunks, over and over; ``short`` =
-the same with 5-chunk streams (the cost of setting up a streamed request); ``c32`` =
+time: ``unpaced`` = 32 concurrent unpaced streams of 250 chunks, over and over;
+``unpaced128`` = 128 concurrent streams of 100 chunks (the suite's c=128); ``short`` = 32
+streams of 5 chunks (the cost of setting up a streamed request); ``c32`` =
 non-streamed chat at concurrency 32 (wrk when installed, else the aiohttp client). For each it
 writes py-spy's raw collapsed stacks and prints the functions with the most samples, by self
 time and inclusive time (only samples where the gateway's thread was running).
@@ -37,15 +38,16 @@ def drive(kind: str, port: int, seconds: float) -> tuple[str, float, str]:
     """Run the load for ``seconds``: (summary, units of work done, unit name)."""
     outcome = load.Outcome()
     deadline = time.monotonic() + seconds
-    if kind in ("unpaced", "short"):
-        # unpaced: 32 streams of 250 chunks (relaying dominates); short: 32 streams of 5
-        # chunks (setting up a streamed request dominates).
-        n = 250 if kind == "unpaced" else 5
+    if kind in ("unpaced", "unpaced128", "short"):
+        # unpaced: 32 streams of 250 chunks (relaying dominates); unpaced128: 128 of 100, as
+        # the suite's c=128; short: 32 streams of 5 chunks (setting up a streamed request
+        # dominates).
+        concurrency, n = {"unpaced": (32, 250), "unpaced128": (128, 100), "short": (32, 5)}[kind]
         chunks = streams = 0
         while time.monotonic() < deadline:
-            chunks += load.streams(port, {}, 32, n, 0.0, outcome).chunks
-            streams += 32
-        if kind == "unpaced":
+            chunks += load.streams(port, {}, concurrency, n, 0.0, outcome).chunks
+            streams += concurrency
+        if kind != "short":
             summary, units, unit = f"{chunks} chunks relayed", float(chunks), "chunk"
         else:
             summary, units, unit = f"{streams} streams of {n} chunks", float(streams), "stream"
