@@ -6,8 +6,9 @@ spare pays both ahead: a keeper started with ``--spare`` forks the backend's pro
 which joins a cgroup of its own (``modelswap-<gateway pid>-<n>-spare``: cgroup v2 does not
 allow renaming one) and waits for the command; :meth:`Launcher.spawn` hands it over.
 
-One spare at a time, made once the gateway listens (:meth:`Launcher.begin`) and again after
-each use, but only when no start is running (it would compete with that start for the CPU).
+One spare at a time, made once the gateway listens (:meth:`Launcher.begin`) and again
+REFILL_AFTER seconds after a start ends, but only when no start is running (it would compete
+with that start, or the requests that waited for it, for the CPU).
 A spare is a keeper like any other: its socket's end-of-file, the parent-death signal and its
 parent changing end it with the gateway. One that died (killed by someone) is found by its exit
 and replaced; a start never waits on one that is not alive.
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 SPARE_NAME = "spare"  # the model part of a spare's cgroup name
 RETRIES = 3  # spares in a row that may fail (killed as they start) before waiting for a start
 RETRY_AFTER = 1.0  # seconds, times the failures so far
+REFILL_AFTER = 0.5  # seconds after a start ends: its first requests go first
 
 
 class Launcher:
@@ -69,10 +71,11 @@ class Launcher:
         self._running += 1
 
     def start_ended(self, _task: object = None) -> None:
-        """A start reached READY or failed (or was stopped): time for the next spare."""
+        """A start reached READY or failed (or was stopped): the next spare, once the requests
+        that waited for that start have had the CPU (a keeper's start takes ~20 ms of it)."""
         self._running = max(0, self._running - 1)
         self._failures = 0
-        self._refill()
+        asyncio.get_running_loop().call_later(REFILL_AFTER, self._refill)
 
     async def spawn(self, model: str, argv: Sequence[str], *, env: Mapping[str, str]) -> kept.Kept:
         """Start ``argv`` under a keeper, in a cgroup of its own where ``containment`` allows.
