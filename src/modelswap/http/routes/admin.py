@@ -54,10 +54,14 @@ async def unload_everything(request: web.Request) -> web.Response:
 
 
 async def unload_one(request: web.Request) -> web.Response:
+    """llama-swap answers ``OK`` (text): so does this, unless the client accepts JSON, which
+    gets modelswap's ``{"msg": "ok", "unloaded": [...]}``."""
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
     unloaded = await runtime.router.unload([model.id])
-    return web.json_response({"msg": "ok", "unloaded": unloaded})
+    if "application/json" in request.headers.get("Accept", ""):
+        return web.json_response({"msg": "ok", "unloaded": unloaded})
+    return web.Response(text="OK")
 
 
 def _profiles_body(request: web.Request) -> dict[str, object]:
