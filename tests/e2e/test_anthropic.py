@@ -5,6 +5,8 @@ in Anthropic's shape, so the SDK's exception says what went wrong (issue 18)."""
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Callable, Iterator
 
 import anthropic
@@ -127,6 +129,34 @@ def test_gateway_errors_are_anthropic_shaped(
     details = _fails_both_ways(client(gw), "smolm2")[0].body["error"]["details"]  # type: ignore[index]
     assert details["error_code"] == "model_not_found"
     assert "smollm2" in details["suggestions"]
+
+
+def test_a_request_the_http_parser_refuses_is_anthropic_shaped_on_anthropic_routes(
+    gateway: Callable[..., Gateway],
+) -> None:
+    """An unknown method is refused by the HTTP parser before any route runs; the error still
+    takes the shape of the API its path speaks (the fuzz suite found it on /v1/messages)."""
+    gw = gateway(f"  fake:\n    cmd: {fake_cmd()}\n")
+    for path, anthropic_route in (
+        ("/v1/messages", True),
+        ("/v/messages/count_tokens?beta=true", True),
+        ("/v1/chat/completions", False),
+    ):
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
+        try:
+            conn.request("FOO", path)
+            resp = conn.getresponse()
+            status, data = resp.status, json.loads(resp.read())
+            assert resp.headers["X-Modelswap-Error"] == "1"
+        finally:
+            conn.close()
+        assert status == 400, data
+        if anthropic_route:
+            assert data["type"] == "error", data
+            assert data["error"]["type"] == "invalid_request_error"
+            assert data["error"]["details"]["error_code"] == "http_400"
+        else:
+            assert data["error"]["code"] == "http_400", data
 
 
 def test_a_start_that_fails_mid_stream_ends_with_anthropic_error_event(

@@ -213,7 +213,10 @@ class Client:
 
 
 # Routes that speak the Anthropic API answer in Anthropic's error shape (README, Errors).
-ANTHROPIC_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+# llama-swap's versionless /v/messages routes speak it too (issue 17).
+ANTHROPIC_PATHS = frozenset(
+    {"/v1/messages", "/v1/messages/count_tokens", "/v/messages", "/v/messages/count_tokens"}
+)
 
 
 def check_answer(

@@ -9,12 +9,16 @@ modelswap bug) keeps aiohttp's ERROR log with the traceback and gets the envelop
 
 from __future__ import annotations
 
+import re
 from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from modelswap.http.errors import error_response
+from modelswap.http.errors import ANTHROPIC_PATHS, error_response, in_anthropic_shape
+
+# The parser quotes the raw request line it refused: b'FOO /v1/messages HTTP/1.1'
+_QUOTED_TARGET = re.compile(r"b'[^ ']* (/[^ ?#']*)")
 
 
 class EnvelopeRequestHandler(RequestHandler):
@@ -34,8 +38,19 @@ class EnvelopeRequestHandler(RequestHandler):
         if request.writer.output_size > 0:  # as aiohttp: a response is under way already
             raise ConnectionError("the response has started; cannot send an error response")
         response = error_response(_summary(status, message), status, code=f"http_{status}")
+        if _target_path(request, message) in ANTHROPIC_PATHS:
+            in_anthropic_shape(response)  # as every error on Anthropic's routes
         response.force_close()
         return response
+
+
+def _target_path(request: web.BaseRequest, message: str | None) -> str | None:
+    """The path the client asked for: the request's, when the parser got that far, else the one
+    in the request line the parser quotes in its message (an unknown method, for one)."""
+    if request.path not in ("", "/"):  # a request line that could not be parsed reads as "/"
+        return request.path
+    found = _QUOTED_TARGET.search(message or "")
+    return found[1] if found else None
 
 
 def _summary(status: int, message: str | None) -> str:
