@@ -37,8 +37,9 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# --durations: the 30 slowest tests are printed, so what the suite costs stays visible.
 test: lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 # The suite on a busy machine: `make test`'s pytest run while `stress-ng --cpu N` keeps every
 # core busy (N: STRESS_CPUS, by default all of them). A test may never assert how long
@@ -64,7 +65,7 @@ test-stress: $(STAMP)
 	@stress-ng --cpu $(STRESS_CPUS) --timeout $(STRESS_TIMEOUT) --quiet & stress=$$!; \
 	trap 'kill $$stress 2>/dev/null; wait $$stress 2>/dev/null; exit 130' INT TERM; \
 	echo "stress-ng (pid $$stress) keeps $(STRESS_CPUS) CPUs busy while the suite runs"; \
-	status=0; $(BIN)/pytest -q || status=$$?; \
+	status=0; $(BIN)/pytest -q --durations=30 || status=$$?; \
 	kill $$stress 2>/dev/null; wait $$stress 2>/dev/null; \
 	echo "stress-ng (pid $$stress) stopped; pytest exited $$status"; \
 	exit $$status
