@@ -257,15 +257,16 @@ def test_a_swap_never_cuts_a_streaming_answer(gateway: StartGateway, tmp_path: P
             assert ready(gw) == {"big"}
             release.touch()
             tokens, events = stream_tokens(resp)
-            finished = time.monotonic()
         assert len(answered) == 1
     for event in events:
         assert '"error"' not in event, event
     assert tokens[-1] == "tok19 "
     assert "".join(tokens).count("tok") >= 19
     assert events[-1] == "[DONE]"
-    when_s1, reply_s1 = answered[0]
-    assert when_s1 > finished
+    # No clock comparison of s1's answer with the stream's end: two client threads' clocks
+    # race under load. What the swap may not do is shown above: s1 stayed unanswered while big
+    # was held, and big's answer arrived whole, to [DONE].
+    _, reply_s1 = answered[0]
     fake_pid(reply_s1)
     assert not pid_alive(pid_big)
     assert ready(gw) == {"s1"}
