@@ -181,6 +181,15 @@ def chat(gw: Gateway, model: str, **extra: object) -> Reply:
     )
 
 
+def load_model(gw: Gateway, model: str) -> None:
+    """Start ``model`` and wait until it is ready (POST /api/models/load). A stream opened after
+    it is the backend's own response (its headers, X-Fake-Pid); one that has to wait over a
+    second for a start gets the gateway's early 200 instead, which a loaded machine makes
+    likely, so tests that read the backend's headers load first."""
+    reply = request(gw, "POST", f"/api/models/load/{model}")
+    assert reply.status == 200, reply.body
+
+
 @contextlib.contextmanager
 def open_stream(
     gw: Gateway, model: str, timeout: float = HANG, **extra: object

@@ -28,6 +28,7 @@ from tests.e2e.conftest import (
     fake_cmd,
     fake_cmd_text,
     held_cmd,
+    load_model,
     next_event,
     open_stream,
     pid_alive,
@@ -170,6 +171,7 @@ def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway, tmp_path: 
     held = ("--stall-after", "18", "--stall-until", shlex.quote(str(release)))
     gw = gateway(model("a", "--tps", "20", "--tokens", "20", *held) + model("b"))
     answered: list[tuple[float, Reply]] = []
+    load_model(gw, "a")  # the stream then gets the backend's own headers
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid_a = int(resp.headers["X-Fake-Pid"])
@@ -662,6 +664,7 @@ def test_logs_tail_is_plain_text(gateway: StartGateway) -> None:
 
 def test_sigterm_finishes_the_stream_then_exits_0(gateway: StartGateway) -> None:
     gw = gateway(model("a", "--tps", "20", "--tokens", "20"))
+    load_model(gw, "a")  # the stream then gets the backend's own headers
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid = int(resp.headers["X-Fake-Pid"])

@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     chat_body,
     fake_cmd,
     held_cmd,
+    load_model,
     next_event,
     open_stream,
     pid_alive,
@@ -246,6 +247,7 @@ def test_a_swap_never_cuts_a_streaming_answer(gateway: StartGateway, tmp_path: P
     held = ("--stall-after", "10", "--stall-until", shlex.quote(str(release)))
     big_flags = ("--tps", "20", "--tokens", "20", *held)
     gw = gateway(budget_models(delay=0.1, big_flags=big_flags), extra_top=BUDGET)
+    load_model(gw, "big")  # the stream then gets the backend's own headers
     with open_stream(gw, "big") as resp:
         assert resp.status == 200
         pid_big = int(resp.headers["X-Fake-Pid"])
@@ -279,6 +281,7 @@ def test_drain_timeout_lets_the_swap_proceed_and_ends_the_stream_with_an_error(
         model("a", "--tps", "5", "--tokens", "200", delay=0.1) + model("b", delay=0.1),
         extra_top="drainTimeout: 1\n",
     )
+    load_model(gw, "a")  # the stream then gets the backend's own headers
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid_a = int(resp.headers["X-Fake-Pid"])
