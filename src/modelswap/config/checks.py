@@ -24,8 +24,8 @@ from modelswap.config.macros import (
 )
 from modelswap.config.metadata import MacroValue, macro_text, resolve_metadata
 from modelswap.config.paths import Problems, key_path
-from modelswap.config.peers import resolve_fallbacks, resolve_peers
-from modelswap.config.resolved import Config, KeyMapping, ModelConfig, Observability, Timeouts
+from modelswap.config.peers import resolve_fallbacks, resolve_peers, resolve_timeouts
+from modelswap.config.resolved import Config, KeyMapping, ModelConfig, Observability
 from modelswap.config.scheduling import resolve_scheduling, resolve_uses
 from modelswap.config.schema import (
     DEFAULT_START_TIMEOUT,
@@ -361,7 +361,6 @@ def _resolve_model(
         use_model_name = _expand(model.use_model_name, scope, (*base, "useModelName"), problems)
         if not model.use_model_name.strip():
             problems.append((key_path(*base, "useModelName"), "must not be empty"))
-    t = model.timeouts
     # vLLM serves /sleep and /wake_up only in its dev mode.
     model_env = ({"VLLM_SERVER_DEV_MODE": "1"} if model.sleep_mode else {}) | _resolve_env(
         model.env, scope, (*base, "env"), problems
@@ -389,15 +388,7 @@ def _resolve_model(
         name=_expand_optional(model.name, scope, (*base, "name"), problems),
         description=_expand_optional(model.description, scope, (*base, "description"), problems),
         backend=model.backend,
-        timeouts=Timeouts(
-            t.connect,
-            t.first_byte,
-            t.idle_between_chunks,
-            t.total,
-            keepalive=t.keepalive,
-            tls_handshake=t.tls_handshake,
-            idle_conn=t.idle_conn,
-        ),
+        timeouts=resolve_timeouts(model.timeouts),
         start_timeout=(
             _start_timeout(model, base, problems)
             or _start_timeout(raw, (), [])

@@ -16,8 +16,21 @@ from modelswap.config.filters import resolve_filters
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.peer_dns import resolve_dns_discovery
 from modelswap.config.resolved import ModelConfig, Peer, Timeouts
-from modelswap.config.schema import RawConfig, RawDnsDiscovery, RawPeer
+from modelswap.config.schema import RawConfig, RawDnsDiscovery, RawPeer, RawTimeouts
 from modelswap.config.security import env_value
+
+
+def resolve_timeouts(t: RawTimeouts) -> Timeouts:
+    """A model's or a peer's ``timeouts:`` as the relay reads them (both take the same keys)."""
+    return Timeouts(
+        t.connect,
+        t.first_byte,
+        t.idle_between_chunks,
+        t.total,
+        keepalive=t.keepalive,
+        tls_handshake=t.tls_handshake,
+        idle_conn=t.idle_conn,
+    )
 
 
 def resolve_peers(
@@ -50,7 +63,6 @@ def resolve_peers(
         key = _peer_key(entry, environ, base, problems)
         if key:
             secrets.add(key)
-        t = entry.timeouts
         peers[peer_id] = Peer(
             id=peer_id,
             proxy=proxy,
@@ -59,15 +71,7 @@ def resolve_peers(
             discover=bool(entry.discover),
             dns=dns,
             discover_interval=entry.discover_interval,
-            timeouts=Timeouts(
-                t.connect,
-                t.first_byte,
-                t.idle_between_chunks,
-                t.total,
-                keepalive=t.keepalive,
-                tls_handshake=t.tls_handshake,
-                idle_conn=t.idle_conn,
-            ),
+            timeouts=resolve_timeouts(entry.timeouts),
             breaker_failures=entry.breaker.failures,
             breaker_cooldown=entry.breaker.cooldown,
             filters=resolve_filters(entry.filters, (*base, "filters"), problems),
