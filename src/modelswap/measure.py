@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 KEEP_STARTS = 20
 DEFAULT_START_SECONDS = 10.0  # the cost of a model never started here yet
 SAMPLE_SECONDS = 2.0
+SAVE_DELAY = 0.5
 NVIDIA_TIMEOUT = 5.0
 
 
@@ -38,6 +39,7 @@ class StatsStore:
         self._path = path
         self._starts: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
+        self._save_timer: asyncio.TimerHandle | None = None
         self._load()
 
     def _load(self) -> None:
@@ -52,7 +54,17 @@ class StatsStore:
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s: %s", self._path, exc)
 
+    def save_soon(self) -> None:
+        """Save within SAVE_DELAY, off the path of what runs now (a start's READY is followed
+        by the requests that waited for it; a file write there is a millisecond of theirs)."""
+        if self._path is None or self._save_timer is not None:
+            return
+        self._save_timer = asyncio.get_running_loop().call_later(SAVE_DELAY, self.save)
+
     def save(self) -> None:
+        if self._save_timer is not None:
+            self._save_timer.cancel()
+            self._save_timer = None
         if self._path is None:
             return
         data = {

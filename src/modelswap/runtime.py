@@ -272,7 +272,7 @@ class Runtime:
             seconds = event.data.get("start_seconds")
             if isinstance(seconds, int | float):
                 self.stats.record_start(str(event.data["model"]), float(seconds))
-                self.stats.save()
+                self.stats.save_soon()
 
     async def start(self) -> None:
         await asyncio.to_thread(self.backend_record.reap_leftovers)  # a killed gateway's backends
@@ -366,6 +366,7 @@ class Runtime:
                     await router.load(default)
 
     async def close(self) -> None:
+        self.stats.save()  # one that save_soon() left pending
         await self.launcher.close()
         await self.plans.close()
         for task in self._background:

@@ -3,6 +3,7 @@ nvidia-smi output parsing; the resident memory of a process tree."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -77,6 +78,28 @@ def test_stats_round_trip_through_the_state_dir(tmp_path: Path) -> None:
     }
     assert sorted(data["models"]) == ["a", "b", "c"]
     assert [p.name for p in path.parent.iterdir()] == ["stats.json"]  # no temp file left
+
+
+async def test_save_soon_writes_later_once_and_save_writes_what_it_left(tmp_path: Path) -> None:
+    # A start's READY records its time; the file is written off the path of the requests that
+    # waited for that start, and several READYs close together make one write.
+    path = tmp_path / "stats.json"
+    store = StatsStore(path)
+    store.record_start("a", 1.0)
+    store.save_soon()
+    store.record_start("a", 2.0)
+    store.save_soon()  # coalesced with the first
+    assert not path.exists()  # nothing written on the spot
+    for _ in range(3000):  # ceiling 30 s: only ends a hang
+        if path.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert json.loads(path.read_text())["models"]["a"]["start_seconds"] == [1.0, 2.0]
+
+    store.record_start("a", 3.0)
+    store.save_soon()
+    store.save()  # the gateway closing: written now, and the pending write is dropped
+    assert json.loads(path.read_text())["models"]["a"]["start_seconds"] == [1.0, 2.0, 3.0]
 
 
 def test_stats_median_start() -> None:
