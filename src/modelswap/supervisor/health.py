@@ -1,12 +1,14 @@
 """Readiness: detected, not waited for (a swap should cost the backend's start, not ours).
 
 Two signals, cheapest first. Until the backend's port accepts connections, a non-blocking
-``connect()`` to it every LISTEN_INTERVAL (loopback answers at once: ~20 µs of CPU, where
-reading ``/proc/net/tcp`` costs milliseconds on a busy host); the health endpoint is asked only
-once the port listens, and then every HEALTH_INTERVAL — constant, since llama.cpp answers 503
-"Loading model" from the moment it binds until it is ready. A backend reached through a
-non-loopback address, or one without a port, falls back to health polls backing off from
-FIRST_INTERVAL to MAX_INTERVAL. Output from the backend wakes the loop at once either way.
+``connect()`` to it (:func:`is_listening`; loopback answers at once: ~20 µs of CPU, where
+reading ``/proc/net/tcp`` costs milliseconds on a busy host) — made by the listen watcher's
+thread (``supervisor/listening.py``), which wakes the start's loop only when the port listens;
+the health endpoint is asked then, and after that every HEALTH_INTERVAL — constant, since
+llama.cpp answers 503 "Loading model" from the moment it binds until it is ready. A backend
+reached through a non-loopback address, or one without a port, falls back to health polls
+backing off from FIRST_INTERVAL to MAX_INTERVAL. Output from the backend wakes the loop at once
+either way (:class:`Waker`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ipaddress
 import select
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 
@@ -45,27 +48,40 @@ class Waker:
             self.by_output = True
             self._fut.set_result(None)
 
-    async def wait(self, seconds: float, exited: asyncio.Future[int], *, on_output: bool) -> None:
+    async def wait(
+        self,
+        seconds: float,
+        exited: asyncio.Future[int],
+        *,
+        on_output: bool,
+        also: asyncio.Future[Any] | None = None,
+    ) -> None:
+        """Until ``seconds`` pass, ``exited`` or ``also`` (the port listening) is done, or —
+        ``on_output`` — the backend prints."""
         self.by_output = False
-        if exited.done():
+        if exited.done() or (also is not None and also.done()):
             return
         loop = asyncio.get_running_loop()
         fut = self._fut = loop.create_future()
         self._on_output = on_output
         timer = loop.call_later(seconds, self._ring)
         exited.add_done_callback(self._ring_for)
+        if also is not None:
+            also.add_done_callback(self._ring_for)
         try:
             await fut
         finally:
             timer.cancel()
             exited.remove_done_callback(self._ring_for)
+            if also is not None:
+                also.remove_done_callback(self._ring_for)
             self._fut = None
 
     def _ring(self) -> None:
         if self._fut is not None and not self._fut.done():
             self._fut.set_result(None)
 
-    def _ring_for(self, _: asyncio.Future[int]) -> None:
+    def _ring_for(self, _: asyncio.Future[Any]) -> None:
         self._ring()
 
 

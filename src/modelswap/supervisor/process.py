@@ -34,7 +34,7 @@ from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
 from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
-from modelswap.supervisor import cgroups, health, kept, sleepmode, tree
+from modelswap.supervisor import cgroups, health, kept, listening, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
 from modelswap.supervisor.containment import Containment, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 S = ProcessState
 DIAGNOSIS_TAIL = 250
 TREE_REFRESH_SECONDS = 1.0
+LISTEN_HISTORY = 5
+PROBE_DELAY = 0.05  # the metadata probe begins after the waiting requests were sent on
 KEEPER_KILL_CEILING = 10.0  # only ends a hang: a keeper exits within its grace (1 s) and a kill
 OWN_LINE_PREFIX = "[modelswap]"
 LATE_RECEIPT_LINES = 200  # how many lines after READY may still carry the receipt (see _on_line)
@@ -119,6 +121,7 @@ class ManagedProcess:
         # connection (spawn → listening and listening → healthy are a start's receipt).
         self._started_monotonic: float | None = None
         self.listening_at: float | None = None
+        self._listen_history: list[float] = []  # spawn -> listening of the last starts, s
         # Ephemeral, per start: cleared before anything else when a new start begins.
         self.metadata: ModelMetadata | None = None
         self.capacity: CapacityReceipt | None = None
@@ -328,6 +331,8 @@ class ManagedProcess:
             self.capacity = self._log_reader.capacity(self.logs.tail())
             self._late_receipt_lines = LATE_RECEIPT_LINES
         timing = {} if listening is None else {"listening_seconds": round(listening, 4)}
+        if listening is not None:  # when the next start's port is due (listening.due_window)
+            self._listen_history = [*self._listen_history, listening][-LISTEN_HISTORY:]
         self._set_state(S.READY, start_seconds=round(elapsed, 4), **timing)
         loop = asyncio.get_running_loop()
         self._monitor_task = loop.create_task(self._watch_exit(), name=f"monitor:{self.model}")
@@ -338,6 +343,8 @@ class ManagedProcess:
     async def _probe(self) -> None:
         assert self._prober is not None
         proc = self._proc
+        # After the requests that waited for this start: theirs reach the backend first.
+        await asyncio.sleep(PROBE_DELAY)
         found = await self._prober.probe(self.config)
         if found is not None and proc is self._proc and self._state is S.READY:
             self.metadata = found
@@ -432,6 +439,7 @@ class ManagedProcess:
         cfg = self.config
         started = time.monotonic()
         exited: asyncio.Future[int] = asyncio.ensure_future(proc.wait())
+        listened: asyncio.Future[listening.Seen] | None = None
         try:
             target = health.probe_target(urlsplit(cfg.proxy).hostname, cfg.port)
             url = cfg.proxy + cfg.check_endpoint if cfg.check_endpoint is not None else None
@@ -440,9 +448,22 @@ class ManagedProcess:
             backoff = health.intervals()
             interval = next(backoff)
             snapshot_at = 0.0
+            # The port is watched by a thread (listening.WATCHER) that wakes this loop only when
+            # it listens; the loop itself wakes for output, the clocks and the tree snapshot.
+            if target is not None:
+                due = listening.due_window(self._started_monotonic or started, self._listen_history)
+                listened = listening.WATCHER.watch(target, health_url=url, due=due)
             while True:
-                if self.listening_at is None and (target is None or health.is_listening(target)):
-                    self.listening_at = time.monotonic()
+                if self.listening_at is None:
+                    if listened is None:  # no port to watch: the health answer says it all
+                        self.listening_at = time.monotonic()
+                    elif listened.done():
+                        seen = listened.result()
+                        self.listening_at = seen.listening_at
+                        if seen.healthy:  # the watcher asked the health URL right then
+                            return
+                    elif self._waker.by_output and target and health.is_listening(target):
+                        self.listening_at = time.monotonic()  # it printed: look now
                 if self.listening_at is not None and (
                     url is None or await health.is_healthy(self._session, url)
                 ):
@@ -455,12 +476,17 @@ class ManagedProcess:
                 if target is None:
                     interval = next(backoff)  # a remote backend: back off, as before
                 elif self.listening_at is None:
-                    interval = health.LISTEN_INTERVAL
+                    interval = health.MAX_INTERVAL  # the watcher wakes us when it listens
                 else:
                     interval = health.HEALTH_INTERVAL
                 # Wake on output too: servers print "listening"/"model loaded" as they become
                 # ready, so a new line is the best moment to look again.
-                await self._waker.wait(min(interval, remaining), exited, on_output=True)
+                await self._waker.wait(
+                    min(interval, remaining),
+                    exited,
+                    on_output=True,
+                    also=listened if self.listening_at is None else None,
+                )
                 if self._waker.by_output:  # but never poll more often than the shortest interval
                     gap = health.LISTEN_INTERVAL - (time.monotonic() - polled_at)
                     if gap > 0:
@@ -475,6 +501,8 @@ class ManagedProcess:
         finally:
             if not exited.done():
                 exited.cancel()
+            if listened is not None and not listened.done():
+                listened.cancel()  # the watcher drops it
 
     def start_clock(self) -> tuple[float | None, float | None]:
         """(monotonic) when the current or last start began, and when its port first

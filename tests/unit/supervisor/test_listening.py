@@ -1,0 +1,124 @@
+"""The listen watcher: one thread that looks for a starting backend's port, hardest where the
+model's port listened before, and tells the start's event loop only when it accepts. Real
+sockets and a real HTTP server on loopback; waits have a ceiling that only ends a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from modelswap.supervisor import listening
+from modelswap.supervisor.listening import FAST, INTERVAL, SLOW, ListenWatcher, due_window
+
+HANG = 30.0  # only ends a hang
+
+
+def test_no_history_means_no_window() -> None:
+    assert due_window(100.0, []) is None
+
+
+def test_the_window_spans_the_last_starts_widened_for_a_busier_host() -> None:
+    lo, hi = due_window(100.0, [0.5, 0.7, 0.6])  # type: ignore[misc]
+    assert lo < 100.5 < 100.7 < hi  # every past listening moment is inside
+    assert lo > 100.0  # but the loading before it is not
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [(10.0, SLOW), (11.98, 0.02), (12.0, FAST), (12.5, FAST), (13.0, FAST), (13.01, INTERVAL)],
+)
+def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
+    now: float, expected: float
+) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, (12.0, 13.0))
+        assert watch.interval(now) == pytest.approx(expected)
+    finally:
+        loop.close()
+
+
+def test_without_a_window_it_looks_at_the_steady_interval() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, None)
+        assert watch.interval(0.0) == INTERVAL
+    finally:
+        loop.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Health(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_server() -> Iterator[HTTPServer]:
+    server = HTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+async def test_it_says_when_a_port_begins_to_listen() -> None:
+    watcher = ListenWatcher()
+    port = free_port()
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        seen = watcher.watch(("127.0.0.1", port))
+        await asyncio.sleep(0.05)  # bound, not listening: refused, so not seen
+        assert not seen.done()
+        server.listen()
+        result = await asyncio.wait_for(seen, HANG)
+    assert result.healthy is False  # no health URL was given
+    assert watcher.watching() == 0
+
+
+@pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
+async def test_it_asks_the_health_url_once_the_port_listens(
+    http_server: HTTPServer, status: int, healthy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_Health, "status", status)
+    port = http_server.server_address[1]
+    watcher = ListenWatcher()
+    seen = watcher.watch(("127.0.0.1", port), health_url=f"http://127.0.0.1:{port}/health")
+    result = await asyncio.wait_for(seen, HANG)
+    assert result.healthy is healthy  # 503 "loading": the start's own health polls go on
+
+
+async def test_a_cancelled_watch_is_dropped() -> None:
+    watcher = ListenWatcher()
+    seen = watcher.watch(("127.0.0.1", free_port()))
+    assert watcher.watching() == 1
+    seen.cancel()
+    for _ in range(int(HANG / 0.01)):
+        if watcher.watching() == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert watcher.watching() == 0
+
+
+def test_a_health_url_that_is_not_plain_http_is_left_to_the_loop() -> None:
+    assert listening.healthy_now("https://127.0.0.1:1/health") is False
+    assert listening.healthy_now(f"http://127.0.0.1:{free_port()}/health") is False  # refused
