@@ -13,9 +13,18 @@ on output cannot help. Alternating in one run:
 * gateway: modelswap serving the same command, the model stopped; one chat request's time to
   first byte, cold.
 
-The gateway's share of a cold start = gateway cold first byte - (direct healthy + direct warm
-first byte); medians over the rounds. Then the polling cost: the gateway's own CPU seconds
-(not its children's) while one start with a 3 s silent load runs, as a share of one core.
+The fake writes when its Python began running, when it listened and when the first request
+reached it (``--timestamps``: CLOCK_MONOTONIC, one clock for the whole machine). The gateway's
+share of a cold start = its extra spawn time (request in -> backend running, against direct
+spawn -> running) + its extra listening -> request reaching the backend (against the direct
+client's: a 1 ms poll, the health answer, the request) + its extra reply time.
+What the backend does itself (running -> listening: imports and the load, ±300 ms on a busy
+machine) is in none of the three, so the share is resolved to milliseconds; the end-to-end
+difference (cold first byte - direct healthy - direct warm first byte) is printed too.
+Medians over the rounds. Then the polling cost: the gateway's own CPU (every thread) per
+second of waiting for a start, the difference between a long and a short silent start — each
+model's second start (the gateway has seen when its port listens) and, printed too, its first —
+and the gateway's CPU while idle for comparison.
 Loopback only; every loop is bounded.
 """
 
@@ -38,62 +47,106 @@ if __package__ in (None, ""):  # run as a script: make the bench package importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.cold_start import unload
-from bench.procs import free_port, http_status, start_port, stop, wait_until
+from bench.procs import cpu_seconds, free_port, http_status, start_port, stop, wait_until
 
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "openai_backend.py"
-BODY = json.dumps({"model": "silent", "messages": [{"role": "user", "content": "hi"}]})
 
 
-def fake_cmd(port: int | str, load_delay: float) -> list[str]:
-    return [
+def fake_cmd(port: int | str, load_delay: float, stamps: Path | None = None) -> list[str]:
+    cmd = [
         sys.executable, str(FAKE), "--port", str(port), "--flavor", "vllm",
         "--quiet-loading", "--silent-bind", "--load-delay", str(load_delay),
     ]  # fmt: skip
+    return [*cmd, "--timestamps", str(stamps)] if stamps is not None else cmd
 
 
-def first_byte_seconds(port: int) -> float:
+def first_byte(port: int, model: str = "silent") -> tuple[float, float]:
+    """(monotonic) when one chat request was sent, and when its first byte came back."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    started = time.perf_counter()
+    sent = time.monotonic()
     try:
-        conn.request("POST", "/v1/chat/completions", BODY, {"Content-Type": "application/json"})
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         resp.read(1)
-        elapsed = time.perf_counter() - started
+        got = time.monotonic()
         assert resp.status == 200, resp.status
         resp.read()
-        return elapsed
+        return sent, got
     finally:
         conn.close()
 
 
-def direct_round(load_delay: float) -> tuple[float, float]:
+def first_byte_seconds(port: int) -> float:
+    sent, got = first_byte(port)
+    return got - sent
+
+
+def read_stamps(path: Path) -> dict[str, float]:
+    """The fake's ``--timestamps``: ran, listen, request (monotonic, this machine's clock)."""
+    stamps: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        stamps.setdefault(entry["event"], entry["t"])
+    return stamps
+
+
+def direct_round(load_delay: float, stamps: Path) -> dict[str, float]:
+    """The backend alone: spawned here, polled every 1 ms until healthy, then asked once."""
+    stamps.write_text("")
     port = free_port()
-    started = time.perf_counter()
+    spawned = time.monotonic()
     proc = subprocess.Popen(
-        fake_cmd(port, load_delay), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        fake_cmd(port, load_delay, stamps), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = started + 60
+        deadline = spawned + 60
         while http_status(port, "/health", timeout=1.0) != 200:
             assert proc.poll() is None, "the fake exited"
-            assert time.perf_counter() < deadline, "the fake did not start"
+            assert time.monotonic() < deadline, "the fake did not start"
             time.sleep(0.001)
-        healthy = time.perf_counter() - started
-        return healthy, first_byte_seconds(port)
+        healthy = time.monotonic() - spawned
+        sent, got = first_byte(port)
+        at = read_stamps(stamps)
+        return {
+            "healthy": healthy,
+            "warm": got - sent,
+            "spawn": at["ran"] - spawned,  # spawn call -> its Python running
+            "detect": at["request"] - at["listen"],  # a 1 ms poll, the health answer, the ask
+            "reply": got - at["request"],  # request in the backend -> first byte here
+        }
     finally:
         stop(proc)
 
 
+def gateway_round(port: int, stamps: Path, model: str = "silent") -> dict[str, float]:
+    """The same backend cold through the gateway: what of the time is the gateway's."""
+    unload(port)
+    stamps.write_text("")
+    sent, got = first_byte(port, model)
+    at = read_stamps(stamps)
+    return {
+        "cold": got - sent,
+        "spawn": at["ran"] - sent,  # request in -> the backend's Python running
+        "detect": at["request"] - at["listen"],  # it listens -> the request reaches it
+        "reply": got - at["request"],
+    }
+
+
 def start_gateway(
-    tmp: str, load_delay: float, spare_keeper: bool = True
+    tmp: str, models: dict[str, float], stamps: Path, spare_keeper: bool = True
 ) -> tuple[subprocess.Popen[bytes], int]:
+    """A gateway serving the silent fake as each of ``models`` (name: load delay)."""
     port = free_port()
-    config = Path(tmp) / f"silent-{load_delay}.yaml"
-    cmd = " ".join(json.dumps(a) for a in fake_cmd("${PORT}", load_delay))
+    config = Path(tmp) / "silent.yaml"
+    rows = []
+    for name, delay in models.items():
+        cmd = " ".join(json.dumps(a) for a in fake_cmd("${PORT}", delay, stamps))
+        rows.append(f"  {name}:\n    cmd: {json.dumps(cmd)}\n")
     config.write_text(
         f"startPort: {start_port()}\nstateDir: {tmp}/state\n"
         f"spareKeeper: {json.dumps(spare_keeper)}\n"
-        f"models:\n  silent:\n    cmd: {json.dumps(cmd)}\n"
+        "models:\n" + "".join(rows)
     )
     gateway = subprocess.Popen(
         [sys.executable, "-m", "modelswap", "serve", "--config", str(config),
@@ -104,45 +157,79 @@ def start_gateway(
     return gateway, port
 
 
+def polling_cost(
+    gateway: subprocess.Popen[bytes], port: int, stamps: Path, short: float, long: float
+) -> dict[str, float]:
+    """The gateway's CPU per second of waiting for a start: the difference between a ``long``
+    and a ``short`` silent start (what both cost alike — the request, the spawn — cancels),
+    and its CPU while idle for as long, for comparison."""
+    me = [psutil.Process(gateway.pid)]
+    spent = {}
+    # Each model's first start (the gateway knows nothing of it yet), then its second (it has
+    # seen when that model's port listens, and looks hardest then).
+    for start in ("first", "again"):
+        for model in ("short", "long"):
+            unload(port)
+            time.sleep(1.0)  # the spare keeper is made 0.5 s after a stop: not during the start
+            before, began = cpu_seconds(me), time.monotonic()
+            gateway_round(port, stamps, model)
+            spent[start, model] = (cpu_seconds(me) - before, time.monotonic() - began)
+    before, began = cpu_seconds(me), time.monotonic()
+    time.sleep(long - short)
+    idle = (cpu_seconds(me) - before) / (time.monotonic() - began)
+    return {
+        "poll_cpu": spent["again", "long"][0] - spent["again", "short"][0],
+        "poll_wall": spent["again", "long"][1] - spent["again", "short"][1],
+        "first_poll_cpu": spent["first", "long"][0] - spent["first", "short"][0],
+        "first_poll_wall": spent["first", "long"][1] - spent["first", "short"][1],
+        "idle_cpu_share": idle,
+    }
+
+
 def measure(
     rounds: int = 7, load_delay: float = 0.3, poll_load: float = 3.0, spare_keeper: bool = True
 ) -> dict[str, Any]:
-    """The rounds' figures (seconds) and the polling cost during one ``poll_load`` s start."""
-    direct_healthy: list[float] = []
-    direct_warm: list[float] = []
-    cold: list[float] = []
+    """The rounds' figures (seconds), alternating direct and gateway, and the polling cost
+    between a 0.5 s and a ``poll_load`` + 0.5 s silent start.
+
+    The gateway's share of a round = its extra spawn time (request in -> the backend running,
+    against a direct spawn -> running) + its extra listen -> request reaching the backend
+    (against the direct client's) + its extra reply time (against the direct warm request's).
+    The backend's own start (running -> listening, ±300 ms on a busy machine) is in none of
+    them, so the share is resolved to a few milliseconds where the end-to-end difference
+    (``share_end_to_end``) is not."""
+    direct: list[dict[str, float]] = []
+    through: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        gateway, port = start_gateway(tmp, load_delay, spare_keeper)
+        stamps = Path(tmp) / "stamps.jsonl"
+        models = {"silent": load_delay, "short": 0.5, "long": poll_load + 0.5}
+        gateway, port = start_gateway(tmp, models, stamps, spare_keeper)
         try:
             for _ in range(rounds):
-                healthy, warm = direct_round(load_delay)
-                direct_healthy.append(healthy)
-                direct_warm.append(warm)
-                unload(port)
-                cold.append(first_byte_seconds(port))
+                direct.append(direct_round(load_delay, stamps))
+                time.sleep(0.6)  # the spare keeper for the next start is made 0.5 s after one
+                through.append(gateway_round(port, stamps))
+            cost = polling_cost(gateway, port, stamps, models["short"], models["long"])
         finally:
             stop(gateway)
-        shares = [c - h - w for c, h, w in zip(cold, direct_healthy, direct_warm, strict=True)]
-        gateway, port = start_gateway(tmp, poll_load, spare_keeper)
-        try:
-            me = psutil.Process(gateway.pid)
-            before = sum(me.cpu_times()[:2])
-            began = time.perf_counter()
-            first_byte_seconds(port)
-            cpu = sum(me.cpu_times()[:2]) - before
-            wall = time.perf_counter() - began
-        finally:
-            stop(gateway)
+    parts = {
+        "spawn": [g["spawn"] - d["spawn"] for d, g in zip(direct, through, strict=True)],
+        "detect": [g["detect"] - d["detect"] for d, g in zip(direct, through, strict=True)],
+        "reply": [g["reply"] - d["reply"] for d, g in zip(direct, through, strict=True)],
+    }
     return {
         "rounds": rounds,
         "load_delay": load_delay,
-        "direct_healthy": direct_healthy,
-        "direct_warm": direct_warm,
-        "cold": cold,
-        "share": shares,
+        "direct_healthy": [d["healthy"] for d in direct],
+        "direct_warm": [d["warm"] for d in direct],
+        "cold": [g["cold"] for g in through],
+        "share": [sum(p) for p in zip(*parts.values(), strict=True)],
+        "share_parts": parts,
+        "share_end_to_end": [
+            g["cold"] - d["healthy"] - d["warm"] for d, g in zip(direct, through, strict=True)
+        ],
         "poll_load": poll_load,
-        "poll_cpu": cpu,
-        "poll_wall": wall,
+        **cost,
     }
 
 
@@ -155,14 +242,20 @@ def ms(values: list[float]) -> str:
 
 def report(r: dict[str, Any]) -> list[str]:
     cpu, wall = r["poll_cpu"], r["poll_wall"]
+    parts = r["share_parts"]
     return [
         f"rounds: {r['rounds']}, silent load {r['load_delay']} s",
         f"direct spawn -> healthy:   {ms(r['direct_healthy'])}",
         f"direct warm first byte:    {ms(r['direct_warm'])}",
         f"gateway cold first byte:   {ms(r['cold'])}",
         f"gateway's share:           {ms(r['share'])}",
-        f"gateway CPU during a {r['poll_load']:g} s silent start: {cpu:.3f} s in {wall:.2f} s "
-        f"= {cpu / wall * 100:.1f} % of one core",
+        f"  of it, spawn (vs direct): {ms(parts['spawn'])}",
+        f"  listen -> request (vs direct): {ms(parts['detect'])}",
+        f"  reply (vs direct):        {ms(parts['reply'])}",
+        f"end to end (noisy):        {ms(r['share_end_to_end'])}",
+        f"gateway CPU per second of a silent start: {cpu:.3f} s in {wall:.2f} s "
+        f"= {cpu / wall * 100:.2f} % of one core (idle: {r['idle_cpu_share'] * 100:.2f} %)",
+        f"  a model's first start:   {r['first_poll_cpu'] / r['first_poll_wall'] * 100:.2f} %",
     ]
 
 

@@ -25,7 +25,13 @@ after SIGTERM before exiting (a server that takes its time to stop).
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
+# ruff: noqa: E402 - RAN_AT is taken before the other imports, on purpose
+
 from __future__ import annotations
+
+import time
+
+RAN_AT = time.monotonic()  # before the imports: when this process began running Python code
 
 import argparse
 import asyncio
@@ -42,7 +48,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -104,6 +109,7 @@ class Config:
     weights: str | None = None
     stop_delay: float = 0.0
     cached_tokens: int | None = None
+    timestamps: str | None = None
 
 
 @dataclasses.dataclass
@@ -333,6 +339,8 @@ class FakeBackend:
     async def inference(self, request: web.Request, kind: str) -> web.StreamResponse:
         self.stats.requests += 1
         number = self.stats.requests
+        if number == 1:
+            stamp(self.cfg, "request")
         self.stats.in_flight += 1
         outcome = "completed"
         try:
@@ -746,6 +754,7 @@ async def amain(cfg: Config) -> int:
             await site.start()
         except OSError as exc:
             hard_exit(1, f"error: cannot bind {cfg.host}:{cfg.port}: {exc}")
+        stamp(cfg, "listen")
 
     life_task = asyncio.create_task(life(cfg, backend, start_site))
     stop_task = asyncio.create_task(stop.wait())
@@ -822,6 +831,12 @@ def parse_args(argv: list[str] | None) -> Config:
         help="once ready, stop accepting connections (connects hang)",
     )
     p.add_argument("--weights", metavar="FILE", default=None, help="read FILE while loading")
+    p.add_argument(
+        "--timestamps",
+        metavar="FILE",
+        default=None,
+        help="append JSON lines: the monotonic time it ran, listened, got its first request",
+    )
     p.add_argument("--stop-delay", type=float, default=0.0, help="after SIGTERM, exit S s later")
     p.add_argument(
         "--cached-tokens",
@@ -866,7 +881,17 @@ def parse_args(argv: list[str] | None) -> Config:
         weights=a.weights,
         stop_delay=max(0.0, a.stop_delay),
         cached_tokens=a.cached_tokens,
+        timestamps=a.timestamps,
     )
+
+
+def stamp(cfg: Config, event: str, at: float | None = None) -> None:
+    """``--timestamps``: CLOCK_MONOTONIC is one clock for every process of the machine, so a
+    bench can set these against its own (spawn, request sent, first byte)."""
+    if cfg.timestamps is not None:
+        line = json.dumps({"event": event, "t": time.monotonic() if at is None else at})
+        with open(cfg.timestamps, "a") as fh:
+            fh.write(line + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -874,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True)
     cfg = parse_args(argv)
+    stamp(cfg, "ran", RAN_AT)
     out(
         f"fake backend starting: pid={os.getpid()} flavor={cfg.flavor} model={cfg.model} "
         f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay}"
