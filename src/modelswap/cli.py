@@ -330,7 +330,7 @@ def diagnose_file(path: str) -> int:
 def describe(config: Config) -> str:
     """The resolved configuration, one block per model (no process is started); secrets
     masked like every other surface."""
-    from modelswap.backends.diagnose import missing_tool_flags
+    from modelswap.backends.hints import missing_tool_flags
     from modelswap.config.security import host_port
     from modelswap.planner.configured import check_line
     from modelswap.redact import Redactor

@@ -1,7 +1,8 @@
 """What each process loads (issue 18): the serving gateway never numpy or ``gguf`` — not even
 once its planner has read a GGUF header — and ``modelswap diagnose`` / ``check`` never the
-server. Checked on the real processes (``/proc/<pid>/maps``, ``sys.modules`` at exit), never
-by timing."""
+server; ``diagnose`` not the config (pydantic, YAML) nor the planner, ``check`` not the log
+diagnosis, nor the planner for a model it cannot plan. Checked on the real processes
+(``/proc/<pid>/maps``, ``sys.modules`` at exit), never by timing: bench/cli_start.py times them."""
 
 from __future__ import annotations
 
@@ -16,29 +17,57 @@ from tests.e2e.conftest import HANG, REPO, Gateway, chat, llamacpp_cmd, smollm2_
 
 pytestmark = pytest.mark.e2e
 
-# Run a CLI subcommand in this interpreter, then say which of these it had loaded.
+# Run a CLI subcommand in this interpreter, then say its exit status and which of the modules
+# named by the first argument (a JSON list: each a module or a package) it had loaded.
 PROBE = """
 import json, sys
+names = tuple(json.loads(sys.argv[1]))
 from modelswap.cli import main
 try:
-    main(sys.argv[1:])
-except SystemExit:
-    pass
-heavy = ("modelswap.http", "modelswap.runtime", "aiohttp", "numpy", "gguf", "prometheus_client")
-print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))), file=sys.stderr)
+    status = main(sys.argv[2:])
+except SystemExit as exc:
+    status = exc.code
+found = (m for m in sys.modules if m in names or m.startswith(tuple(n + "." for n in names)))
+print(json.dumps({"status": status, "loaded": sorted(found)}), file=sys.stderr)
 """
+SERVER = ("modelswap.http", "modelswap.runtime", "aiohttp", "numpy", "gguf", "prometheus_client")
+# What a command started by hand has no use for: the gateway's process and request machinery.
+GATEWAY = (*SERVER, "modelswap.supervisor", "modelswap.routing", "modelswap.observe", "psutil")
+# The log diagnosis: its rules are dozens of regular expressions, compiled as the modules load.
+DIAGNOSIS = (
+    "modelswap.backends.diagnose",
+    "modelswap.backends.causes",
+    "modelswap.backends.progress",
+    "modelswap.backends.logtext",
+    "modelswap.receipts",
+)
+# The planner's readers and arithmetic (``plan`` adds its arguments to every start's parser).
+PLANNER = (
+    "modelswap.planner.memory",
+    "modelswap.planner.hf",
+    "modelswap.planner.params",
+    "modelswap.planner.shape",
+    "modelswap.planner.gguf_reader",
+    "modelswap.planner.render",
+    "modelswap.planner.gpu",
+)
 
 
-def loaded_by(*argv: str) -> list[str]:
+def loaded_by(*argv: str, among: tuple[str, ...] = SERVER, status: int | None = None) -> list[str]:
+    """The modules of ``among`` that ``modelswap ARGV`` loaded; its exit status must be
+    ``status`` when one is given."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv],
+        [sys.executable, "-c", PROBE, json.dumps(among), *argv],
         capture_output=True,
         text=True,
         timeout=HANG,
         cwd=REPO,
         check=False,
     )
-    found: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    if status is not None:
+        assert report["status"] == status, done.stderr
+    found: list[str] = report["loaded"]
     return found
 
 
@@ -48,6 +77,38 @@ def test_diagnose_and_check_never_load_the_server(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(f"models:\n  m:\n    cmd: {llamacpp_cmd()}\n")
     assert loaded_by("check", str(config)) == []  # its plan line read the GGUF header too
+
+
+def test_diagnose_loads_neither_the_config_nor_the_planner() -> None:
+    log = REPO / "tests" / "data" / "startup-logs" / "vllm-new-kv-cache-too-small.log"
+    among = (*GATEWAY, *PLANNER, "modelswap.config", "pydantic", "yaml")
+    assert loaded_by("diagnose", str(log), among=among, status=0) == []  # a cause found
+
+
+def test_check_loads_no_diagnosis_and_no_planner_for_models_it_cannot_plan(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "c.yaml"
+    # A hub id and a remote server: no local model for the planner to read.
+    config.write_text(
+        "models:\n"
+        "  qwen:\n    cmd: vllm serve Qwen/Qwen3-8B --port ${PORT}\n"
+        "  remote:\n    cmd: sleep infinity\n    proxy: http://192.0.2.1:8000\n"
+    )
+    among = (*GATEWAY, *DIAGNOSIS, *PLANNER)
+    assert loaded_by("check", str(config), among=among, status=0) == []
+    # --show and --explain print more of the same config, with nothing more loaded
+    assert loaded_by("check", str(config), "--show", "--explain", among=among, status=0) == []
+
+
+def test_check_of_a_local_model_loads_the_planner_but_no_diagnosis(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models:\n  m:\n    cmd: {llamacpp_cmd()}\n")
+    among = (*GATEWAY, *DIAGNOSIS, "modelswap.planner.gguf_reader", "modelswap.planner.gpu")
+    # the plan line read the GGUF header (no GPU is asked about: check plans sizes only)
+    assert loaded_by("check", str(config), among=among, status=0) == [
+        "modelswap.planner.gguf_reader"
+    ]
 
 
 def numpy_mapped(pid: int) -> list[str]:

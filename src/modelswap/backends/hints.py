@@ -10,7 +10,6 @@ import re
 from collections.abc import Iterable, Sequence
 
 from modelswap import jsonsafe
-from modelswap.backends.logtext import logical_lines, message, to_int
 
 _PARSERS = "hermes suits Qwen2.5/Qwen3/Qwen3-Next, qwen3_coder suits Qwen3-Coder/Qwen3.5/Qwen3.6"
 TOOL_CHOICE_HINT = (
@@ -125,6 +124,9 @@ _FIT_FAILED = re.compile(r"\b\w*_params_fit\w*: failed: (.+)")
 def fit_notices(lines: Iterable[str]) -> list[str]:
     """Human sentences for llama.cpp's ``--fit`` changes (not failures: the server still
     starts, but with parameters the user did not ask for)."""
+    # Here: `modelswap check` imports this module for missing_tool_flags, and reads no log.
+    from modelswap.backends.logtext import logical_lines, message, to_int
+
     notices: list[str] = []
     for line in logical_lines(lines):
         text = message(line)

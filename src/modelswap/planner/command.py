@@ -11,15 +11,15 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from modelswap.errors import ConfigError
-from modelswap.planner.configured import load_shape, plan_command
-from modelswap.planner.gpu import detect_gpu, parse_gpu
-from modelswap.planner.hf import ModelReadError
-from modelswap.planner.memory import ENGINES, Plan, PlanInputs, make_plan
-from modelswap.planner.params import QUANT_NAMES
-from modelswap.planner.render import plan_dict, svg, table
+from modelswap.planner.names import ENGINES, QUANT_NAMES
+
+if TYPE_CHECKING:
+    from modelswap.planner.memory import Plan
+
+# The planner itself is imported by the functions that plan: the CLI adds these arguments to
+# its parser on every start, and `check` or `diagnose` must not load the planner to do so.
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
 
@@ -47,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from modelswap.planner.gpu import detect_gpu, parse_gpu
+
     out: dict[str, Any] = {}
     for field, value in (
         ("utilization", args.utilization),
@@ -68,6 +70,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_plan(args: argparse.Namespace) -> Plan:
     """The plan the arguments ask for (raises ModelReadError, ConfigError, ValueError)."""
+    from modelswap.planner.configured import load_shape, plan_command
+    from modelswap.planner.gpu import parse_gpu
+    from modelswap.planner.hf import ModelReadError
+    from modelswap.planner.memory import PlanInputs, make_plan
+
     overrides = _overrides(args)
     if args.model:
         from modelswap.config import load_config  # only with --config: `plan FILE` needs none
@@ -102,6 +109,10 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    from modelswap.errors import ConfigError
+    from modelswap.planner.hf import ModelReadError
+    from modelswap.planner.render import plan_dict, svg, table
+
     try:
         plan = build_plan(args)
     except (ModelReadError, ConfigError, ValueError) as exc:

@@ -11,12 +11,16 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelswap.backends.configured import flag_values, parse_configured
-from modelswap.planner.hf import ModelReadError, read_hf_folder
-from modelswap.planner.memory import Plan, PlanInputs, make_plan
-from modelswap.planner.shape import ModelShape
+
+if TYPE_CHECKING:
+    from modelswap.planner.memory import Plan
+    from modelswap.planner.shape import ModelShape
+
+# The readers and the arithmetic are imported once a command line names a local model:
+# `modelswap check` asks every configured model, and most name none (a hub id, a remote URL).
 
 _MODEL_FLAGS = {"-m": "model", "--model": "model", "--model-path": "model"}
 _FLAGS = {
@@ -37,6 +41,8 @@ def load_shape(
     path: Path, *, quantization: str | None = None, with_mtp: bool = False
 ) -> ModelShape:
     """The shape of a model folder (``config.json``) or a ``.gguf`` file."""
+    from modelswap.planner.hf import ModelReadError, read_hf_folder
+
     if path.is_dir():
         return read_hf_folder(path, quantization=quantization, with_mtp=with_mtp)
     if path.is_file():
@@ -131,6 +137,8 @@ def plan_command(argv: Sequence[str], overrides: Mapping[str, Any] | None = None
     path = find_model_path(argv)
     if path is None:
         return None
+    from modelswap.planner.memory import PlanInputs, make_plan
+
     fields = inputs_from_argv(argv, engine_of(argv, path))
     fields.update(overrides or {})
     inputs = PlanInputs(**fields)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from modelswap.planner import kv
+from modelswap.planner.names import ENGINES
 from modelswap.planner.shape import ModelShape, dtype_bytes
 
 GIB = 1024**3
@@ -30,7 +31,6 @@ VLLM_ALLOWANCE_SOURCE = (
 )
 LLAMA_ALLOWANCE = 495 * MIB
 LLAMA_ALLOWANCE_SOURCE = "default: the 495 MiB compute buffer llama.cpp logged for a 27B at 200k"
-ENGINES = ("vllm", "llamacpp")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,17 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from modelswap.planner.names import QUANT_BYTES, QUANT_NAMES
 from modelswap.planner.shape import Weights, layer_kinds, text_config
-
-# Bytes per parameter of quantized storage (values plus their scales).
-QUANT_BYTES: dict[str, float] = {
-    "nvfp4": 4.5 / 8,  # E2M1 + one FP8 scale per 16 values (docs/backends.md §18)
-    "mxfp4": 4.25 / 8,  # E2M1 + one E8M0 scale per 32 values (OCP MX spec)
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5 + 2 / 128,  # 4-bit values + an FP16 scale per group of 128 (AWQ/GPTQ)
-}
-QUANT_NAMES = ("none", *QUANT_BYTES)
 
 # Parts a checkpoint keeps in 16 bits unless its config says otherwise (docs/backends.md §18).
 DEFAULT_UNQUANTIZED = ("embed", "lm_head", "vision", "mtp", "conv1d", "router")

@@ -20,7 +20,7 @@ from modelswap.http.keys import RUNTIME, client_key
 from modelswap.planner.configured import plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
-from modelswap.planner.memory import ENGINES
+from modelswap.planner.names import ENGINES
 from modelswap.planner.receipt import running_fields
 from modelswap.planner.render import plan_dict
 from modelswap.runtime import Runtime
