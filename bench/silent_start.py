@@ -52,9 +52,11 @@ from bench.procs import cpu_seconds, free_port, http_status, start_port, stop, w
 FAKE = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "openai_backend.py"
 
 
-def fake_cmd(port: int | str, load_delay: float, stamps: Path | None = None) -> list[str]:
+def fake_cmd(
+    port: int | str, load_delay: float, stamps: Path | None = None, flavor: str = "vllm"
+) -> list[str]:
     cmd = [
-        sys.executable, str(FAKE), "--port", str(port), "--flavor", "vllm",
+        sys.executable, str(FAKE), "--port", str(port), "--flavor", flavor,
         "--quiet-loading", "--silent-bind", "--load-delay", str(load_delay),
     ]  # fmt: skip
     return [*cmd, "--timestamps", str(stamps)] if stamps is not None else cmd
@@ -91,13 +93,15 @@ def read_stamps(path: Path) -> dict[str, float]:
     return stamps
 
 
-def direct_round(load_delay: float, stamps: Path) -> dict[str, float]:
+def direct_round(load_delay: float, stamps: Path, flavor: str = "vllm") -> dict[str, float]:
     """The backend alone: spawned here, polled every 1 ms until healthy, then asked once."""
     stamps.write_text("")
     port = free_port()
     spawned = time.monotonic()
     proc = subprocess.Popen(
-        fake_cmd(port, load_delay, stamps), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        fake_cmd(port, load_delay, stamps, flavor),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = spawned + 60
@@ -134,14 +138,18 @@ def gateway_round(port: int, stamps: Path, model: str = "silent") -> dict[str, f
 
 
 def start_gateway(
-    tmp: str, models: dict[str, float], stamps: Path, spare_keeper: bool = True
+    tmp: str,
+    models: dict[str, float],
+    stamps: Path,
+    spare_keeper: bool = True,
+    flavor: str = "vllm",
 ) -> tuple[subprocess.Popen[bytes], int]:
     """A gateway serving the silent fake as each of ``models`` (name: load delay)."""
     port = free_port()
     config = Path(tmp) / "silent.yaml"
     rows = []
     for name, delay in models.items():
-        cmd = " ".join(json.dumps(a) for a in fake_cmd("${PORT}", delay, stamps))
+        cmd = " ".join(json.dumps(a) for a in fake_cmd("${PORT}", delay, stamps, flavor))
         rows.append(f"  {name}:\n    cmd: {json.dumps(cmd)}\n")
     config.write_text(
         f"startPort: {start_port()}\nstateDir: {tmp}/state\n"
@@ -187,7 +195,11 @@ def polling_cost(
 
 
 def measure(
-    rounds: int = 7, load_delay: float = 0.3, poll_load: float = 3.0, spare_keeper: bool = True
+    rounds: int = 7,
+    load_delay: float = 0.3,
+    poll_load: float = 3.0,
+    spare_keeper: bool = True,
+    flavor: str = "vllm",
 ) -> dict[str, Any]:
     """The rounds' figures (seconds), alternating direct and gateway, and the polling cost
     between a 0.5 s and a ``poll_load`` + 0.5 s silent start.
@@ -203,10 +215,10 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "stamps.jsonl"
         models = {"silent": load_delay, "short": 0.5, "long": poll_load + 0.5}
-        gateway, port = start_gateway(tmp, models, stamps, spare_keeper)
+        gateway, port = start_gateway(tmp, models, stamps, spare_keeper, flavor)
         try:
             for _ in range(rounds):
-                direct.append(direct_round(load_delay, stamps))
+                direct.append(direct_round(load_delay, stamps, flavor))
                 time.sleep(0.6)  # the spare keeper for the next start is made 0.5 s after one
                 through.append(gateway_round(port, stamps))
             cost = polling_cost(gateway, port, stamps, models["short"], models["long"])
@@ -219,6 +231,7 @@ def measure(
     }
     return {
         "rounds": rounds,
+        "flavor": flavor,
         "load_delay": load_delay,
         "direct_healthy": [d["healthy"] for d in direct],
         "direct_warm": [d["warm"] for d in direct],
@@ -244,7 +257,7 @@ def report(r: dict[str, Any]) -> list[str]:
     cpu, wall = r["poll_cpu"], r["poll_wall"]
     parts = r["share_parts"]
     return [
-        f"rounds: {r['rounds']}, silent load {r['load_delay']} s",
+        f"rounds: {r['rounds']}, silent load {r['load_delay']} s, flavor {r['flavor']}",
         f"direct spawn -> healthy:   {ms(r['direct_healthy'])}",
         f"direct warm first byte:    {ms(r['direct_warm'])}",
         f"gateway cold first byte:   {ms(r['cold'])}",
@@ -266,8 +279,16 @@ def main() -> None:
     parser.add_argument(
         "--no-spare-keeper", action="store_true", help="the gateway with spareKeeper: false"
     )
+    parser.add_argument(
+        "--flavor",
+        choices=("vllm", "llamacpp"),
+        default="vllm",
+        help="vllm: binds when ready; llamacpp: binds first and answers 503 while it loads",
+    )
     args = parser.parse_args()
-    figures = measure(args.rounds, args.load_delay, spare_keeper=not args.no_spare_keeper)
+    figures = measure(
+        args.rounds, args.load_delay, spare_keeper=not args.no_spare_keeper, flavor=args.flavor
+    )
     print("\n".join(report(figures)))
 
 

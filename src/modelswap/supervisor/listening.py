@@ -1,17 +1,20 @@
-"""Noticing the moment a starting backend's port listens, without waking the event loop.
+"""Noticing the moment a starting backend is ready, without waking the event loop to look.
 
-The kernel has no event for "a socket entered LISTEN", so something must look. Looking is cheap
-(a refused loopback ``connect()``: ~20 µs); the wake-up to look is not: on a VM a timed wake of
-the asyncio loop costs 200–500 µs of CPU, a sleeping thread's 40 % less (measured on a 2-core
-VM, ``docs/PERFORMANCE.md``). So one daemon thread probes every port that a start waits for
-and tells the start's event loop only when one accepts — the loop sleeps through the misses.
-The thread runs only while some start waits; with none it blocks on a condition.
+The kernel has no event for "a socket entered LISTEN", nor for "the model finished loading",
+so something must look. Looking is cheap (a refused loopback ``connect()``: ~20 µs; a health
+GET: a few hundred µs); the wake-up to look is not: on a VM a timed wake of the asyncio loop
+costs 200–500 µs of CPU, a sleeping thread's ~40 % less (measured on a 2-core VM,
+``docs/PERFORMANCE.md``). So one daemon thread watches every start that waits: first for its
+loopback port to accept (a connect), then — with a health URL — for a 2xx answer (llama.cpp
+answers 503 while it loads), and tells the start's event loop once, when it is ready. The loop
+sleeps through the misses. The thread runs only while some start waits; with none it blocks
+on a condition.
 
 How often it looks follows what the model did before (``due``: the window in which its port
-listened in its last starts): every SLOW before that window, every FAST inside it, every
-INTERVAL after it or when there is no history — so a repeated start is noticed within ~1 ms
-while the seconds of loading before it cost a few wake-ups. When the port listens the thread
-also asks the health URL once, at once (a 200 then needs no round trip through the loop).
+listened, or its health answered, in its last starts): every SLOW before that window, every
+FAST inside it, every INTERVAL (HEALTH_INTERVAL for health) after it or with no history — so
+a repeated start is noticed within a few ms while the seconds of loading before it cost a few
+wake-ups.
 """
 
 from __future__ import annotations
@@ -26,21 +29,24 @@ from urllib.parse import urlsplit
 
 from modelswap.supervisor.health import is_listening
 
-INTERVAL = 0.01  # no history: ~5 ms of detection delay on average
-FAST = 0.002  # inside the window where the port listened before
-SLOW = 0.05  # before that window
-HEALTH_TIMEOUT = 0.5  # the thread's one health request; the loop's polls take over after
+INTERVAL = 0.01  # connects, with no history: ~5 ms of detection delay on average
+HEALTH_INTERVAL = 0.02  # health GETs, with no history (llama.cpp's 503 while loading)
+FAST = 0.002  # connects inside the window where the port listened before
+FAST_HEALTH = 0.005  # health GETs inside the window where the backend became healthy before
+SLOW = 0.05  # before either window
+HEALTH_TIMEOUT = 0.5  # one GET; a backend slower than that is asked again
 
 Target = tuple[str, int]
+Window = tuple[float, float]
 
 
 @dataclass(frozen=True)
 class Seen:
-    """When the port was first seen accepting (monotonic), and whether the health URL then
-    answered 2xx at once."""
+    """When the port was first seen accepting, and when the health URL first answered 2xx
+    (monotonic; ``healthy_at`` is None when no health URL was given)."""
 
     listening_at: float
-    healthy: bool
+    healthy_at: float | None
 
 
 @dataclass(eq=False)
@@ -49,28 +55,48 @@ class _Watch:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Seen]
     health_url: str | None
-    due: tuple[float, float] | None
+    due: Window | None  # when the port is likely to listen
+    healthy_due: Window | None  # when the health URL is likely to answer 2xx
+    listening_at: float | None = None
     next_at: float = field(default=0.0)
 
     def interval(self, now: float) -> float:
-        if self.due is None or now > self.due[1]:
-            return INTERVAL
-        if now >= self.due[0]:
-            return FAST
-        return min(SLOW, max(FAST, self.due[0] - now))
+        if self.listening_at is None:
+            return _interval(now, self.due, FAST, INTERVAL)
+        return _interval(now, self.healthy_due, FAST_HEALTH, HEALTH_INTERVAL)
+
+    def look(self) -> Seen | None:
+        """One look; what was seen once the start is ready, else None."""
+        if self.listening_at is None:
+            if not is_listening(self.target):
+                return None
+            self.listening_at = time.monotonic()
+        if self.health_url is None:
+            return Seen(self.listening_at, None)
+        if not healthy_now(self.health_url):
+            return None
+        return Seen(self.listening_at, time.monotonic())
 
 
-def due_window(started: float, history: list[float]) -> tuple[float, float] | None:
-    """Where (monotonic) this start's port is likely to listen, from the seconds that the
-    last starts took to listen: their range, widened by 10 % and 20–50 ms for a busier host."""
+def _interval(now: float, due: Window | None, fast: float, steady: float) -> float:
+    if due is None or now > due[1]:
+        return steady
+    if now >= due[0]:
+        return fast
+    return min(SLOW, max(fast, due[0] - now))
+
+
+def due_window(started: float, history: list[float]) -> Window | None:
+    """Where (monotonic) this start's moment is likely, from the seconds that the last starts
+    took to reach it: their range, widened by 10 % and 20–50 ms for a busier host."""
     if not history:
         return None
     return started + min(history) * 0.9 - 0.02, started + max(history) * 1.1 + 0.05
 
 
 def healthy_now(url: str) -> bool:
-    """One plain-HTTP GET of ``url``: True on 2xx. Anything else (https, an error, a slow
-    answer) is False, and the loop's own health polls decide."""
+    """One plain-HTTP GET of ``url``: True on 2xx. Refused, an error, a slow answer or another
+    status mean: not yet."""
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname is None:
         return False
@@ -89,14 +115,20 @@ def healthy_now(url: str) -> bool:
         conn.close()
 
 
+def watchable(url: str | None) -> bool:
+    """Whether the thread can ask this health URL itself (plain HTTP; else the loop asks)."""
+    return url is None or urlsplit(url).scheme == "http"
+
+
 def _resolve(future: asyncio.Future[Seen], seen: Seen) -> None:
     if not future.done():
         future.set_result(seen)
 
 
 class ListenWatcher:
-    """:meth:`watch` a loopback target: a future that resolves to :class:`Seen`. Cancel the
-    future to stop watching."""
+    """:meth:`watch` a start: a future that resolves to :class:`Seen` once the loopback
+    ``target`` accepts and ``health_url`` (if any, plain HTTP) answers 2xx. Cancel the
+    future to stop watching. ``listening_at`` of a watch still running: :meth:`listening`."""
 
     def __init__(self) -> None:
         self._watches: list[_Watch] = []
@@ -108,12 +140,13 @@ class ListenWatcher:
         target: Target,
         *,
         health_url: str | None = None,
-        due: tuple[float, float] | None = None,
+        due: Window | None = None,
+        healthy_due: Window | None = None,
     ) -> asyncio.Future[Seen]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Seen] = loop.create_future()
         with self._changed:
-            self._watches.append(_Watch(target, loop, future, health_url, due))
+            self._watches.append(_Watch(target, loop, future, health_url, due, healthy_due))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="modelswap-listen-watch", daemon=True
@@ -122,8 +155,16 @@ class ListenWatcher:
             self._changed.notify()
         return future
 
+    def listening(self, future: asyncio.Future[Seen]) -> float | None:
+        """When the port of the watch behind ``future`` was first seen accepting, if yet."""
+        with self._changed:
+            for watch in self._watches:
+                if watch.future is future:
+                    return watch.listening_at
+        return None
+
     def watching(self) -> int:
-        """How many targets are watched now."""
+        """How many starts are watched now."""
         with self._changed:
             return len(self._watches)
 
@@ -139,11 +180,11 @@ class ListenWatcher:
             for watch in watches:
                 if watch.next_at > now or watch.future.done():
                     continue
-                if is_listening(watch.target):
-                    seen_at = time.monotonic()
-                    url = watch.health_url
-                    self._tell(watch, Seen(seen_at, url is not None and healthy_now(url)))
+                seen = watch.look()
+                if seen is not None:
+                    self._tell(watch, seen)
                 else:
+                    now = time.monotonic()
                     watch.next_at = now + watch.interval(now)
             with self._changed:
                 pending = [w.next_at for w in self._watches if not w.future.done()]

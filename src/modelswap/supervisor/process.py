@@ -121,13 +121,17 @@ class ManagedProcess:
         # connection (spawn → listening and listening → healthy are a start's receipt).
         self._started_monotonic: float | None = None
         self.listening_at: float | None = None
-        self._listen_history: list[float] = []  # spawn -> listening of the last starts, s
+        # Seconds from the start's beginning to listening, and to a 2xx health answer, in the
+        # last starts: where the listen watcher looks hardest next time (listening.due_window).
+        self._listen_history: list[float] = []
+        self._healthy_history: list[float] = []
         # Ephemeral, per start: cleared before anything else when a new start begins.
         self.metadata: ModelMetadata | None = None
         self.capacity: CapacityReceipt | None = None
         # Lines printed before the port answered may be read after READY (the pipe is read by
         # another task, through the keeper): so many lines after READY still count as receipt.
         self._late_receipt_lines = 0
+        self._start_lost = False  # the start has failed and its backend is being ended
         self.progress: Progress | None = None
         self.last_progress_at: float | None = None
         self.last_progress_line: str | None = None
@@ -290,6 +294,7 @@ class ManagedProcess:
         self.last_progress_line = None
         self.last_failure = None
         self._start_failed_at = None
+        self._start_lost = False
         self.logs.clear()
         self.started_at = time.time()
         self._started_monotonic = time.monotonic()
@@ -307,6 +312,7 @@ class ManagedProcess:
             await self._spawn()
             await self._wait_healthy()
         except _StartFailed as failed:
+            self._start_lost = True  # what it prints while it is ended is no longer progress
             await self._terminate()
             self._start_failed_at = time.monotonic()
             self._fail(failed.diagnosis)
@@ -361,7 +367,7 @@ class ManagedProcess:
             if self._log_reader.capacity([line]) is not None:  # the whole tail: last one wins
                 self.capacity = self._log_reader.capacity(self.logs.tail())
             return
-        if self._state is not S.STARTING:
+        if self._state is not S.STARTING or self._start_lost:
             return
         found = self._log_reader.progress(line)
         if found is not None:
@@ -448,25 +454,25 @@ class ManagedProcess:
             backoff = health.intervals()
             interval = next(backoff)
             snapshot_at = 0.0
-            # The port is watched by a thread (listening.WATCHER) that wakes this loop only when
-            # it listens; the loop itself wakes for output, the clocks and the tree snapshot.
+            # A loopback port is watched by a thread (listening.WATCHER) that wakes this loop
+            # only when the backend is ready (it listens, and its plain-HTTP health URL answers
+            # 2xx); the loop itself wakes for output, the clocks and the tree snapshot.
+            by_thread = url if listening.watchable(url) else None  # https: the loop asks
             if target is not None:
-                due = listening.due_window(self._started_monotonic or started, self._listen_history)
-                listened = listening.WATCHER.watch(target, health_url=url, due=due)
+                base = self._started_monotonic or started
+                listened = listening.WATCHER.watch(
+                    target,
+                    health_url=by_thread,
+                    due=listening.due_window(base, self._listen_history),
+                    healthy_due=listening.due_window(base, self._healthy_history)
+                    if by_thread is not None
+                    else None,
+                )
+            printed = False  # the last wait ended because the backend printed a line
             while True:
-                if self.listening_at is None:
-                    if listened is None:  # no port to watch: the health answer says it all
-                        self.listening_at = time.monotonic()
-                    elif listened.done():
-                        seen = listened.result()
-                        self.listening_at = seen.listening_at
-                        if seen.healthy:  # the watcher asked the health URL right then
-                            return
-                    elif self._waker.by_output and target and health.is_listening(target):
-                        self.listening_at = time.monotonic()  # it printed: look now
-                if self.listening_at is not None and (
-                    url is None or await health.is_healthy(self._session, url)
-                ):
+                ready_at = await self._look(target, url, listened, printed=printed)
+                if ready_at is not None:
+                    self._became_healthy(ready_at)
                     return
                 polled_at = time.monotonic()
                 if polled_at - snapshot_at >= health.MAX_INTERVAL:  # helpers may leave the group
@@ -475,19 +481,18 @@ class ManagedProcess:
                 remaining = self._check_clocks(started, polled_at)
                 if target is None:
                     interval = next(backoff)  # a remote backend: back off, as before
-                elif self.listening_at is None:
-                    interval = health.MAX_INTERVAL  # the watcher wakes us when it listens
+                elif listened is not None and not listened.done():
+                    interval = health.MAX_INTERVAL  # the watcher wakes us when it is ready
                 else:
-                    interval = health.HEALTH_INTERVAL
-                # Wake on output too: servers print "listening"/"model loaded" as they become
-                # ready, so a new line is the best moment to look again.
+                    interval = health.HEALTH_INTERVAL  # https health: asked from the loop
                 await self._waker.wait(
                     min(interval, remaining),
                     exited,
                     on_output=True,
-                    also=listened if self.listening_at is None else None,
+                    also=listened if listened is not None and not listened.done() else None,
                 )
-                if self._waker.by_output:  # but never poll more often than the shortest interval
+                printed = self._waker.by_output
+                if printed:  # but never look more often than the shortest interval
                     gap = health.LISTEN_INTERVAL - (time.monotonic() - polled_at)
                     if gap > 0:
                         await self._waker.wait(gap, exited, on_output=False)
@@ -503,6 +508,39 @@ class ManagedProcess:
                 exited.cancel()
             if listened is not None and not listened.done():
                 listened.cancel()  # the watcher drops it
+
+    async def _look(
+        self,
+        target: tuple[str, int] | None,
+        url: str | None,
+        listened: asyncio.Future[listening.Seen] | None,
+        *,
+        printed: bool,
+    ) -> float | None:
+        """One look at readiness: when the backend became ready (monotonic), or None."""
+        if listened is None:  # no loopback port: the health answer says it all
+            self.listening_at = self.listening_at or time.monotonic()
+            healthy = url is None or await health.is_healthy(self._session, url)
+            return time.monotonic() if healthy else None
+        if listened.done():
+            seen = listened.result()
+            self.listening_at = seen.listening_at
+            if url is None or seen.healthy_at is not None:
+                return seen.healthy_at or seen.listening_at
+            # The thread saw it listen; an https health URL is asked from the loop.
+            return time.monotonic() if await health.is_healthy(self._session, url) else None
+        if not printed or target is None or not health.is_listening(target):
+            return None  # the thread looks; a printed line makes the loop look at once
+        self.listening_at = listening.WATCHER.listening(listened) or time.monotonic()
+        if url is None or await health.is_healthy(self._session, url):
+            return time.monotonic()
+        return None
+
+    def _became_healthy(self, at: float) -> None:
+        """Remember when this start's health answered, for the next start's watch."""
+        if self._started_monotonic is not None:
+            seconds = at - self._started_monotonic
+            self._healthy_history = [*self._healthy_history, seconds][-LISTEN_HISTORY:]
 
     def start_clock(self) -> tuple[float | None, float | None]:
         """(monotonic) when the current or last start began, and when its port first

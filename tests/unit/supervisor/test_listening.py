@@ -37,7 +37,8 @@ def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
 ) -> None:
     loop = asyncio.new_event_loop()
     try:
-        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, (12.0, 13.0))
+        future = loop.create_future()
+        watch = listening._Watch(("127.0.0.1", 1), loop, future, None, (12.0, 13.0), None)
         assert watch.interval(now) == pytest.approx(expected)
     finally:
         loop.close()
@@ -46,8 +47,10 @@ def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
 def test_without_a_window_it_looks_at_the_steady_interval() -> None:
     loop = asyncio.new_event_loop()
     try:
-        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, None)
+        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, None, None)
         assert watch.interval(0.0) == INTERVAL
+        watch.listening_at = 0.0  # then the health URL, at its own pace
+        assert watch.interval(0.0) == listening.HEALTH_INTERVAL
     finally:
         loop.close()
 
@@ -91,20 +94,36 @@ async def test_it_says_when_a_port_begins_to_listen() -> None:
         assert not seen.done()
         server.listen()
         result = await asyncio.wait_for(seen, HANG)
-    assert result.healthy is False  # no health URL was given
+    assert result.healthy_at is None  # no health URL was given
     assert watcher.watching() == 0
 
 
-@pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
-async def test_it_asks_the_health_url_once_the_port_listens(
-    http_server: HTTPServer, status: int, healthy: bool, monkeypatch: pytest.MonkeyPatch
+async def test_it_waits_for_a_2xx_health_answer_once_the_port_listens(
+    http_server: HTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_Health, "status", status)
+    monkeypatch.setattr(_Health, "status", 503)  # llama.cpp while it loads
     port = http_server.server_address[1]
     watcher = ListenWatcher()
     seen = watcher.watch(("127.0.0.1", port), health_url=f"http://127.0.0.1:{port}/health")
+    for _ in range(int(HANG / 0.01)):  # until the thread has seen the port listen
+        if watcher.listening(seen) is not None:
+            break
+        await asyncio.sleep(0.01)
+    listened_at = watcher.listening(seen)
+    assert listened_at is not None
+    await asyncio.sleep(0.05)  # several 503s: still not ready
+    assert not seen.done()
+    monkeypatch.setattr(_Health, "status", 200)
     result = await asyncio.wait_for(seen, HANG)
-    assert result.healthy is healthy  # 503 "loading": the start's own health polls go on
+    assert result.listening_at == listened_at
+    assert result.healthy_at is not None
+    assert result.healthy_at > result.listening_at
+
+
+def test_the_thread_asks_only_plain_http_health_urls() -> None:
+    assert listening.watchable(None)
+    assert listening.watchable("http://127.0.0.1:8080/health")
+    assert not listening.watchable("https://127.0.0.1:8080/health")
 
 
 async def test_a_cancelled_watch_is_dropped() -> None:
@@ -122,3 +141,16 @@ async def test_a_cancelled_watch_is_dropped() -> None:
 def test_a_health_url_that_is_not_plain_http_is_left_to_the_loop() -> None:
     assert listening.healthy_now("https://127.0.0.1:1/health") is False
     assert listening.healthy_now(f"http://127.0.0.1:{free_port()}/health") is False  # refused
+
+
+def test_once_listening_it_asks_health_often_only_where_health_answered_before() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        future = loop.create_future()
+        watch = listening._Watch(("127.0.0.1", 1), loop, future, "http://x/", None, (5.0, 6.0))
+        watch.listening_at = 1.0
+        assert watch.interval(2.0) == SLOW  # llama.cpp loading: a 503 now and then
+        assert watch.interval(5.5) == listening.FAST_HEALTH
+        assert watch.interval(7.0) == listening.HEALTH_INTERVAL
+    finally:
+        loop.close()
