@@ -115,11 +115,41 @@ def load(gw: Gateway, model: str) -> None:
     assert reply.status == 200, reply.body
 
 
-def seconds_until_gone(procs: list[psutil.Process], since: float) -> float:
-    """Wait until none of ``procs`` runs; seconds from ``since`` (fails after CEILING)."""
+def describe(proc: psutil.Process) -> str:
+    """One survivor, as a failure needs it: state, parent, cgroup, command line."""
+    try:
+        with proc.oneshot():
+            head = f"pid {proc.pid} {proc.status()} ppid {proc.ppid()} {proc.cmdline()!r}"
+        cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text().strip()
+    except (psutil.Error, OSError) as exc:
+        return f"pid {proc.pid}: {exc!r}"
+    return f"{head} cgroup {cgroup}"
+
+
+def keepers_left() -> list[str]:
+    """The keepers still running anywhere (what should have ended the survivors)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(part.endswith("keeper.py") for part in cmdline):
+            found.append(describe(proc))
+    return found
+
+
+def seconds_until_gone(
+    procs: list[psutil.Process], since: float, gw: Gateway | None = None
+) -> float:
+    """Wait until none of ``procs`` runs; seconds from ``since`` (fails after CEILING, saying
+    what each survivor is, which keepers remain and what the gateway logged)."""
     while any(alive(proc) for proc in procs):
         if time.monotonic() - since > CEILING:
-            pytest.fail(f"still alive after {CEILING} s: {[p.pid for p in procs if alive(p)]}")
+            survivors = "\n".join(describe(p) for p in procs if alive(p))
+            keepers = "\n".join(keepers_left()) or "(none)"
+            log = gw.log()[-6000:] if gw is not None else "(not kept)"
+            pytest.fail(
+                f"still alive after {CEILING} s:\n{survivors}\nkeepers:\n{keepers}\n"
+                f"gateway log:\n{log}"
+            )
         time.sleep(0.01)
     return round(time.monotonic() - since, 3)
 
@@ -186,8 +216,8 @@ def test_a_sigkilled_gateway_leaves_no_helper(
     assert gw.proc.wait(timeout=CEILING) == -signal.SIGKILL
 
     name = "stubborn_helpers" if stubborn else "helpers"
-    record(f"{name}_gone_after_gateway_sigkill_s", seconds_until_gone(procs, killed))
-    record(f"{name}_whole_tree_gone_after_gateway_sigkill_s", seconds_until_gone(tree, killed))
+    record(f"{name}_gone_after_gateway_sigkill_s", seconds_until_gone(procs, killed, gw))
+    record(f"{name}_whole_tree_gone_after_gateway_sigkill_s", seconds_until_gone(tree, killed, gw))
 
 
 def test_the_security_report_names_the_containment(gateway: StartGateway) -> None:
