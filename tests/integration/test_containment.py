@@ -18,7 +18,9 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -640,3 +642,53 @@ async def test_a_sigkilled_gateway_leaves_no_helper(
         record(f"{name}_helper_gone_after_gateway_sigkill_s", seconds)
     record("whole_tree_gone_after_gateway_sigkill_s", await seconds_until_gone(everything, killed))
     record("processes_in_the_tree", len(everything))
+
+
+def wait_until(done: Callable[[], bool], what: str) -> None:
+    """Poll until ``done()``; fail naming ``what`` after CEILING."""
+    deadline = time.monotonic() + CEILING
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {CEILING} s")
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gateway_gone_with_the_keepers_reply_unread_still_ends_the_tree(
+    mode: str, containment: Containment, tracker: ProcessTracker, tmp_path: Path
+) -> None:
+    """A gateway killed after the keeper replied but before it read the reply closes its end of
+    the socket with that line unread: the keeper's next read is then ECONNRESET, not
+    end-of-file. It is the gateway's end all the same, and the keeper ends its tree (it once
+    died of the error instead, and the SIGTERM-ignoring helper lived on under init)."""
+    pidfile = tmp_path / "helper.pid"
+    argv = [sys.executable, str(SPAWNER), "--mode", mode, "--pidfile", str(pidfile)]
+    argv += ["--stubborn", "--", "sleep", "60"]
+    cgroup = containment.new_cgroup("unread")
+    spec = keeper.Spec(argv, cgroup=str(cgroup) if cgroup is not None else None)
+    ours, theirs = socket.socketpair()  # this test plays the gateway: the keeper's parent
+    with ours:
+        with theirs:
+            keeper_proc = subprocess.Popen(
+                [*kept.KEEPER_ARGV, "--gateway", str(os.getpid())],
+                stdin=theirs.fileno(),
+                start_new_session=True,
+            )
+        tracker.add(keeper_proc.pid)
+        try:
+            ours.sendall(keeper.encode_spec(spec))
+            readable, _, _ = select.select([ours], [], [], CEILING)
+            assert readable, "the keeper did not reply"  # the reply waits, unread, in our end
+            wait_until(pidfile.exists, "the helper announcing itself")
+            helper = the_helper(pidfile, tracker)
+            ours.close()  # with the reply unread, as a SIGKILLed gateway's end is closed
+
+            wait_until(lambda: not is_alive(helper), "the helper ending")
+            code = keeper_proc.wait(CEILING)
+        finally:
+            if keeper_proc.poll() is None:
+                keeper_proc.kill()
+                keeper_proc.wait()
+    assert code == -signal.SIGTERM  # as its backend ended: SIGTERMed, not a keeper's crash
+    if cgroup is not None:
+        assert not cgroup.exists()

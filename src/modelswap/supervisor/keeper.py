@@ -14,8 +14,9 @@ costs a bare interpreter's; it never imports modelswap. The keeper
 * forwards SIGTERM/SIGINT/SIGHUP to the backend's group and reaps every orphan it adopts;
   says ``exited STATUS`` on the socket the moment the backend itself has exited;
 * when the backend exits, the gateway says ``kill``, or the gateway is gone (end-of-file on the
-  socket, ``PR_SET_PDEATHSIG``, or ``getppid()`` changing — the parent-death signal alone fires
-  when the gateway's *thread* exits, and not at all if the gateway died before ``prctl``):
+  socket or ECONNRESET, ``PR_SET_PDEATHSIG``, or ``getppid()`` changing — the parent-death
+  signal alone fires when the gateway's *thread* exits, and not at all if the gateway died
+  before ``prctl``):
   SIGTERMs every remaining descendant (and member of its cgroup), waits ``grace`` seconds,
   SIGKILLs (``cgroup.kill``), and waits until none remains;
 * then exits as the backend did: same exit code, or the same signal raised on itself, so the
@@ -486,7 +487,13 @@ class Keeper:
                 if signum in FORWARDED and self.status is None:
                     self._signal_backend_group(signal.Signals(signum))
         if self.control is not None and self.control in readable:
-            message = os.read(self.control, 256)
+            try:
+                message = os.read(self.control, 256)
+            except OSError:
+                # ECONNRESET, not end-of-file, when the gateway died with a line of ours
+                # unread (the start's reply, "exited"): gone all the same. Raised, it would
+                # end the keeper and leave the tree it keeps running.
+                message = b""
             if not message:
                 self.gateway_gone = True
                 self.control = None
