@@ -177,17 +177,10 @@ async def _reply(control: socket.socket, proc: asyncio.subprocess.Process) -> by
     return data
 
 
-async def spawn(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cgroup: Path | None = None,
-    grace: float = keeper.DEFAULT_GRACE,
-) -> Kept:
-    """Start ``argv`` under a keeper, stdout and stderr to one pipe.
-
-    Raises OSError (errno, strerror, ``argv[0]``) when the command cannot be executed — the
-    error a direct spawn would raise — and :class:`KeeperError` when the keeper fails."""
+async def _launch_keeper(*extra_argv: str) -> tuple[asyncio.subprocess.Process, socket.socket]:
+    """Start a keeper (``extra_argv`` after ``--gateway PID``: a spare's) in its own session,
+    one end of a socketpair on its stdin, stdout and stderr to one pipe; the keeper and the
+    gateway's end of the socket (non-blocking). Raises KeeperError when it cannot be started."""
     control, theirs = socket.socketpair()
     try:
         try:
@@ -195,6 +188,7 @@ async def spawn(
                 *KEEPER_ARGV,
                 "--gateway",
                 str(os.getpid()),
+                *extra_argv,
                 stdin=theirs.fileno(),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -208,6 +202,21 @@ async def spawn(
             raise KeeperError(f"cannot start the keeper ({sys.executable}): {exc}") from exc
         raise
     control.setblocking(False)
+    return proc, control
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cgroup: Path | None = None,
+    grace: float = keeper.DEFAULT_GRACE,
+) -> Kept:
+    """Start ``argv`` under a keeper, stdout and stderr to one pipe.
+
+    Raises OSError (errno, strerror, ``argv[0]``) when the command cannot be executed — the
+    error a direct spawn would raise — and :class:`KeeperError` when the keeper fails."""
+    proc, control = await _launch_keeper()
     try:
         where = str(cgroup) if cgroup is not None else None
         spec = keeper.Spec(list(argv), grace, where, dict(env))
@@ -305,28 +314,7 @@ class Spare:
 
 async def spawn_spare(cgroup: Path | None = None) -> Spare:
     """Start a spare keeper whose child waits, in ``cgroup`` if given, for the command."""
-    control, theirs = socket.socketpair()
-    try:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *KEEPER_ARGV,
-                "--gateway",
-                str(os.getpid()),
-                keeper.SPARE,
-                str(cgroup) if cgroup is not None else "",
-                stdin=theirs.fileno(),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            theirs.close()
-    except BaseException as exc:
-        control.close()
-        if isinstance(exc, OSError):
-            raise KeeperError(f"cannot start the keeper ({sys.executable}): {exc}") from exc
-        raise
-    control.setblocking(False)
+    proc, control = await _launch_keeper(keeper.SPARE, str(cgroup) if cgroup is not None else "")
     try:
         reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
     except BaseException as exc:
