@@ -33,7 +33,14 @@ TITLES = {
 
 
 def _silent(quick: bool) -> dict[str, Any]:
-    return silent_start.measure(rounds=2 if quick else 7, poll_load=1.0 if quick else 3.0)
+    """The silent-bind fake, and (``llamacpp``) one that binds first and answers 503 while it
+    loads: both ways a backend makes the gateway wait."""
+    rounds, poll_load = (2, 1.0) if quick else (9, 3.0)
+    figures = silent_start.measure(rounds=rounds, poll_load=poll_load)
+    figures["llamacpp"] = silent_start.measure(
+        rounds=rounds, poll_load=poll_load, flavor="llamacpp"
+    )
+    return figures
 
 
 def _llamacpp(quick: bool) -> dict[str, Any]:
@@ -80,6 +87,14 @@ def _ms(values: list[float]) -> str:
     )
 
 
+def _median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.1f}"
+
+
+def _share(cpu: float, wall: float) -> str:
+    return f"{cpu / wall * 100:.2f} % of a core" if wall > 0 else "n/a"
+
+
 def _load(data: dict[str, Any]) -> str:
     before = ", ".join(f"{x:.2f}" for x in data["load_before"])
     after = ", ".join(f"{x:.2f}" for x in data["load_after"])
@@ -100,19 +115,29 @@ def render(extras: dict[str, dict[str, Any]]) -> list[str]:
             lines += [f"Skipped: {data['skipped']}.", ""]
             continue
         if name == "silent":
-            share = 100 * data["poll_cpu"] / data["poll_wall"]
             lines += [
                 f"`bench/silent_start.py`: {data['rounds']} rounds, the fake loads "
-                f"{data['load_delay']:g} s in silence, binds and is ready at once. ms, median "
-                "(min–max):",
+                f"{data['load_delay']:g} s in silence; `vllm`: binds when ready, `llamacpp`: "
+                "binds first and answers 503 while it loads. The share is measured against the "
+                "fake's own monotonic stamps (spawn, listen, request). ms, median (min–max):",
                 "",
-                "| direct spawn → healthy | direct warm first byte | gateway cold first byte "
-                "| gateway's share | gateway CPU while a start runs |",
-                "|---|---|---|---|---|",
-                f"| {_ms(data['direct_healthy'])} | {_ms(data['direct_warm'])} "
-                f"| {_ms(data['cold'])} | **{_ms(data['share'])}** "
-                f"| {share:.1f} % of one core ({data['poll_load']:g} s start) |",
+                "| backend | direct spawn → healthy | gateway cold first byte "
+                "| gateway's share | of it: spawn / listen → request / reply, vs direct "
+                "| polling CPU, repeated start | a model's first start |",
+                "|---|---|---|---|---|---|---|",
             ]
+            for flavor, figures in (("vllm", data), ("llamacpp", data.get("llamacpp"))):
+                if not figures:
+                    continue
+                parts = figures["share_parts"]
+                lines.append(
+                    f"| {flavor} | {_ms(figures['direct_healthy'])} | {_ms(figures['cold'])} "
+                    f"| **{_ms(figures['share'])}** "
+                    f"| {_median_ms(parts['spawn'])} / {_median_ms(parts['detect'])} / "
+                    f"{_median_ms(parts['reply'])} "
+                    f"| {_share(figures['poll_cpu'], figures['poll_wall'])} "
+                    f"| {_share(figures['first_poll_cpu'], figures['first_poll_wall'])} |"
+                )
         elif name == "llamacpp":
             lines += [
                 f"`bench/cold_start.py`: {data['rounds']} rounds, SmolLM2-135M, -c 2048, a "

@@ -184,7 +184,9 @@ def _extra_goals(extras: dict[str, Any]) -> list[Goal]:
     if "share" not in silent:
         return []
     share = statistics.median(silent["share"])
-    cpu = silent["poll_cpu"] / silent["poll_wall"]
+    measured = [silent, *([silent["llamacpp"]] if "llamacpp" in silent else [])]
+    repeated = max(m["poll_cpu"] / m["poll_wall"] for m in measured)
+    first = max(m["first_poll_cpu"] / m["first_poll_wall"] for m in measured)
     return [
         Goal(
             "silent backend: gateway's share ≤ 10 ms median (issue 21)",
@@ -193,10 +195,17 @@ def _extra_goals(extras: dict[str, Any]) -> list[Goal]:
             _verdict(share <= 0.010),
         ),
         Goal(
-            "silent backend: polling ≤ 2 % of a core while a start runs (issue 21)",
+            "silent or 503-while-loading backend: polling ≤ 2 % of a core while a start runs "
+            "(issue 21; the worse of the two, a model started before)",
             "modelswap",
-            f"{cpu * 100:.1f} %",
-            _verdict(cpu <= 0.02),
+            f"{repeated * 100:.2f} %",
+            _verdict(repeated <= 0.02),
+        ),
+        Goal(
+            "the same, a model's first start since the gateway started (no history to aim by)",
+            "modelswap",
+            f"{first * 100:.2f} %",
+            _verdict(first <= 0.02),
         ),
     ]
 
