@@ -146,13 +146,29 @@ def _anchor_keys(loader: _Loader, root: yaml.Node | None) -> frozenset[str]:
     return frozenset(found)
 
 
+def _unreadable(text: str, exc: yaml.reader.ReaderError) -> str:
+    """A character YAML does not allow, with its line and column (not a traceback)."""
+    before = text[: exc.position]
+    line, column = before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1
+    return (
+        f"invalid YAML at line {line}, column {column}: character U+{exc.character:04X} is not "
+        "allowed (a control character; write it as an escape such as \\x01 in a "
+        "double-quoted string, or remove it)"
+    )
+
+
 def _parse_yaml(text: str) -> tuple[dict[Any, Any], frozenset[str]]:
     """The YAML mapping, and its top-level keys that only hold anchors (``_anchor_keys``)."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # it checks every character at once: a control one fails here
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError([("", _unreadable(text, exc))]) from None
     try:
         root = loader.get_single_node()
         data = None if root is None else loader.construct_document(root)
         anchor_keys = _anchor_keys(loader, root)
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError([("", _unreadable(text, exc))]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -219,6 +219,18 @@ def test_load_model_id_with_surrounding_spaces_is_an_error() -> None:
 # --- document level -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("character", ["\x01", "\x1b", "\ufffe"])
+def test_a_character_yaml_refuses_is_one_message_with_its_place_not_a_traceback(
+    character: str,
+) -> None:
+    found = problems(f'models:\n  m: {{cmd: "a{character}b"}}\n')
+    assert len(found) == 1
+    path, message = found[0]
+    assert path == ""
+    assert message.startswith("invalid YAML at line 2, column 14: character U+")
+    assert f"U+{ord(character):04X}" in message
+
+
 def test_load_yaml_syntax_error_names_line_and_column() -> None:
     found = problems("models:\n  m:\n    cmd: [unclosed\n")
     assert len(found) == 1
