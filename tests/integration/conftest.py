@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import os
 import re
+import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +25,8 @@ from tests.e2e.conftest import free_port_range
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.config import ModelConfig, Timeouts
 from modelswap.events import EventBus
+from modelswap.supervisor import cgroups
+from modelswap.supervisor.containment import CGROUP, Containment, detect
 from modelswap.supervisor.process import ManagedProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,6 +109,36 @@ def tracker() -> Iterator[ProcessTracker]:
     tracked = ProcessTracker()
     yield tracked
     tracked.kill_all()
+
+
+@pytest.fixture(scope="module")
+def writable_cgroup() -> Iterator[Containment]:
+    """The cgroup mechanism: the one this machine offers, else a cgroup2 mount of our own (as
+    root); skipped with the reason where neither is possible."""
+    found = detect()
+    if found.mechanism == CGROUP:
+        yield found
+        return
+    if os.geteuid() != 0:
+        pytest.skip(f"no writable cgroup v2 ({found.detail}), and not root to mount one")
+    mount = Path(tempfile.mkdtemp(prefix="modelswap-cgroup2-"))
+    done = subprocess.run(
+        ["mount", "-t", "cgroup2", "none", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        mount.rmdir()
+        pytest.skip(f"no writable cgroup v2 ({found.detail}); mount failed: {done.stderr.strip()}")
+    try:
+        reason = cgroups.check_base(mount)  # our own cgroup in a fresh mount is its root
+        if reason is not None:
+            pytest.skip(f"the test's cgroup2 mount is not usable: {reason}")
+        yield Containment(CGROUP, f"a cgroup2 mount of the tests' own at {mount}", mount)
+    finally:
+        for leftover in mount.glob(f"{cgroups.PREFIX}{os.getpid()}-*"):
+            cgroups.end(leftover)
+        subprocess.run(["umount", str(mount)], check=False)
+        with contextlib.suppress(OSError):
+            mount.rmdir()
 
 
 @pytest.fixture(name="free_port")

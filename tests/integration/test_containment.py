@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,7 +47,7 @@ from modelswap.errors import StartError
 from modelswap.events import Event, EventBus
 from modelswap.states import ProcessState
 from modelswap.supervisor import cgroups, keeper, kept
-from modelswap.supervisor.containment import CGROUP, SUBREAPER, Containment, detect
+from modelswap.supervisor.containment import CGROUP, SUBREAPER, Containment
 from modelswap.supervisor.leftovers import BackendRecord
 
 pytestmark = pytest.mark.integration
@@ -62,36 +61,6 @@ Record = Callable[[str, object], None]
 
 
 # ---- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def writable_cgroup() -> Iterator[Containment]:
-    """The cgroup mechanism: the one this machine offers, else a cgroup2 mount of our own (as
-    root); skipped with the reason where neither is possible."""
-    found = detect()
-    if found.mechanism == CGROUP:
-        yield found
-        return
-    if os.geteuid() != 0:
-        pytest.skip(f"no writable cgroup v2 ({found.detail}), and not root to mount one")
-    mount = Path(tempfile.mkdtemp(prefix="modelswap-cgroup2-"))
-    done = subprocess.run(
-        ["mount", "-t", "cgroup2", "none", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        mount.rmdir()
-        pytest.skip(f"no writable cgroup v2 ({found.detail}); mount failed: {done.stderr.strip()}")
-    try:
-        reason = cgroups.check_base(mount)  # our own cgroup in a fresh mount is its root
-        if reason is not None:
-            pytest.skip(f"the test's cgroup2 mount is not usable: {reason}")
-        yield Containment(CGROUP, f"a cgroup2 mount of the tests' own at {mount}", mount)
-    finally:
-        for leftover in mount.glob(f"{cgroups.PREFIX}{os.getpid()}-*"):
-            cgroups.end(leftover)
-        subprocess.run(["umount", str(mount)], check=False)
-        with contextlib.suppress(OSError):
-            mount.rmdir()
 
 
 def kill_announced_helpers(directory: Path) -> None:
