@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -34,13 +34,36 @@ from tests.integration.conftest import (
 
 from modelswap.events import Event, EventBus
 from modelswap.states import ProcessState
-from modelswap.supervisor.reaper import GRACE_SECONDS, Reaper
+from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor.containment import Containment, detect
+from modelswap.supervisor.reaper import GRACE_SECONDS, Reaper, gateway_cgroup_bases
 
 pytestmark = pytest.mark.integration
 
 ORPHAN_GATEWAY = REPO / "tests" / "fakes" / "orphan_gateway.py"
 REAP_DEADLINE = 60.0  # the watchdog's grace for SIGTERM-ignorers is GRACE_SECONDS (1.5 s)
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+CEILING = 30.0  # only ends a hang: what is awaited happens within ~2 s
+# Ignores SIGTERM; joins the cgroup argv[1] first if given. With argv[2], its SIGTERM handler
+# forks a child (SIGTERM ignored too) that writes its pid there: a process born during the
+# watchdog's grace, after its last look at the cgroup, that no snapshot of its ever saw.
+STUBBORN = """\
+import os, signal, sys, time
+if len(sys.argv) > 1 and sys.argv[1]:
+    with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as f:
+        f.write("0")
+def fork_hidden(signum, frame):
+    if len(sys.argv) > 2 and os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(sys.argv[2] + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+        time.sleep(120)
+        os._exit(0)
+signal.signal(signal.SIGTERM, fork_hidden)
+print("ok", flush=True)
+time.sleep(120)
+"""
 
 
 def read_line(proc: subprocess.Popen[bytes], timeout: float, errors: Path) -> bytes:
@@ -111,6 +134,54 @@ def start_sleeper(started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[by
     proc = subprocess.Popen(SLEEPER, start_new_session=True, stdin=subprocess.DEVNULL)
     started.append(proc)
     return proc
+
+
+def start_stubborn(
+    started: list[subprocess.Popen[bytes]], cgroup: Path | None = None, hidden: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A SIGTERM-ignoring process (in its own session; in ``cgroup`` if given), once it ignores
+    SIGTERM; with ``hidden``, SIGTERM makes it fork the child that announces itself there."""
+    args = [str(cgroup or ""), *([str(hidden)] if hidden else [])]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUBBORN, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    started.append(proc)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ok\n"  # SIGTERM is ignored from here on
+    proc.stdout.close()
+    return proc
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + CEILING
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {CEILING} s: {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def cgroup_base(writable_cgroup: Containment) -> Path:
+    """Where this process (the tests' stand-in gateway) makes backends' cgroups."""
+    base = writable_cgroup.cgroup_base
+    assert base is not None
+    looked = gateway_cgroup_bases(os.getpid())
+    if base not in looked:
+        # The gateway's own base always holds its cgroup; only a mount of the tests' may not.
+        assert detect().cgroup_base != base, f"the watchdog looks in {looked}, not {base}"
+        pytest.skip(f"{base} does not hold this process's cgroup, where the watchdog looks")
+    return base
+
+
+@pytest.fixture
+def backend_cgroup(cgroup_base: Path) -> Iterator[Path]:
+    """A cgroup as the gateway makes one for a backend; ended and removed in teardown."""
+    path = cgroups.make(cgroup_base, "reaper-test")
+    yield path
+    cgroups.end(path)
 
 
 # ---- the guarantee: a SIGKILLed gateway leaves nothing behind ------------------------------
@@ -197,21 +268,7 @@ def test_close_with_nothing_registered_exits_promptly(reaper: Reaper) -> None:
 def test_sigterm_ignoring_process_gets_sigkill(
     reaper: Reaper, sleeper: list[subprocess.Popen[bytes]]
 ) -> None:
-    stubborn = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ok', flush=True); time.sleep(120)",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    sleeper.append(stubborn)
-    assert stubborn.stdout is not None
-    assert stubborn.stdout.readline() == b"ok\n"  # SIGTERM is ignored from here on
-    stubborn.stdout.close()
+    stubborn = start_stubborn(sleeper)
     reaper.register(stubborn.pid)
 
     started = time.monotonic()
@@ -219,6 +276,132 @@ def test_sigterm_ignoring_process_gets_sigkill(
 
     assert stubborn.wait(timeout=60) == -signal.SIGKILL
     assert time.monotonic() - started >= GRACE_SECONDS  # SIGKILL only after the grace
+
+
+def test_the_backend_cgroup_ends_what_no_snapshot_saw(
+    reaper: Reaper,
+    sleeper: list[subprocess.Popen[bytes]],
+    backend_cgroup: Path,
+    tracker: ProcessTracker,
+    tmp_path: Path,
+) -> None:
+    """A keeper killed before its own ``cgroup.kill``: the watchdog's does it. The helper
+    joined the cgroup after the registration, outside the registered tree, and forks a
+    SIGTERM-ignoring child when the watchdog's SIGTERM comes — one that only the cgroup holds."""
+    root = start_sleeper(sleeper)  # the keeper's place: the registered tree
+    reaper.register(root.pid, backend_cgroup)
+    hidden = tmp_path / "hidden.pid"
+    helper = start_stubborn(sleeper, backend_cgroup, hidden)
+    assert keeper.cgroup_pids(str(backend_cgroup)) == {helper.pid}
+    assert helper.pid not in {child.pid for child in psutil.Process(root.pid).children(True)}
+
+    reaper.close()  # as if the gateway died
+
+    assert helper.wait(timeout=CEILING) == -signal.SIGKILL
+    assert root.wait(timeout=CEILING) == -signal.SIGTERM
+    wait_until(lambda: not backend_cgroup.exists(), f"{backend_cgroup} removed")
+    if not hidden.exists():
+        pytest.skip(
+            "the helper was killed before its SIGTERM handler forked (starved for the "
+            "whole grace): no hidden child to check this time"
+        )
+    child = psutil.Process(int(hidden.read_text()))
+    tracker.add(child.pid)
+    assert not is_alive(child), "the child born into the cgroup during the grace survived"
+
+
+async def test_the_watchdog_ends_a_backend_cgroup_its_keeper_cannot(
+    reaper: Reaper,
+    writable_cgroup: Containment,
+    cgroup_base: Path,
+    make_model: MakeModel,
+    make_process: MakeProcess,
+    tracker: ProcessTracker,
+) -> None:
+    """The gateway registers each backend's cgroup with its keeper: a keeper that cannot act
+    (stopped here, as a starved one is slow) leaves its cgroup to the watchdog, which kills
+    and removes it."""
+    config = make_model("--ignore-sigterm")
+    process = make_process(config, reaper=reaper, containment=writable_cgroup)
+    await process.ensure_ready()
+    assert process.pid is not None
+    assert process.keeper_pid is not None
+    tracker.add(process.keeper_pid)
+    # Not in a thread: this loop, and so the ManagedProcess, does nothing until it returns.
+    close_with_the_keeper_stopped(reaper, cgroup_base, process.pid, process.keeper_pid)
+
+
+def close_with_the_keeper_stopped(reaper: Reaper, base: Path, backend_pid: int, pid: int) -> None:
+    backend, keeper_proc = psutil.Process(backend_pid), psutil.Process(pid)
+    own = cgroups.own_cgroup(Path(f"/proc/{backend_pid}/cgroup").read_text()) or ""
+    directory = base / own.rsplit("/", 1)[1]
+    assert cgroups.owner(directory.name) == os.getpid(), own
+    assert reaper.pid is not None
+    watchdog = psutil.Process(reaper.pid)
+    os.kill(pid, signal.SIGSTOP)
+
+    reaper.close()
+
+    assert not survivors({"watchdog": watchdog}, time.monotonic() + CEILING), "watchdog lingers"
+    assert not directory.exists(), "the watchdog did not remove the backend's cgroup"
+    assert not is_alive(backend)
+    assert not is_alive(keeper_proc)
+
+
+def test_a_cgroup_not_of_this_gateway_is_left_alone(
+    reaper: Reaper,
+    sleeper: list[subprocess.Popen[bytes]],
+    cgroup_base: Path,
+) -> None:
+    """A ``+`` line naming a cgroup the gateway did not make: neither killed nor removed."""
+    others = [
+        cgroup_base / f"other-{os.getpid()}-reaper-test",
+        cgroup_base / f"{cgroups.PREFIX}{os.getppid()}-1-reaper-test",  # another "gateway"'s
+    ]
+    try:
+        for path in others:
+            path.mkdir()
+        outsider = start_stubborn(sleeper, others[0])
+        roots = [start_sleeper(sleeper) for _ in others]
+        for root, path in zip(roots, others, strict=True):
+            reaper.register(root.pid, path)
+        watchdog = psutil.Process(reaper.pid or 0)
+
+        reaper.close()
+
+        for root in roots:  # the watchdog did reap what was registered
+            assert root.wait(timeout=CEILING) == -signal.SIGTERM
+        assert not survivors({"watchdog": watchdog}, time.monotonic() + CEILING)
+        assert outsider.poll() is None
+        assert keeper.cgroup_pids(str(others[0])) == {outsider.pid}
+        assert all(path.is_dir() for path in others)
+    finally:
+        for path in others:
+            cgroups.end(path)
+
+
+def test_a_cgroup_path_outside_the_gateway_cgroups_is_never_written(
+    reaper: Reaper, sleeper: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """Looks like one of ours by name, but is a plain directory outside every cgroup mount;
+    and the same reached through ``..``."""
+    fake = tmp_path / f"{cgroups.PREFIX}{os.getpid()}-1-fake"
+    fake.mkdir()
+    for name in ("cgroup.procs", "cgroup.kill", "cgroup.events"):
+        (fake / name).write_text("")
+    paths = [fake, tmp_path / "x" / ".." / fake.name]
+    roots = [start_sleeper(sleeper) for _ in paths]
+    for root, path in zip(roots, paths, strict=True):
+        reaper.register(root.pid, path)
+    watchdog = psutil.Process(reaper.pid or 0)
+
+    reaper.close()
+
+    for root in roots:
+        assert root.wait(timeout=CEILING) == -signal.SIGTERM
+    assert not survivors({"watchdog": watchdog}, time.monotonic() + CEILING)
+    assert (fake / "cgroup.kill").read_text() == ""
+    assert fake.is_dir()
 
 
 def test_reaper_methods_never_raise_once_the_watchdog_is_gone(

@@ -134,6 +134,13 @@ def make(base: Path, model: str) -> Path:
     return path
 
 
+def owner(name: str) -> int | None:
+    """The gateway pid in a backend cgroup's name (``modelswap-<pid>-<n>-...``); None if the
+    name is not one of ours."""
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
 def sweep_stale(base: Path) -> int:
     """Remove the empty cgroups of gateways that are no longer alive; how many went.
 
@@ -142,8 +149,8 @@ def sweep_stale(base: Path) -> int:
     removed = 0
     with contextlib.suppress(OSError):
         for entry in base.iterdir():
-            match = _NAME.match(entry.name)
-            if match is None or psutil.pid_exists(int(match.group(1))):
+            pid = owner(entry.name)
+            if pid is None or psutil.pid_exists(pid):
                 continue
             with contextlib.suppress(OSError):
                 entry.rmdir()

@@ -403,9 +403,10 @@ class ManagedProcess:
         cgroup = proc.cgroup
         if cgroup is not None and not proc.in_cgroup:
             self.logs.append(f"[modelswap] could not place the backend in cgroup {cgroup}")
-        # The keeper is the root of the whole tree: orphaned helpers reparent to it.
+        # The keeper is the root of the whole tree: orphaned helpers reparent to it; the
+        # cgroup holds even those that no snapshot sees.
         if self._reaper is not None:
-            self._reaper.register(proc.keeper_pid)
+            self._reaper.register(proc.keeper_pid, cgroup if proc.in_cgroup else None)
         if self._record is not None:
             self._record.add(self.model, proc.keeper_pid)
         self._pump_task = asyncio.get_running_loop().create_task(
