@@ -91,8 +91,12 @@ def _median_ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.1f}"
 
 
-def _share(cpu: float, wall: float) -> str:
-    return f"{cpu / wall * 100:.2f} % of a core" if wall > 0 else "n/a"
+def _share(cpu: float, wall: float, idle: float) -> str:
+    """CPU per second of waiting, and (bold) what the wait adds to the idle gateway's."""
+    if wall <= 0:
+        return "n/a"
+    share = cpu / wall
+    return f"{share * 100:.2f} % (**+{(share - idle) * 100:.2f} %**)"
 
 
 def _load(data: dict[str, Any]) -> str:
@@ -123,20 +127,20 @@ def render(extras: dict[str, dict[str, Any]]) -> list[str]:
                 "",
                 "| backend | direct spawn → healthy | gateway cold first byte "
                 "| gateway's share | of it: spawn / listen → request / reply, vs direct "
-                "| polling CPU, repeated start | a model's first start |",
+                "| CPU per s of a start (above idle): repeated start | a model's first start |",
                 "|---|---|---|---|---|---|---|",
             ]
             for flavor, figures in (("vllm", data), ("llamacpp", data.get("llamacpp"))):
                 if not figures:
                     continue
-                parts = figures["share_parts"]
+                parts, idle = figures["share_parts"], figures["idle_cpu_share"]
                 lines.append(
                     f"| {flavor} | {_ms(figures['direct_healthy'])} | {_ms(figures['cold'])} "
                     f"| **{_ms(figures['share'])}** "
                     f"| {_median_ms(parts['spawn'])} / {_median_ms(parts['detect'])} / "
                     f"{_median_ms(parts['reply'])} "
-                    f"| {_share(figures['poll_cpu'], figures['poll_wall'])} "
-                    f"| {_share(figures['first_poll_cpu'], figures['first_poll_wall'])} |"
+                    f"| {_share(figures['poll_cpu'], figures['poll_wall'], idle)} "
+                    f"| {_share(figures['first_poll_cpu'], figures['first_poll_wall'], idle)} |"
                 )
         elif name == "llamacpp":
             lines += [

@@ -185,8 +185,9 @@ def _extra_goals(extras: dict[str, Any]) -> list[Goal]:
         return []
     share = statistics.median(silent["share"])
     measured = [silent, *([silent["llamacpp"]] if "llamacpp" in silent else [])]
-    repeated = max(m["poll_cpu"] / m["poll_wall"] for m in measured)
-    first = max(m["first_poll_cpu"] / m["first_poll_wall"] for m in measured)
+    # What waiting adds: the gateway's CPU per second of a start, less its CPU while idle.
+    repeated = max(m["poll_cpu"] / m["poll_wall"] - m["idle_cpu_share"] for m in measured)
+    first = max(m["first_poll_cpu"] / m["first_poll_wall"] - m["idle_cpu_share"] for m in measured)
     return [
         Goal(
             "silent backend: gateway's share ≤ 10 ms median (issue 21)",
@@ -196,13 +197,14 @@ def _extra_goals(extras: dict[str, Any]) -> list[Goal]:
         ),
         Goal(
             "silent or 503-while-loading backend: polling ≤ 2 % of a core while a start runs "
-            "(issue 21; the worse of the two, a model started before)",
+            "(issue 21; above the idle gateway's own; the worse of the two; a model with "
+            "starts in stats.json)",
             "modelswap",
             f"{repeated * 100:.2f} %",
             _verdict(repeated <= 0.02),
         ),
         Goal(
-            "the same, a model's first start since the gateway started (no history to aim by)",
+            "the same, a model's first start ever (no history to aim by)",
             "modelswap",
             f"{first * 100:.2f} %",
             _verdict(first <= 0.02),

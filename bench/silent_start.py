@@ -254,7 +254,8 @@ def ms(values: list[float]) -> str:
 
 
 def report(r: dict[str, Any]) -> list[str]:
-    cpu, wall = r["poll_cpu"], r["poll_wall"]
+    cpu, wall, idle = r["poll_cpu"], r["poll_wall"], r["idle_cpu_share"]
+    first = r["first_poll_cpu"] / r["first_poll_wall"]
     parts = r["share_parts"]
     return [
         f"rounds: {r['rounds']}, silent load {r['load_delay']} s, flavor {r['flavor']}",
@@ -267,8 +268,9 @@ def report(r: dict[str, Any]) -> list[str]:
         f"  reply (vs direct):        {ms(parts['reply'])}",
         f"end to end (noisy):        {ms(r['share_end_to_end'])}",
         f"gateway CPU per second of a silent start: {cpu:.3f} s in {wall:.2f} s "
-        f"= {cpu / wall * 100:.2f} % of one core (idle: {r['idle_cpu_share'] * 100:.2f} %)",
-        f"  a model's first start:   {r['first_poll_cpu'] / r['first_poll_wall'] * 100:.2f} %",
+        f"= {cpu / wall * 100:.2f} % of one core (idle: {idle * 100:.2f} %; "
+        f"polling: {(cpu / wall - idle) * 100:.2f} %)",
+        f"  a model's first start:   {first * 100:.2f} % (polling: {(first - idle) * 100:.2f} %)",
     ]
 
 

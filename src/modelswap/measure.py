@@ -33,11 +33,13 @@ NVIDIA_TIMEOUT = 5.0
 
 
 class StatsStore:
-    """Per model: the last start times and the peak memory per resource (bytes)."""
+    """Per model: the last start times (start -> ready, and start -> its port listening) and
+    the peak memory per resource (bytes)."""
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
         self._starts: dict[str, list[float]] = {}
+        self._listens: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
         self._save_timer: asyncio.TimerHandle | None = None
         self._load()
@@ -51,6 +53,9 @@ class StatsStore:
                 starts = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
                 peaks = {str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()}
                 self._starts[model], self._peaks[model] = starts, peaks
+                listens = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
+                if listens:
+                    self._listens[model] = listens
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s: %s", self._path, exc)
 
@@ -67,13 +72,14 @@ class StatsStore:
             self._save_timer = None
         if self._path is None:
             return
-        data = {
-            "version": 1,
-            "models": {
-                m: {"start_seconds": self._starts.get(m, []), "peak_bytes": self._peaks.get(m, {})}
-                for m in sorted(set(self._starts) | set(self._peaks))
-            },
-        }
+        models: dict[str, dict[str, object]] = {}
+        for m in sorted(set(self._starts) | set(self._peaks) | set(self._listens)):
+            entry: dict[str, object] = {"start_seconds": self._starts.get(m, [])}
+            if m in self._listens:
+                entry["listen_seconds"] = self._listens[m]
+            entry["peak_bytes"] = self._peaks.get(m, {})
+            models[m] = entry
+        data = {"version": 1, "models": models}
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".stats-")
@@ -87,6 +93,16 @@ class StatsStore:
         starts = self._starts.setdefault(model, [])
         starts.append(round(seconds, 3))
         del starts[:-KEEP_STARTS]
+
+    def record_listen(self, model: str, seconds: float) -> None:
+        listens = self._listens.setdefault(model, [])
+        listens.append(round(seconds, 4))
+        del listens[:-KEEP_STARTS]
+
+    def readiness(self, model: str, last: int) -> tuple[list[float], list[float]]:
+        """The ``last`` starts' seconds to listening and to ready: where the listen watcher
+        looks hardest in the next start (``supervisor/listening.py``)."""
+        return self._listens.get(model, [])[-last:], self._starts.get(model, [])[-last:]
 
     def median_start(self, model: str) -> float:
         starts = self._starts.get(model)

@@ -54,7 +54,7 @@ from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
-from modelswap.supervisor.process import ManagedProcess
+from modelswap.supervisor.process import LISTEN_HISTORY, ManagedProcess
 from modelswap.supervisor.reaper import Reaper
 from modelswap.supervisor.spare import Launcher
 
@@ -270,8 +270,11 @@ class Runtime:
     def _record_start(self, event: Event) -> None:
         if event.kind == "process.state" and event.data.get("new") is ProcessState.READY:
             seconds = event.data.get("start_seconds")
+            listened = event.data.get("listening_seconds")
             if isinstance(seconds, int | float):
                 self.stats.record_start(str(event.data["model"]), float(seconds))
+                if isinstance(listened, int | float):
+                    self.stats.record_listen(str(event.data["model"]), float(listened))
                 self.stats.save_soon()
 
     async def start(self) -> None:
@@ -334,6 +337,7 @@ class Runtime:
             containment=self.containment,
             launcher=self.launcher,
             stop_grace=self._stop_grace if model.stop_grace is None else model.stop_grace,
+            readiness_history=self.stats.readiness(model.id, LISTEN_HISTORY),
         )
 
     async def _keep_warm(self) -> None:

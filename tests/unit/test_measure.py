@@ -346,3 +346,20 @@ async def test_memory_sampler_does_not_save_when_no_peak_grew(
     sampler = MemorySampler(store, lambda: {"big": (ProcessState.READY, allocator.pid)})
     await sampler.sample()
     assert not path.exists()
+
+
+def test_the_readiness_history_survives_a_restart(tmp_path: Path) -> None:
+    # Where the listen watcher looks hardest next time: the last starts' seconds to listening
+    # and to ready, kept in stats.json so a restarted gateway aims from the first start.
+    path = tmp_path / "stats.json"
+    store = StatsStore(path)
+    for listened, ready in ((0.4, 0.9), (0.5, 1.0), (0.45, 0.95)):
+        store.record_listen("a", listened)
+        store.record_start("a", ready)
+    store.record_start("b", 2.0)  # a model reached without a port to watch: no listen times
+    store.save()
+    again = StatsStore(path)
+    assert again.readiness("a", 2) == ([0.5, 0.45], [1.0, 0.95])
+    assert again.readiness("b", 5) == ([], [2.0])
+    assert again.readiness("never", 5) == ([], [])
+    assert "listen_seconds" not in json.loads(path.read_text())["models"]["b"]

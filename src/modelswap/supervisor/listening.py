@@ -11,10 +11,10 @@ sleeps through the misses. The thread runs only while some start waits; with non
 on a condition.
 
 How often it looks follows what the model did before (``due``: the window in which its port
-listened, or its health answered, in its last starts): every SLOW before that window, every
-FAST inside it, every INTERVAL (HEALTH_INTERVAL for health) after it or with no history — so
-a repeated start is noticed within a few ms while the seconds of loading before it cost a few
-wake-ups.
+listened, or its health answered, in its last starts — remembered across restarts in
+``stats.json``): every SLOW (SLOW_HEALTH) before that window, every FAST (FAST_HEALTH) inside
+it, every INTERVAL (HEALTH_INTERVAL) after it or with no history — so a repeated start is
+noticed within a few ms while the seconds of loading before it cost a few wake-ups.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from modelswap.supervisor.health import is_listening
 INTERVAL = 0.01  # connects, with no history: ~5 ms of detection delay on average
 HEALTH_INTERVAL = 0.02  # health GETs, with no history (llama.cpp's 503 while loading)
 FAST = 0.002  # connects inside the window where the port listened before
-FAST_HEALTH = 0.005  # health GETs inside the window where the backend became healthy before
-SLOW = 0.05  # before either window
+FAST_HEALTH = 0.01  # health GETs inside the window where the backend became healthy before
+SLOW = 0.05  # connects before that window
+SLOW_HEALTH = 0.1  # health GETs before theirs (a GET costs the thread ~0.5 ms of CPU)
 HEALTH_TIMEOUT = 0.5  # one GET; a backend slower than that is asked again
 
 Target = tuple[str, int]
@@ -62,8 +63,8 @@ class _Watch:
 
     def interval(self, now: float) -> float:
         if self.listening_at is None:
-            return _interval(now, self.due, FAST, INTERVAL)
-        return _interval(now, self.healthy_due, FAST_HEALTH, HEALTH_INTERVAL)
+            return _interval(now, self.due, FAST, SLOW, INTERVAL)
+        return _interval(now, self.healthy_due, FAST_HEALTH, SLOW_HEALTH, HEALTH_INTERVAL)
 
     def look(self) -> Seen | None:
         """One look; what was seen once the start is ready, else None."""
@@ -78,20 +79,20 @@ class _Watch:
         return Seen(self.listening_at, time.monotonic())
 
 
-def _interval(now: float, due: Window | None, fast: float, steady: float) -> float:
+def _interval(now: float, due: Window | None, fast: float, slow: float, steady: float) -> float:
     if due is None or now > due[1]:
         return steady
     if now >= due[0]:
         return fast
-    return min(SLOW, max(fast, due[0] - now))
+    return min(slow, max(fast, due[0] - now))
 
 
 def due_window(started: float, history: list[float]) -> Window | None:
     """Where (monotonic) this start's moment is likely, from the seconds that the last starts
-    took to reach it: their range, widened by 10 % and 20–50 ms for a busier host."""
+    took to reach it: their range, widened by 5 % and 30 ms for a busier host."""
     if not history:
         return None
-    return started + min(history) * 0.9 - 0.02, started + max(history) * 1.1 + 0.05
+    return started + min(history) * 0.95 - 0.03, started + max(history) * 1.05 + 0.03
 
 
 def healthy_now(url: str) -> bool:

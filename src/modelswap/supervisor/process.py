@@ -87,6 +87,7 @@ class ManagedProcess:
         launcher: Launcher | None = None,
         stop_grace: float = 5.0,
         log_capacity: int = 500,
+        readiness_history: tuple[list[float], list[float]] = ([], []),
     ) -> None:
         self.config = config
         self.model = config.id
@@ -123,8 +124,9 @@ class ManagedProcess:
         self.listening_at: float | None = None
         # Seconds from the start's beginning to listening, and to a 2xx health answer, in the
         # last starts: where the listen watcher looks hardest next time (listening.due_window).
-        self._listen_history: list[float] = []
-        self._healthy_history: list[float] = []
+        # Seeded from stats.json (seconds to listening, to ready), so a restart keeps them.
+        self._listen_history = list(readiness_history[0][-LISTEN_HISTORY:])
+        self._healthy_history = list(readiness_history[1][-LISTEN_HISTORY:])
         # Ephemeral, per start: cleared before anything else when a new start begins.
         self.metadata: ModelMetadata | None = None
         self.capacity: CapacityReceipt | None = None

@@ -149,7 +149,7 @@ def test_once_listening_it_asks_health_often_only_where_health_answered_before()
         future = loop.create_future()
         watch = listening._Watch(("127.0.0.1", 1), loop, future, "http://x/", None, (5.0, 6.0))
         watch.listening_at = 1.0
-        assert watch.interval(2.0) == SLOW  # llama.cpp loading: a 503 now and then
+        assert watch.interval(2.0) == listening.SLOW_HEALTH  # llama.cpp loading: a 503 now and then
         assert watch.interval(5.5) == listening.FAST_HEALTH
         assert watch.interval(7.0) == listening.HEALTH_INTERVAL
     finally:
