@@ -573,16 +573,20 @@ class ManagedProcess:
         proc = self._proc
         assert proc is not None
         # Refresh the tree snapshot while waiting: once the backend is gone, helpers that
-        # called setsid() can only be found through it.
+        # called setsid() can only be found through it. The first refresh (psutil reads and a
+        # write to the state directory: 10-16 ms on a busy host) comes after the requests that
+        # waited for READY were sent on, as the metadata probe does; the start's own snapshots
+        # cover the moment in between.
+        wait = PROBE_DELAY
         while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), wait)
+                break
+            except TimeoutError:
+                wait = TREE_REFRESH_SECONDS
             self._tree = tree.alive(self._tree) | tree.snapshot(proc.keeper_pid)
             if self._record is not None:
                 self._record.update(proc.keeper_pid, self._tree)
-            try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), TREE_REFRESH_SECONDS)
-                break
-            except TimeoutError:
-                continue
         if not self._mark_died(proc):
             return  # a stop is under way; it owns the outcome
         # The scheduler already knows; now read what the backend printed last, refine the
