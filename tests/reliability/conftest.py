@@ -32,7 +32,8 @@ from tests.e2e.conftest import (
     wait_healthy,
 )
 
-from modelswap.supervisor import keeper
+from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor.containment import detect
 
 LONG_ENV = "MODELSWAP_RELIABILITY_LONG"
 REPORT_ENV = "MODELSWAP_RELIABILITY_REPORT"  # a JSON-lines file: what each scenario did
@@ -127,6 +128,20 @@ class Tracker:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
         wait_all_dead(self.procs.values(), 2.0)  # a zombie counts as dead: not ours to reap
+        self._remove_cgroups()
+
+    def _remove_cgroups(self) -> None:
+        """The cgroups our gateways made (``modelswap-<gateway pid>-...``), now empty: a
+        SIGKILLed gateway whose spare keepers were SIGKILLed too leaves them for the next
+        gateway's sweep, and a test leaves nothing behind on the machine."""
+        base = detect().cgroup_base
+        if base is None:
+            return
+        pids = {pid for pid, _ in self.procs}
+        for entry in base.glob("modelswap-*"):
+            if cgroups.owner(entry.name) in pids:
+                with contextlib.suppress(OSError):
+                    entry.rmdir()  # only an empty one: rmdir of a populated cgroup fails
 
 
 Report = Callable[..., None]
