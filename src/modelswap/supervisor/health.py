@@ -14,7 +14,6 @@ either way (:class:`Waker`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import ipaddress
 import select
@@ -121,9 +120,20 @@ def probe_target(host: str | None, port: int | None) -> tuple[str, int] | None:
 def is_listening(target: tuple[str, int]) -> bool:
     """Whether something accepts connections on ``target`` now (a loopback address). The
     connection is closed at once; a refused one costs the backend nothing."""
+    listening, sock = connect_now(target)
+    if sock is not None:
+        sock.close()
+    return listening
+
+
+def connect_now(target: tuple[str, int]) -> tuple[bool, socket.socket | None]:
+    """One non-blocking ``connect()`` to ``target`` (a loopback address): whether something
+    accepts there, and the connected socket when it is one (the caller owns it; None when
+    refused, or when the backlog is full and the connection still pending)."""
     host, port = target
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with contextlib.closing(socket.socket(family, socket.SOCK_STREAM)) as sock:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
         sock.setblocking(False)
         code = sock.connect_ex((host, port))
         if code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
@@ -132,6 +142,13 @@ def is_listening(target: tuple[str, int]) -> bool:
             poller = select.poll()  # not select(): a busy gateway has fds past FD_SETSIZE
             poller.register(sock, select.POLLOUT)
             if not poller.poll(0):
-                return True
+                sock.close()
+                return True, None
             code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    return code == 0
+    except BaseException:
+        sock.close()
+        raise
+    if code != 0:
+        sock.close()
+        return False, None
+    return True, sock

@@ -8,7 +8,8 @@ import asyncio
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -154,3 +155,116 @@ def test_once_listening_it_asks_health_often_only_where_health_answered_before()
         assert watch.interval(7.0) == listening.HEALTH_INTERVAL
     finally:
         loop.close()
+
+
+class _KeepAlive(BaseHTTPRequestHandler):
+    """HTTP/1.1, kept alive; counts the connections it accepted; after ``close_after`` answers
+    on one connection it closes it without a word (as a server's keep-alive timeout does)."""
+
+    protocol_version = "HTTP/1.1"
+    status = 503
+    body = b""
+    close_after = 0  # 0: never
+    connections = 0
+    answers: ClassVar[list[int]] = []
+
+    def setup(self) -> None:
+        type(self).connections += 1
+        self.served = 0
+        super().setup()
+
+    def do_GET(self) -> None:
+        self.served += 1
+        last = self.close_after and self.served >= self.close_after
+        type(self).answers.append(self.status)  # before the answer: the client may look at once
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        if last:
+            self.close_connection = True
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def keep_alive() -> Iterator[tuple[HTTPServer, type[_KeepAlive]]]:
+    handler = type("Handler", (_KeepAlive,), {"connections": 0, "answers": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_health_is_asked_again_over_the_connection_that_saw_the_port_listen(
+    keep_alive: tuple[HTTPServer, type[_KeepAlive]],
+) -> None:
+    server, handler = keep_alive
+    port = server.server_address[1]
+    loop = asyncio.new_event_loop()
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+        watch = listening._Watch(("127.0.0.1", port), loop, loop.create_future(), url, None, None)
+        for _ in range(5):  # llama.cpp while it loads: 503, 503, ...
+            assert watch.look() is None
+        assert watch.listening_at is not None
+        handler.status = 200
+        seen = watch.look()
+        assert seen is not None
+        assert seen.healthy_at is not None
+    finally:
+        loop.close()
+    assert handler.answers == [503] * 5 + [200]
+    assert handler.connections == 1  # one connection: the listen check's, kept alive
+
+
+def test_a_kept_alive_connection_the_backend_closed_costs_no_look(
+    keep_alive: tuple[HTTPServer, type[_KeepAlive]],
+) -> None:
+    server, handler = keep_alive
+    handler.close_after = 2  # the backend ends each connection after its second answer
+    asker = listening.HealthAsker(f"http://127.0.0.1:{server.server_address[1]}/health")
+    try:
+        assert [asker.ask() for _ in range(4)] == [False] * 4
+        handler.status = 200
+        assert asker.ask() is True  # asked on a fresh connection at once, not a miss
+    finally:
+        asker.close()
+    assert handler.answers == [503] * 4 + [200]
+    assert handler.connections == 3
+
+
+def test_an_answer_too_long_to_read_is_not_left_on_the_connection(
+    keep_alive: tuple[HTTPServer, type[_KeepAlive]],
+) -> None:
+    server, handler = keep_alive
+    handler.body = b"x" * 100_000  # past the 64 KiB read: the rest must not be the next answer
+    asker = listening.HealthAsker(f"http://127.0.0.1:{server.server_address[1]}/health")
+    try:
+        assert asker.ask() is False
+        handler.status, handler.body = 200, b"ok"
+        assert asker.ask() is True
+    finally:
+        asker.close()
+    assert handler.answers == [503, 200]  # the second GET was not sent behind unread bytes
+    assert handler.connections == 2
+
+
+def test_a_health_url_elsewhere_does_not_take_the_listen_checks_connection(
+    keep_alive: tuple[HTTPServer, type[_KeepAlive]],
+) -> None:
+    server, handler = keep_alive
+    port = server.server_address[1]
+    handler.status = 200
+    asker = listening.HealthAsker(f"http://127.0.0.1:{port}/health")
+    other = socket.create_connection(("127.0.0.1", port))
+    try:
+        asker.adopt(other, ("127.0.0.1", port + 1))  # not where the URL points: closed
+        assert other.fileno() == -1
+        assert asker.ask() is True
+    finally:
+        asker.close()
