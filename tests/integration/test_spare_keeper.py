@@ -5,6 +5,10 @@ launcher's close leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import stat
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import pytest
 from tests.integration.conftest import MakeModel, MakeProcess, ProcessTracker, is_alive
 
 from modelswap.errors import StartError
+from modelswap.supervisor import keeper, kept
 from modelswap.supervisor.containment import detect
 from modelswap.supervisor.spare import Launcher
 
@@ -91,3 +96,76 @@ async def test_closing_the_launcher_ends_its_spare(
     assert not is_alive(waiting)
     if cgroup is not None:
         assert not cgroup.exists()
+
+
+# ---- the hand-over: the gateway writes the command to the spare's waiting child itself ------
+
+
+async def test_the_spare_keeper_gives_the_gateway_its_childs_command_pipe_close_on_exec(
+    tracker: ProcessTracker,
+) -> None:
+    async with asyncio.timeout(CEILING):
+        spare = await kept.spawn_spare()
+    tracker.add(spare.keeper_pid)
+    commands = spare._commands
+    try:
+        assert commands is not None
+        assert stat.S_ISFIFO(os.fstat(commands).st_mode)
+        # Close-on-exec: no backend or keeper the gateway starts later may hold it open.
+        assert fcntl.fcntl(commands, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        async with asyncio.timeout(CEILING):
+            proc = await spare.use([sys.executable, "-c", "print('handed')"], env=dict(os.environ))
+            assert spare._commands is None  # written to and closed
+            assert proc.stdout is not None
+            assert await proc.stdout.read() == b"handed\n"
+            assert await proc.wait() == 0
+    finally:
+        await spare.discard()
+
+
+async def test_a_command_too_large_to_hand_over_goes_through_the_keeper(
+    tracker: ProcessTracker,
+) -> None:
+    async with asyncio.timeout(CEILING):
+        spare = await kept.spawn_spare()
+    tracker.add(spare.keeper_pid)
+    big = "x" * (kept.HAND_LIMIT + 10_000)  # a vast environment: past what the pipe takes at once
+    code = "import os; print(len(os.environ['MODELSWAP_TEST_BIG']))"
+    async with asyncio.timeout(CEILING):
+        proc = await spare.use(
+            [sys.executable, "-c", code], env={**os.environ, "MODELSWAP_TEST_BIG": big}
+        )
+        assert proc.stdout is not None
+        assert await proc.stdout.read() == f"{len(big)}\n".encode()
+        assert await proc.wait() == 0
+
+
+async def test_a_gateway_gone_between_telling_the_keeper_and_handing_the_command_leaves_nothing(
+    tracker: ProcessTracker,
+) -> None:
+    """The gateway tells the keeper first that it hands the command to the child itself, then
+    writes it: gone in between, the child reads end-of-file and exits, and so does the keeper
+    once the gateway's socket closes."""
+    async with asyncio.timeout(CEILING):
+        spare = await kept.spawn_spare()
+    keeper_proc = psutil.Process(spare.keeper_pid)
+    (child,) = keeper_proc.children()
+    tracker.add(keeper_proc.pid)
+    tracker.add(child.pid)
+    commands, control = spare._commands, spare._control
+    assert commands is not None
+    spec = keeper.Spec([sys.executable, "-c", "print('never')"], env=dict(os.environ))
+    control.setblocking(True)
+    control.sendall(keeper.HANDED + keeper.encode_spec(spec))
+    os.close(commands)  # the gateway's copy of the pipe goes, nothing written
+    spare._commands = None
+    async with asyncio.timeout(CEILING):
+        while is_alive(child):  # noqa: ASYNC110 - a foreign process: no event to wait on
+            await asyncio.sleep(0.01)
+    control.close()
+    async with asyncio.timeout(CEILING):
+        assert await spare.keeper.wait() is not None
+        assert spare.keeper.stdout is not None
+        printed = await spare.keeper.stdout.read()  # the child's output would be here
+    assert b"never" not in printed  # the keeper did not write the command itself
+    assert not is_alive(keeper_proc)

@@ -29,6 +29,9 @@ from modelswap.supervisor import keeper, tree
 
 REPLY_TIMEOUT = 30.0  # only ends a hang: a keeper replies within tens of milliseconds
 KEEPER_ARGV = (sys.executable, "-I", "-S", keeper.__file__)
+# A spare's command is written to its waiting child directly up to this size: an empty pipe
+# (64 KiB) takes it without blocking; a larger one (a vast environment) goes through the keeper.
+HAND_LIMIT = 60_000
 
 
 class KeeperError(Exception):
@@ -177,6 +180,46 @@ async def _reply(control: socket.socket, proc: asyncio.subprocess.Process) -> by
     return data
 
 
+async def _reply_with_descriptor(
+    control: socket.socket, proc: asyncio.subprocess.Process
+) -> tuple[bytes, int | None]:
+    """As :func:`_reply`, and the descriptor that came with it (a spare's command pipe), if
+    one did: the gateway's own, close-on-exec."""
+    loop = asyncio.get_running_loop()
+    data, fds = b"", []
+    try:
+        while b"\n" not in data:
+            readable = loop.create_future()
+            loop.add_reader(control.fileno(), readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(control.fileno())
+            try:  # not socket.recv_fds: it drops its flags, so the copy would be inherited
+                chunk, ancillary, _, _ = control.recvmsg(
+                    256, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC
+                )
+            except BlockingIOError:
+                continue
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += [
+                        int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+                        for i in range(0, len(payload) - len(payload) % 4, 4)
+                    ]
+            if not chunk:
+                code = await proc.wait()
+                raise KeeperError(f"the keeper exited ({code}) before it was ready")
+            data += chunk
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    for extra in fds[1:]:
+        os.close(extra)
+    return data, fds[0] if fds else None
+
+
 async def _launch_keeper(*extra_argv: str) -> tuple[asyncio.subprocess.Process, socket.socket]:
     """Start a keeper (``extra_argv`` after ``--gateway PID``: a spare's) in its own session,
     one end of a socketpair on its stdin, stdout and stderr to one pipe; the keeper and the
@@ -270,11 +313,16 @@ class Spare:
     the cgroup join are paid; :meth:`use` hands it the command. Used once."""
 
     def __init__(
-        self, proc: asyncio.subprocess.Process, control: socket.socket, cgroup: Path | None
+        self,
+        proc: asyncio.subprocess.Process,
+        control: socket.socket,
+        cgroup: Path | None,
+        commands: int | None = None,
     ) -> None:
         self.keeper = proc
         self.cgroup = cgroup  # its own, named ``...-spare`` (None: the subreaper alone)
         self._control = control
+        self._commands = commands  # the waiting child's command pipe, when the keeper sent it
         self._used = False
 
     @property
@@ -295,10 +343,21 @@ class Spare:
         proc, control = self.keeper, self._control
         where = str(self.cgroup) if self.cgroup is not None else None
         spec = keeper.Spec(list(argv), grace, where, dict(env))
+        payload = keeper.encode_spec(spec)
+        commands, self._commands = self._commands, None
+        handed = commands is not None and len(payload) <= HAND_LIMIT
         try:
-            await asyncio.get_running_loop().sock_sendall(control, keeper.encode_spec(spec))
+            # The keeper first (it then leaves the pipe to us), then the waiting child itself:
+            # its exec need not wait for the keeper to wake, read and write (~1 ms).
+            loop = asyncio.get_running_loop()
+            await loop.sock_sendall(control, keeper.HANDED + payload if handed else payload)
+            if commands is not None:
+                _hand(commands, payload if handed else b"")
+                commands = None
             reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
         except BaseException as exc:
+            if commands is not None:
+                os.close(commands)
             await _abandon(proc, control)
             if isinstance(exc, OSError | TimeoutError):
                 raise KeeperError(f"the spare keeper did not answer: {exc!r}") from exc
@@ -307,6 +366,9 @@ class Spare:
 
     async def discard(self) -> None:
         """End it (it has started nothing) and wait until it has exited."""
+        if self._commands is not None:
+            os.close(self._commands)
+            self._commands = None
         if not self._used:
             self._used = True
             await _abandon(self.keeper, self._control)
@@ -316,13 +378,30 @@ async def spawn_spare(cgroup: Path | None = None) -> Spare:
     """Start a spare keeper whose child waits, in ``cgroup`` if given, for the command."""
     proc, control = await _launch_keeper(keeper.SPARE, str(cgroup) if cgroup is not None else "")
     try:
-        reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
+        reply, commands = await asyncio.wait_for(
+            _reply_with_descriptor(control, proc), REPLY_TIMEOUT
+        )
     except BaseException as exc:
         await _abandon(proc, control)
         if isinstance(exc, OSError | TimeoutError):
             raise KeeperError(f"the spare keeper did not answer: {exc!r}") from exc
         raise
     if not reply.startswith(b"spare "):
+        if commands is not None:
+            os.close(commands)
         await _abandon(proc, control)
         raise KeeperError(f"the spare keeper answered {reply!r}")
-    return Spare(proc, control, cgroup)  # could it not join, the backend's reply says so
+    # Could it not join its cgroup, the backend's reply says so.
+    return Spare(proc, control, cgroup, commands)
+
+
+def _hand(commands: int, payload: bytes) -> None:
+    """Write the command to a spare's waiting child (nothing: leave it to the keeper), close
+    the pipe. A child already gone is the keeper's to report (its exec report)."""
+    try:
+        if payload:
+            os.write(commands, payload)  # an empty pipe takes HAND_LIMIT bytes at once
+    except OSError:
+        pass
+    finally:
+        os.close(commands)
