@@ -1,14 +1,15 @@
 """Readiness: detected, not waited for (a swap should cost the backend's start, not ours).
 
 Two signals, cheapest first. Until the backend's port accepts connections, a non-blocking
-``connect()`` to it (:func:`is_listening`; loopback answers at once: ~20 µs of CPU, where
+``connect()`` to it (:func:`connect_now`; loopback answers at once: ~20 µs of CPU, where
 reading ``/proc/net/tcp`` costs milliseconds on a busy host) — made by the listen watcher's
-thread (``supervisor/listening.py``), which wakes the start's loop only when the port listens;
-the health endpoint is asked then, and after that every HEALTH_INTERVAL — constant, since
-llama.cpp answers 503 "Loading model" from the moment it binds until it is ready. A backend
-reached through a non-loopback address, or one without a port, falls back to health polls
-backing off from FIRST_INTERVAL to MAX_INTERVAL. Output from the backend wakes the loop at once
-either way (:class:`Waker`).
+thread (``supervisor/listening.py``), which then asks the plain-HTTP health endpoint over that
+connection (llama.cpp answers 503 "Loading model" from the moment it binds until it is ready)
+and wakes the start's loop only when the backend is ready. An https health endpoint is asked
+from the loop, every LOOP_HEALTH_INTERVAL once the port listens. A backend reached through a
+non-loopback address, or one without a port, falls back to health polls backing off from
+FIRST_INTERVAL to MAX_INTERVAL. Output from the backend wakes the loop at once either way
+(:class:`Waker`), but it looks no more often than every MIN_LOOK_GAP.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 
 import aiohttp
 
-LISTEN_INTERVAL = 0.01
-HEALTH_INTERVAL = 0.02
+MIN_LOOK_GAP = 0.01  # between the loop's looks woken by output
+LOOP_HEALTH_INTERVAL = 0.02  # https health, asked from the loop
 FIRST_INTERVAL = 0.02
 MAX_INTERVAL = 0.25
 BACKOFF = 1.5
@@ -99,9 +100,15 @@ async def is_healthy(session: aiohttp.ClientSession, url: str) -> bool:
             url, timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT), allow_redirects=False
         ) as response:
             await response.read()
-            return 200 <= response.status < 300
+            return is_ready_status(response.status)
     except (TimeoutError, aiohttp.ClientError, OSError):
         return False
+
+
+def is_ready_status(status: int) -> bool:
+    """A health answer that means ready: 2xx. A redirect is not followed (a login page is not
+    a ready backend); 503 is llama.cpp loading."""
+    return 200 <= status < 300
 
 
 def probe_target(host: str | None, port: int | None) -> tuple[str, int] | None:

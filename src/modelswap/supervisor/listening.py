@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from modelswap.supervisor.health import connect_now
+from modelswap.supervisor.health import connect_now, is_ready_status
 
 # With no history (a model's first start on this machine) or past the window: a look costs the
 # thread a timed wake, 200-400 µs of CPU on a VM (a GET ~1 ms), so these keep waiting under 2 %
@@ -164,7 +164,7 @@ class HealthAsker:
                 self.close()
             else:
                 self._answered = True
-            return 200 <= response.status < 300
+            return is_ready_status(response.status)
 
 
 def _interval(now: float, due: Window | None, fast: float, slow: float, steady: float) -> float:

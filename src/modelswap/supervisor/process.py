@@ -487,7 +487,7 @@ class ManagedProcess:
                 elif listened is not None and not listened.done():
                     interval = health.MAX_INTERVAL  # the watcher wakes us when it is ready
                 else:
-                    interval = health.HEALTH_INTERVAL  # https health: asked from the loop
+                    interval = health.LOOP_HEALTH_INTERVAL  # https health: asked from the loop
                 await self._waker.wait(
                     min(interval, remaining),
                     exited,
@@ -496,7 +496,7 @@ class ManagedProcess:
                 )
                 printed = self._waker.by_output
                 if printed:  # but never look more often than the shortest interval
-                    gap = health.LISTEN_INTERVAL - (time.monotonic() - polled_at)
+                    gap = health.MIN_LOOK_GAP - (time.monotonic() - polled_at)
                     if gap > 0:
                         await self._waker.wait(gap, exited, on_output=False)
                 if exited.done():
