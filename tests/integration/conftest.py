@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +33,17 @@ from modelswap.supervisor.process import ManagedProcess
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 FAKE = REPO / "tests" / "fakes" / "openai_backend.py"
+HANG_CEILING = 30.0  # only ends a hang: what the tests here wait for comes within ~2 s
+
+
+def wait_until(done: Callable[[], bool], what: str, ceiling: float = HANG_CEILING) -> None:
+    """Poll until ``done()``; fail naming ``what`` after ``ceiling`` seconds."""
+    deadline = time.monotonic() + ceiling
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {ceiling} s")
+        time.sleep(0.01)
+
 
 _PID_LINE = re.compile(r"fake backend starting: pid=(\d+)|grandchild pid (\d+)")
 

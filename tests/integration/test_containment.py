@@ -38,6 +38,7 @@ from tests.integration.conftest import (
     ProcessTracker,
     is_alive,
     subprocess_env,
+    wait_until,
 )
 from tests.integration.test_reaper import read_line
 
@@ -611,15 +612,6 @@ async def test_a_sigkilled_gateway_leaves_no_helper(
         record(f"{name}_helper_gone_after_gateway_sigkill_s", seconds)
     record("whole_tree_gone_after_gateway_sigkill_s", await seconds_until_gone(everything, killed))
     record("processes_in_the_tree", len(everything))
-
-
-def wait_until(done: Callable[[], bool], what: str) -> None:
-    """Poll until ``done()``; fail naming ``what`` after CEILING."""
-    deadline = time.monotonic() + CEILING
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {CEILING} s")
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -30,6 +30,7 @@ from tests.integration.conftest import (
     ProcessTracker,
     is_alive,
     subprocess_env,
+    wait_until,
 )
 
 from modelswap.events import Event, EventBus
@@ -153,14 +154,6 @@ def start_stubborn(
     assert proc.stdout.readline() == b"ok\n"  # SIGTERM is ignored from here on
     proc.stdout.close()
     return proc
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + CEILING
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {CEILING} s: {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
