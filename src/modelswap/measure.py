@@ -33,13 +33,14 @@ NVIDIA_TIMEOUT = 5.0
 
 
 class StatsStore:
-    """Per model: the last start times (start -> ready, and start -> its port listening) and
-    the peak memory per resource (bytes)."""
+    """Per model: the last start times (start -> ready, start -> its port listening, and its
+    port listening -> ready) and the peak memory per resource (bytes)."""
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
         self._starts: dict[str, list[float]] = {}
         self._listens: dict[str, list[float]] = {}
+        self._listen_to_ready: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
         self._save_timer: asyncio.TimerHandle | None = None
         self._load()
@@ -56,6 +57,9 @@ class StatsStore:
                 listens = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
                 if listens:
                     self._listens[model] = listens
+                after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
+                if after:
+                    self._listen_to_ready[model] = after[-KEEP_STARTS:]
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s: %s", self._path, exc)
 
@@ -77,6 +81,8 @@ class StatsStore:
             entry: dict[str, object] = {"start_seconds": self._starts.get(m, [])}
             if m in self._listens:
                 entry["listen_seconds"] = self._listens[m]
+            if m in self._listen_to_ready:
+                entry["listen_to_ready_seconds"] = self._listen_to_ready[m]
             entry["peak_bytes"] = self._peaks.get(m, {})
             models[m] = entry
         data = {"version": 1, "models": models}
@@ -94,15 +100,18 @@ class StatsStore:
         starts.append(round(seconds, 3))
         del starts[:-KEEP_STARTS]
 
-    def record_listen(self, model: str, seconds: float) -> None:
-        listens = self._listens.setdefault(model, [])
-        listens.append(round(seconds, 4))
-        del listens[:-KEEP_STARTS]
+    def record_listen(self, model: str, seconds: float, to_ready: float | None = None) -> None:
+        """A start's seconds to its port listening, and (``to_ready``) from then to ready."""
+        for history, value in ((self._listens, seconds), (self._listen_to_ready, to_ready)):
+            if value is not None:
+                values = history.setdefault(model, [])
+                values.append(round(value, 4))
+                del values[:-KEEP_STARTS]
 
     def readiness(self, model: str, last: int) -> tuple[list[float], list[float]]:
-        """The ``last`` starts' seconds to listening and to ready: where the listen watcher
-        looks hardest in the next start (``supervisor/listening.py``)."""
-        return self._listens.get(model, [])[-last:], self._starts.get(model, [])[-last:]
+        """The ``last`` starts' seconds to listening, and from listening to ready: where the
+        listen watcher looks hardest in the next start (``supervisor/listening.py``)."""
+        return self._listens.get(model, [])[-last:], self._listen_to_ready.get(model, [])[-last:]
 
     def median_start(self, model: str) -> float:
         starts = self._starts.get(model)

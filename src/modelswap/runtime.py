@@ -274,7 +274,12 @@ class Runtime:
             if isinstance(seconds, int | float):
                 self.stats.record_start(str(event.data["model"]), float(seconds))
                 if isinstance(listened, int | float):
-                    self.stats.record_listen(str(event.data["model"]), float(listened))
+                    to_ready = event.data.get("listening_to_ready_seconds")
+                    self.stats.record_listen(
+                        str(event.data["model"]),
+                        float(listened),
+                        float(to_ready) if isinstance(to_ready, int | float) else None,
+                    )
                 self.stats.save_soon()
 
     async def start(self) -> None:

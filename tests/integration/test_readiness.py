@@ -58,6 +58,8 @@ async def test_a_backend_silent_at_bind_is_ready_with_its_listening_time(
         ready = seen[-1]
         # The start's receipt: spawn -> listening, and spawn -> healthy, listening first.
         assert 0 < ready.data["listening_seconds"] <= ready.data["start_seconds"]
+        # And listening -> ready, which the next start's health window follows.
+        assert 0 <= ready.data["listening_to_ready_seconds"] < ready.data["start_seconds"]
         assert any("its port listened after" in line for line in process.logs.tail())
         # How long after the backend listened the gateway saw it (the backend's own clock
         # stamp: CLOCK_MONOTONIC is the machine's): kept as a figure, never asserted.

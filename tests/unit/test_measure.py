@@ -349,17 +349,22 @@ async def test_memory_sampler_does_not_save_when_no_peak_grew(
 
 
 def test_the_readiness_history_survives_a_restart(tmp_path: Path) -> None:
-    # Where the listen watcher looks hardest next time: the last starts' seconds to listening
-    # and to ready, kept in stats.json so a restarted gateway aims from the first start.
+    # Where the listen watcher looks hardest next time: the last starts' seconds to listening,
+    # and from listening to ready, kept in stats.json so a restarted gateway aims from the
+    # first start.
     path = tmp_path / "stats.json"
     store = StatsStore(path)
     for listened, ready in ((0.4, 0.9), (0.5, 1.0), (0.45, 0.95)):
-        store.record_listen("a", listened)
+        store.record_listen("a", listened, ready - listened)
         store.record_start("a", ready)
     store.record_start("b", 2.0)  # a model reached without a port to watch: no listen times
+    store.record_listen("c", 0.3)  # `checkEndpoint: none`: listening is ready
     store.save()
     again = StatsStore(path)
-    assert again.readiness("a", 2) == ([0.5, 0.45], [1.0, 0.95])
-    assert again.readiness("b", 5) == ([], [2.0])
+    assert again.readiness("a", 2) == ([0.5, 0.45], [0.5, 0.5])
+    assert again.readiness("b", 5) == ([], [])
+    assert again.readiness("c", 5) == ([0.3], [])
     assert again.readiness("never", 5) == ([], [])
-    assert "listen_seconds" not in json.loads(path.read_text())["models"]["b"]
+    saved = json.loads(path.read_text())["models"]
+    assert "listen_seconds" not in saved["b"]
+    assert "listen_to_ready_seconds" not in saved["c"]

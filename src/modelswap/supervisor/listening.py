@@ -2,19 +2,21 @@
 
 The kernel has no event for "a socket entered LISTEN", nor for "the model finished loading",
 so something must look. Looking is cheap (a refused loopback ``connect()``: ~20 µs; a health
-GET: a few hundred µs); the wake-up to look is not: on a VM a timed wake of the asyncio loop
-costs 200–500 µs of CPU, a sleeping thread's ~40 % less (measured on a 2-core VM,
-``docs/PERFORMANCE.md``). So one daemon thread watches every start that waits: first for its
-loopback port to accept (a connect), then — with a health URL — for a 2xx answer (llama.cpp
-answers 503 while it loads), and tells the start's event loop once, when it is ready. The loop
-sleeps through the misses. The thread runs only while some start waits; with none it blocks
-on a condition.
+GET on a kept-alive connection: ~200 µs); the wake-up to look is not: on a VM a timed wake
+costs 100–500 µs of CPU (measured on a 2-core VM, ``docs/PERFORMANCE.md``). So one daemon
+thread watches every start that waits: first for its loopback port to accept (a connect),
+then — with a health URL — for a 2xx answer (llama.cpp answers 503 while it loads), asked over
+the connection that saw the port listen, kept alive; and it tells the start's event loop once,
+when it is ready. The loop sleeps through the misses. The thread sleeps in ``poll()`` while
+no start waits.
 
-How often it looks follows what the model did before (``due``: the window in which its port
-listened, or its health answered, in its last starts — remembered across restarts in
-``stats.json``): every SLOW (SLOW_HEALTH) before that window, every FAST (FAST_HEALTH) inside
-it, every INTERVAL (HEALTH_INTERVAL) after it or with no history — so a repeated start is
-noticed within a few ms while the seconds of loading before it cost a few wake-ups.
+How often it looks follows what the model did before, remembered across restarts in
+``stats.json``: the window in which its port listened (seconds from the start), then the one
+in which its health answered 2xx (seconds from listening: a load after the bind varies far
+less than a whole start). Every SLOW (SLOW_HEALTH) before that window, every FAST
+(FAST_HEALTH) inside it, every INTERVAL (HEALTH_INTERVAL) after it or with no history — so a
+repeated start is noticed within a few ms while the seconds of loading before it cost a few
+wake-ups.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from modelswap.supervisor.health import connect_now, is_ready_status
 INTERVAL = 0.02  # connects: ~10 ms of detection delay on average
 HEALTH_INTERVAL = 0.05  # health GETs (llama.cpp's 503 while loading): ~25 ms
 FAST = 0.002  # connects inside the window where the port listened before
-FAST_HEALTH = 0.005  # health GETs inside the window where the backend became healthy before
+FAST_HEALTH = 0.003  # health GETs inside the window where the backend became healthy before
 SLOW = 0.05  # connects before that window
 SLOW_HEALTH = 0.1  # health GETs before theirs (one on a kept-alive connection: ~0.2 ms of CPU)
 HEALTH_TIMEOUT = 0.5  # one GET; a backend slower than that is asked again
@@ -64,7 +66,8 @@ class _Watch:
     future: asyncio.Future[Seen]
     health_url: str | None
     due: Window | None  # when the port is likely to listen
-    healthy_due: Window | None  # when the health URL is likely to answer 2xx
+    ready_history: tuple[float, ...] = ()  # seconds from listening to a 2xx, in past starts
+    healthy_due: Window | None = None  # when the health URL is likely to answer 2xx
     listening_at: float | None = None
     next_at: float = field(default=0.0)
     asker: HealthAsker | None = field(init=False, default=None)
@@ -80,23 +83,31 @@ class _Watch:
 
     def look(self) -> Seen | None:
         """One look; what was seen once the start is ready, else None."""
-        if self.listening_at is None:
+        listening_at = self.listening_at
+        if listening_at is None:
             listening, sock = connect_now(self.target)
             if not listening:
                 return None
-            self.listening_at = time.monotonic()
+            listening_at = time.monotonic()
+            self.listened(listening_at)
             if self.asker is None:
                 if sock is not None:
                     sock.close()
-                return Seen(self.listening_at, None)
+                return Seen(listening_at, None)
             if sock is not None:  # the connection that saw it listen asks the health URL
                 self.asker.adopt(sock, self.target)
         if self.asker is None:
-            return Seen(self.listening_at, None)
+            return Seen(listening_at, None)
         if not self.asker.ask():
             return None
         self.end()
-        return Seen(self.listening_at, time.monotonic())
+        return Seen(listening_at, time.monotonic())
+
+    def listened(self, at: float) -> None:
+        """The port was seen listening ``at``: health answered as long after it in past starts
+        (llama.cpp loads after it binds; that time varies far less than the whole start's)."""
+        self.listening_at = at
+        self.healthy_due = due_window(at, list(self.ready_history))
 
     def end(self) -> None:
         """The watch is over: its kept-alive health connection is closed."""
@@ -175,12 +186,13 @@ def _interval(now: float, due: Window | None, fast: float, slow: float, steady: 
     return min(slow, max(fast, due[0] - now))
 
 
-def due_window(started: float, history: list[float]) -> Window | None:
+def due_window(since: float, history: list[float]) -> Window | None:
     """Where (monotonic) this start's moment is likely, from the seconds that the last starts
-    took to reach it: their range, widened by 5 % and 30 ms for a busier host."""
+    took to reach it from the same point (``since``): their range, widened by 5 % and 30 ms for
+    a busier host."""
     if not history:
         return None
-    return started + min(history) * 0.95 - 0.03, started + max(history) * 1.05 + 0.03
+    return since + min(history) * 0.95 - 0.03, since + max(history) * 1.05 + 0.03
 
 
 def healthy_now(url: str) -> bool:
@@ -223,14 +235,14 @@ class ListenWatcher:
         *,
         health_url: str | None = None,
         due: Window | None = None,
-        healthy_due: Window | None = None,
+        ready_history: tuple[float, ...] = (),
     ) -> asyncio.Future[Seen]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Seen] = loop.create_future()
         with self._lock:
             self._watches = (
                 *self._watches,
-                _Watch(target, loop, future, health_url, due, healthy_due),
+                _Watch(target, loop, future, health_url, due, ready_history),
             )
             if self._thread is None or not self._thread.is_alive():
                 if self._wake_r < 0:

@@ -122,11 +122,13 @@ class ManagedProcess:
         # connection (spawn → listening and listening → healthy are a start's receipt).
         self._started_monotonic: float | None = None
         self.listening_at: float | None = None
-        # Seconds from the start's beginning to listening, and to a 2xx health answer, in the
-        # last starts: where the listen watcher looks hardest next time (listening.due_window).
-        # Seeded from stats.json (seconds to listening, to ready), so a restart keeps them.
+        # Seconds from the start's beginning to listening, and from listening to a 2xx health
+        # answer (llama.cpp loads after it binds), in the last starts: where the listen watcher
+        # looks hardest next time (listening.due_window). Seeded from stats.json, so a restart
+        # keeps them.
         self._listen_history = list(readiness_history[0][-LISTEN_HISTORY:])
-        self._healthy_history = list(readiness_history[1][-LISTEN_HISTORY:])
+        self._ready_history = list(readiness_history[1][-LISTEN_HISTORY:])
+        self._listen_to_ready: float | None = None  # this start's, for the READY event
         # Ephemeral, per start: cleared before anything else when a new start begins.
         self.metadata: ModelMetadata | None = None
         self.capacity: CapacityReceipt | None = None
@@ -302,6 +304,7 @@ class ManagedProcess:
         self._started_monotonic = time.monotonic()
         self.ready_at = None
         self.listening_at = None
+        self._listen_to_ready = None
         self._set_state(S.STARTING)
         self._start_task = asyncio.get_running_loop().create_task(
             self._run_start(), name=f"start:{self.model}"
@@ -339,6 +342,8 @@ class ManagedProcess:
             self.capacity = self._log_reader.capacity(self.logs.tail())
             self._late_receipt_lines = LATE_RECEIPT_LINES
         timing = {} if listening is None else {"listening_seconds": round(listening, 4)}
+        if listening is not None and self._listen_to_ready is not None:
+            timing["listening_to_ready_seconds"] = round(self._listen_to_ready, 4)
         if listening is not None:  # when the next start's port is due (listening.due_window)
             self._listen_history = [*self._listen_history, listening][-LISTEN_HISTORY:]
         self._set_state(S.READY, start_seconds=round(elapsed, 4), **timing)
@@ -467,9 +472,7 @@ class ManagedProcess:
                     target,
                     health_url=by_thread,
                     due=listening.due_window(base, self._listen_history),
-                    healthy_due=listening.due_window(base, self._healthy_history)
-                    if by_thread is not None
-                    else None,
+                    ready_history=tuple(self._ready_history),
                 )
             printed = False  # the last wait ended because the backend printed a line
             while True:
@@ -540,10 +543,11 @@ class ManagedProcess:
         return None
 
     def _became_healthy(self, at: float) -> None:
-        """Remember when this start's health answered, for the next start's watch."""
-        if self._started_monotonic is not None:
-            seconds = at - self._started_monotonic
-            self._healthy_history = [*self._healthy_history, seconds][-LISTEN_HISTORY:]
+        """Remember how long after listening this start's health answered, for the next
+        start's watch."""
+        if self.listening_at is not None:
+            seconds = self._listen_to_ready = max(0.0, at - self.listening_at)
+            self._ready_history = [*self._ready_history, seconds][-LISTEN_HISTORY:]
 
     def start_clock(self) -> tuple[float | None, float | None]:
         """(monotonic) when the current or last start began, and when its port first

@@ -39,7 +39,7 @@ def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
     loop = asyncio.new_event_loop()
     try:
         future = loop.create_future()
-        watch = listening._Watch(("127.0.0.1", 1), loop, future, None, (12.0, 13.0), None)
+        watch = listening._Watch(("127.0.0.1", 1), loop, future, None, (12.0, 13.0))
         assert watch.interval(now) == pytest.approx(expected)
     finally:
         loop.close()
@@ -48,7 +48,7 @@ def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
 def test_without_a_window_it_looks_at_the_steady_interval() -> None:
     loop = asyncio.new_event_loop()
     try:
-        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, None, None)
+        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), None, None)
         assert watch.interval(0.0) == INTERVAL
         watch.listening_at = 0.0  # then the health URL, at its own pace
         assert watch.interval(0.0) == listening.HEALTH_INTERVAL
@@ -148,11 +148,24 @@ def test_once_listening_it_asks_health_often_only_where_health_answered_before()
     loop = asyncio.new_event_loop()
     try:
         future = loop.create_future()
-        watch = listening._Watch(("127.0.0.1", 1), loop, future, "http://x/", None, (5.0, 6.0))
-        watch.listening_at = 1.0
-        assert watch.interval(2.0) == listening.SLOW_HEALTH  # llama.cpp loading: a 503 now and then
-        assert watch.interval(5.5) == listening.FAST_HEALTH
-        assert watch.interval(7.0) == listening.HEALTH_INTERVAL
+        # Past starts answered 2xx 4.0-4.5 s after their port listened (llama.cpp's load).
+        watch = listening._Watch(("127.0.0.1", 1), loop, future, "http://x/", None, (4.0, 4.5))
+        watch.listened(11.0)  # this start's port listened at 11.0: the window follows it
+        assert watch.interval(12.0) == listening.SLOW_HEALTH  # loading: a 503 now and then
+        assert watch.interval(15.0) == listening.FAST_HEALTH
+        assert watch.interval(15.5) == listening.FAST_HEALTH
+        assert watch.interval(16.0) == listening.HEALTH_INTERVAL
+    finally:
+        loop.close()
+
+
+def test_with_no_past_start_health_is_asked_at_the_steady_interval() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        watch = listening._Watch(("127.0.0.1", 1), loop, loop.create_future(), "http://x/", None)
+        watch.listened(11.0)
+        assert watch.healthy_due is None
+        assert watch.interval(11.5) == listening.HEALTH_INTERVAL
     finally:
         loop.close()
 
@@ -208,7 +221,7 @@ def test_health_is_asked_again_over_the_connection_that_saw_the_port_listen(
     loop = asyncio.new_event_loop()
     try:
         url = f"http://127.0.0.1:{port}/health"
-        watch = listening._Watch(("127.0.0.1", port), loop, loop.create_future(), url, None, None)
+        watch = listening._Watch(("127.0.0.1", port), loop, loop.create_future(), url, None)
         for _ in range(5):  # llama.cpp while it loads: 503, 503, ...
             assert watch.look() is None
         assert watch.listening_at is not None
