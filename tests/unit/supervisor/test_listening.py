@@ -281,3 +281,32 @@ def test_a_health_url_elsewhere_does_not_take_the_listen_checks_connection(
         assert asker.ask() is True
     finally:
         asker.close()
+
+
+class _NoListener:
+    """The socket table of a port that only NAT answers (a container's published port without
+    a proxy process): no listener here, whatever accepts."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def listening(self, target: tuple[str, int]) -> bool:
+        self.asked += 1
+        return False
+
+
+def test_a_port_the_table_cannot_see_is_still_found_by_connecting_now_and_then() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            target = ("127.0.0.1", server.getsockname()[1])
+            watch = listening._Watch(target, loop, loop.create_future(), None, None)
+            table = _NoListener()
+            seen = [watch.look(table) for _ in range(listening.TRUTH_EVERY)]
+    finally:
+        loop.close()
+    assert seen[:-1] == [None] * (listening.TRUTH_EVERY - 1)  # the table's "no" was believed
+    assert seen[-1] is not None  # until a connect found it accepting
+    assert table.asked == listening.TRUTH_EVERY - 1
