@@ -35,10 +35,13 @@ TITLES = {
 def _silent(quick: bool) -> dict[str, Any]:
     """The silent-bind fake, and (``llamacpp``) one that binds first and answers 503 while it
     loads: both ways a backend makes the gateway wait."""
-    rounds, poll_load = (2, 1.0) if quick else (9, 3.0)
-    figures = silent_start.measure(rounds=rounds, poll_load=poll_load)
+    # 15 rounds: the spawn part's noise (a Python process's start against another's, ±10 ms
+    # a round on a 2-core machine) leaves 9 rounds' median a few ms either side of the truth.
+    rounds, poll_load = (2, 1.0) if quick else (15, 3.0)
+    repeats = 1 if quick else 3  # the polling cost: pairs of starts, the median one reported
+    figures = silent_start.measure(rounds=rounds, poll_load=poll_load, poll_repeats=repeats)
     figures["llamacpp"] = silent_start.measure(
-        rounds=rounds, poll_load=poll_load, flavor="llamacpp"
+        rounds=rounds, poll_load=poll_load, flavor="llamacpp", poll_repeats=repeats
     )
     return figures
 

@@ -173,32 +173,55 @@ def start_gateway(
 
 
 def polling_cost(
-    gateway: subprocess.Popen[bytes], port: int, stamps: Path, short: float, long: float
-) -> dict[str, float]:
+    gateway: subprocess.Popen[bytes],
+    port: int,
+    stamps: Path,
+    short: float,
+    long: float,
+    repeats: int = 3,
+) -> dict[str, Any]:
     """The gateway's CPU per second of waiting for a start: the difference between a ``long``
     and a ``short`` silent start (what both cost alike — the request, the spawn — cancels),
-    and its CPU while idle for as long, for comparison."""
+    ``repeats`` times (models ``short<i>``/``long<i>``; the repetition with the median share is
+    reported), and its CPU while idle for as long, for comparison."""
     me = [psutil.Process(gateway.pid)]
-    spent = {}
-    # Each model's first start (the gateway knows nothing of it yet), then its second (it has
-    # seen when that model's port listens, and looks hardest then).
-    for start in ("first", "again"):
-        for model in ("short", "long"):
-            unload(port)
-            time.sleep(1.0)  # the spare keeper is made 0.5 s after a stop: not during the start
-            before, began = cpu_seconds(me), time.monotonic()
-            gateway_round(port, stamps, model)
-            spent[start, model] = (cpu_seconds(me) - before, time.monotonic() - began)
+    runs: dict[str, list[tuple[float, float]]] = {"first": [], "again": []}
+    for i in range(repeats):
+        spent = {}
+        # Each model's first start (the gateway knows nothing of it yet), then its second (it
+        # has seen when that model's port listens, and looks hardest then).
+        for start in ("first", "again"):
+            for model in (f"short{i}", f"long{i}"):
+                unload(port)
+                time.sleep(1.0)  # the spare keeper is made 0.5 s after a stop: not in the start
+                before, began = cpu_seconds(me), time.monotonic()
+                gateway_round(port, stamps, model)
+                spent[start, model] = (cpu_seconds(me) - before, time.monotonic() - began)
+        for start in runs:
+            (cpu_long, wall_long), (cpu_short, wall_short) = (
+                spent[start, f"long{i}"],
+                spent[start, f"short{i}"],
+            )
+            runs[start].append((cpu_long - cpu_short, wall_long - wall_short))
     before, began = cpu_seconds(me), time.monotonic()
     time.sleep(long - short)
     idle = (cpu_seconds(me) - before) / (time.monotonic() - began)
+    again, first = (_median_run(runs[start]) for start in ("again", "first"))
     return {
-        "poll_cpu": spent["again", "long"][0] - spent["again", "short"][0],
-        "poll_wall": spent["again", "long"][1] - spent["again", "short"][1],
-        "first_poll_cpu": spent["first", "long"][0] - spent["first", "short"][0],
-        "first_poll_wall": spent["first", "long"][1] - spent["first", "short"][1],
+        "poll_cpu": again[0],
+        "poll_wall": again[1],
+        "first_poll_cpu": first[0],
+        "first_poll_wall": first[1],
         "idle_cpu_share": idle,
+        "poll_shares": [cpu / wall for cpu, wall in runs["again"]],
+        "first_poll_shares": [cpu / wall for cpu, wall in runs["first"]],
     }
+
+
+def _median_run(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The (cpu, wall) of the repetition whose CPU share is the median one."""
+    ordered = sorted(runs, key=lambda run: run[0] / run[1])
+    return ordered[len(ordered) // 2]
 
 
 def measure(
@@ -207,9 +230,10 @@ def measure(
     poll_load: float = 3.0,
     spare_keeper: bool = True,
     flavor: str = "vllm",
+    poll_repeats: int = 3,
 ) -> dict[str, Any]:
     """The rounds' figures (seconds), alternating direct and gateway, and the polling cost
-    between a 0.5 s and a ``poll_load`` + 0.5 s silent start.
+    between a 0.5 s and a ``poll_load`` + 0.5 s silent start (``poll_repeats`` times).
 
     The gateway's share of a round = its extra spawn time (request in -> the backend running,
     against a direct spawn -> running) + its extra listen -> request reaching the backend
@@ -221,14 +245,16 @@ def measure(
     through: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "stamps.jsonl"
-        models = {"silent": load_delay, "short": 0.5, "long": poll_load + 0.5}
+        models = {"silent": load_delay}
+        for i in range(poll_repeats):
+            models |= {f"short{i}": 0.5, f"long{i}": poll_load + 0.5}
         gateway, port = start_gateway(tmp, models, stamps, spare_keeper, flavor)
         try:
             for _ in range(rounds):
                 direct.append(direct_round(load_delay, stamps, flavor))
                 time.sleep(0.6)  # the spare keeper for the next start is made 0.5 s after one
                 through.append(gateway_round(port, stamps))
-            cost = polling_cost(gateway, port, stamps, models["short"], models["long"])
+            cost = polling_cost(gateway, port, stamps, 0.5, poll_load + 0.5, poll_repeats)
         finally:
             stop(gateway)
     parts = {
@@ -278,7 +304,17 @@ def report(r: dict[str, Any]) -> list[str]:
         f"= {cpu / wall * 100:.2f} % of one core (idle: {idle * 100:.2f} %; "
         f"polling: {(cpu / wall - idle) * 100:.2f} %)",
         f"  a model's first start:   {first * 100:.2f} % (polling: {(first - idle) * 100:.2f} %)",
+        "  (median of "
+        + _shares(r.get("poll_shares"), idle)
+        + " repeated; "
+        + _shares(r.get("first_poll_shares"), idle)
+        + " first)",
     ]
+
+
+def _shares(shares: list[float] | None, idle: float) -> str:
+    """The repetitions' polling shares, above idle, in %."""
+    return "/".join(f"{(s - idle) * 100:.2f}" for s in shares or [])
 
 
 def main() -> None:
@@ -294,9 +330,16 @@ def main() -> None:
         default="vllm",
         help="vllm: binds when ready; llamacpp: binds first and answers 503 while it loads",
     )
+    parser.add_argument(
+        "--poll-repeats", type=int, default=3, help="pairs of starts for the polling cost"
+    )
     args = parser.parse_args()
     figures = measure(
-        args.rounds, args.load_delay, spare_keeper=not args.no_spare_keeper, flavor=args.flavor
+        args.rounds,
+        args.load_delay,
+        spare_keeper=not args.no_spare_keeper,
+        flavor=args.flavor,
+        poll_repeats=args.poll_repeats,
     )
     print("\n".join(report(figures)))
 

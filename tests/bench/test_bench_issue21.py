@@ -67,6 +67,7 @@ def test_a_silent_cold_start_and_a_swap_under_load_report_their_figures(tmp_path
         assert set(figures["share_parts"]) == {"spawn", "detect", "reply"}
         assert figures["poll_wall"] > 0
         assert figures["first_poll_wall"] > 0
+        assert len(figures["poll_shares"]) == len(figures["first_poll_shares"]) == 1  # quick
     swap = results["extras"]["swap"]
     (only,) = swap["rounds"]
     assert only["a_failed"] == 0, only["a_errors"]
