@@ -35,9 +35,9 @@ TITLES = {
 def _silent(quick: bool) -> dict[str, Any]:
     """The silent-bind fake, and (``llamacpp``) one that binds first and answers 503 while it
     loads: both ways a backend makes the gateway wait."""
-    # 15 rounds: the spawn part's noise (a Python process's start against another's, ±10 ms
-    # a round on a 2-core machine) leaves 9 rounds' median a few ms either side of the truth.
-    rounds, poll_load = (2, 1.0) if quick else (15, 3.0)
+    # 25 rounds: the spawn part's noise (a Python process's start against another's, sd ~6 ms
+    # a round on a 2-core machine) moves 15 rounds' median by ±2-3 ms between runs.
+    rounds, poll_load = (2, 1.0) if quick else (25, 3.0)
     repeats = 1 if quick else 3  # the polling cost: pairs of starts, the median one reported
     figures = silent_start.measure(rounds=rounds, poll_load=poll_load, poll_repeats=repeats)
     figures["llamacpp"] = silent_start.measure(
