@@ -180,6 +180,21 @@ async def _reply(control: socket.socket, proc: asyncio.subprocess.Process) -> by
     return data
 
 
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Until ``sock`` is readable (data, or end-of-file)."""
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(sock.fileno(), ready)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
 async def _reply_with_descriptor(
     control: socket.socket, proc: asyncio.subprocess.Process
 ) -> tuple[bytes, int | None]:
@@ -189,12 +204,7 @@ async def _reply_with_descriptor(
     data, fds = b"", []
     try:
         while b"\n" not in data:
-            readable = loop.create_future()
-            loop.add_reader(control.fileno(), readable.set_result, None)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(control.fileno())
+            await _readable(loop, control)
             try:  # not socket.recv_fds: it drops its flags, so the copy would be inherited
                 chunk, ancillary, _, _ = control.recvmsg(
                     256, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC
@@ -363,6 +373,22 @@ class Spare:
                 raise KeeperError(f"the spare keeper did not answer: {exc!r}") from exc
             raise
         return await _started(proc, control, reply, argv[0], self.cgroup)
+
+    async def gone(self) -> None:
+        """Until the keeper is gone: its end of the socket closed (or it said something a
+        waiting spare never says). Not its exit: that waits for its output pipe, which its
+        waiting child holds — kept waiting by our copy of its command pipe until
+        :meth:`discard` closes it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await _readable(loop, self._control)
+            try:
+                self._control.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            return
 
     async def discard(self) -> None:
         """End it (it has started nothing) and wait until it has exited."""

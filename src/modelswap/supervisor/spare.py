@@ -170,13 +170,14 @@ class Launcher:
 
     async def _watch(self, spare: kept.Spare) -> None:
         """A spare that exits before it is used (killed by someone): clear up, replace it."""
-        code = await spare.keeper.wait()
+        await spare.gone()
         if self._spare is not spare:
             return
         self._spare = None
         self._watcher = None
-        log.warning("the spare keeper %d exited (%s) unused; replacing it", spare.keeper_pid, code)
-        await self._discard(spare)
+        await self._discard(spare)  # its waiting child ends too once our pipe copy closes
+        code = spare.keeper.returncode
+        log.warning("the spare keeper %d exited (%s) unused; replaced", spare.keeper_pid, code)
 
     async def _discard(self, spare: kept.Spare, *, refill: bool = True) -> None:
         await spare.discard()
