@@ -24,14 +24,23 @@ def test_no_history_means_no_window() -> None:
 
 
 def test_the_window_spans_the_last_starts_widened_for_a_busier_host() -> None:
-    lo, hi = due_window(100.0, [0.5, 0.7, 0.6])  # type: ignore[misc]
+    near, lo, hi = due_window(100.0, [0.5, 0.7, 0.6])  # type: ignore[misc]
     assert lo < 100.5 < 100.7 < hi  # every past listening moment is inside
-    assert lo > 100.0  # but the loading before it is not
+    assert 100.0 < near < lo  # nearing it comes first; the loading before that is not near
 
 
 @pytest.mark.parametrize(
     ("now", "expected"),
-    [(10.0, SLOW), (11.98, 0.02), (12.0, FAST), (12.5, FAST), (13.0, FAST), (13.01, INTERVAL)],
+    [
+        (10.0, SLOW),
+        (11.48, 0.02),  # the look after this one is where the window is near
+        (11.5, INTERVAL),  # near it: a start a little faster than the last ones
+        (11.99, 0.01),  # ... whose next look is where the window begins
+        (12.0, FAST),
+        (12.5, FAST),
+        (13.0, FAST),
+        (13.01, INTERVAL),
+    ],
 )
 def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
     now: float, expected: float
@@ -39,7 +48,7 @@ def test_it_looks_rarely_before_the_window_often_inside_and_steadily_after(
     loop = asyncio.new_event_loop()
     try:
         future = loop.create_future()
-        watch = listening._Watch(("127.0.0.1", 1), loop, future, None, (12.0, 13.0))
+        watch = listening._Watch(("127.0.0.1", 1), loop, future, None, (11.5, 12.0, 13.0))
         assert watch.interval(now) == pytest.approx(expected)
     finally:
         loop.close()
