@@ -379,16 +379,10 @@ class Spare:
         waiting spare never says). Not its exit: that waits for its output pipe, which its
         waiting child holds — kept waiting by our copy of its command pipe until
         :meth:`discard` closes it."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await _readable(loop, self._control)
-            try:
-                self._control.recv(1, socket.MSG_PEEK)
-            except BlockingIOError:
-                continue
-            except OSError:
-                pass
-            return
+        # sock_recv, not a reader of our own: cancelled (the spare is taken), it leaves alone
+        # the reader that use() registers next on the same socket.
+        with contextlib.suppress(OSError):
+            await asyncio.get_running_loop().sock_recv(self._control, 1)
 
     async def discard(self) -> None:
         """End it (it has started nothing) and wait until it has exited."""
