@@ -221,15 +221,6 @@ def due_window(since: float, history: list[float]) -> Window | None:
     return since + soonest * 0.8 - 0.03, since + soonest * 0.95 - 0.03, since + latest * 1.05 + 0.03
 
 
-def healthy_now(url: str) -> bool:
-    """One plain-HTTP GET of ``url`` on a fresh connection: True on 2xx."""
-    asker = HealthAsker(url)
-    try:
-        return asker.ask()
-    finally:
-        asker.close()
-
-
 def watchable(url: str | None) -> bool:
     """Whether the thread can ask this health URL itself (plain HTTP; else the loop asks)."""
     return url is None or urlsplit(url).scheme == "http"

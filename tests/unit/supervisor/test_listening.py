@@ -149,8 +149,12 @@ async def test_a_cancelled_watch_is_dropped() -> None:
 
 
 def test_a_health_url_that_is_not_plain_http_is_left_to_the_loop() -> None:
-    assert listening.healthy_now("https://127.0.0.1:1/health") is False
-    assert listening.healthy_now(f"http://127.0.0.1:{free_port()}/health") is False  # refused
+    for url in ("https://127.0.0.1:1/health", f"http://127.0.0.1:{free_port()}/health"):
+        asker = listening.HealthAsker(url)  # https: not the thread's to ask; http: refused
+        try:
+            assert asker.ask() is False
+        finally:
+            asker.close()
 
 
 def test_once_listening_it_asks_health_often_only_where_health_answered_before() -> None:
