@@ -158,6 +158,34 @@ MUTATIONS = (
         "math.ceil(math.log2(len(values)))",
         ("tests/unit/observe/test_histogram.py",),
     ),
+    Mutation(
+        "keeper-tree-gone-ignores-cgroup",  # the keeper exits with a helper left in the cgroup
+        "src/modelswap/supervisor/keeper.py",
+        "return no_children and (cgroup is None or not cgroup_populated(cgroup))",
+        "return no_children",
+        ("tests/unit/supervisor/test_keeper_rules.py",),
+    ),
+    Mutation(
+        "keeper-reap-never-done",  # no child left never noticed: the keeper never exits
+        "src/modelswap/supervisor/keeper.py",
+        "            return status, True",
+        "            return status, False",
+        ("tests/unit/supervisor/test_keeper_rules.py",),
+    ),
+    Mutation(
+        "keeper-exit-drops-signal",  # a backend killed by a signal reported as a plain exit
+        "src/modelswap/supervisor/keeper.py",
+        "return 128 - code, -code",
+        "return 128 - code, 0",
+        ("tests/unit/supervisor/test_keeper_rules.py",),
+    ),
+    Mutation(
+        "tree-tag-prefix-match",  # another backend's longer tag taken for this one's
+        "src/modelswap/supervisor/tree.py",
+        'needle = b"\\0" + os.fsencode(f"{TAG_ENV}={tag}") + b"\\0"',
+        'needle = b"\\0" + os.fsencode(f"{TAG_ENV}={tag}")',
+        ("tests/unit/supervisor/test_keeper_rules.py",),
+    ),
 )
 
 

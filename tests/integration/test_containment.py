@@ -47,14 +47,16 @@ from modelswap.config import ModelConfig
 from modelswap.errors import StartError
 from modelswap.events import Event, EventBus
 from modelswap.states import ProcessState
-from modelswap.supervisor import cgroups, keeper, kept
+from modelswap.supervisor import cgroups, keeper, kept, tree
 from modelswap.supervisor.containment import CGROUP, SUBREAPER, Containment
 from modelswap.supervisor.leftovers import BackendRecord
+from modelswap.supervisor.process import PROBE_DELAY
 
 pytestmark = pytest.mark.integration
 
 SPAWNER = REPO / "tests" / "fakes" / "helper_spawner.py"
 ORPHAN_GATEWAY = REPO / "tests" / "fakes" / "orphan_gateway.py"
+LATE_HELPER = REPO / "tests" / "fakes" / "late_helper_backend.py"
 CEILING = 30.0  # only ends a hang: every wait here is for something expected within ~2 s
 MODES = ["daemon", "nohup"]
 
@@ -311,6 +313,117 @@ async def test_the_helper_ends_when_the_keeper_itself_is_killed(
     async with asyncio.timeout(CEILING):
         await failed.wait()
     record("orphans_gone_after_keeper_sigkill_s", await seconds_until_gone([helper, backend]))
+
+
+# Where in a start the keeper is killed (issue 33): while the backend loads (the helper already
+# daemonised), the moment it is ready, inside the first tree refresh's delay after READY (no
+# snapshot has seen the helper then), and after that refresh. The sleeps only place the kill.
+KILL_POINTS = {
+    "before-ready": None,
+    "at-ready": 0.0,
+    "first-snapshot-interval": PROBE_DELAY / 2,
+    "after-first-snapshot": PROBE_DELAY * 4,
+}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+async def test_no_helper_survives_a_keeper_killed_at_any_point_of_a_start(
+    point: str,
+    containment: Containment,
+    make_model: MakeModel,
+    make_process: MakeProcess,
+    free_port: Callable[[], int],
+    events: EventBus,
+    tracker: ProcessTracker,
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "helper.pid"
+    # Before READY: the backend loads for long enough that the kill lands while it does.
+    load = ("--load-delay", "60") if point == "before-ready" else ()
+    config = helper_model(make_model, free_port, "daemon", pidfile, *load)
+    process = make_process(config, containment=containment)
+    failed = state_entered(events, config.id, ProcessState.FAILED)
+    start = asyncio.ensure_future(process.ensure_ready())
+    delay = KILL_POINTS[point]
+    if delay is None:
+        await asyncio.to_thread(
+            wait_until, lambda: pidfile.exists() and process.keeper_pid is not None, "a helper"
+        )
+    else:
+        await start
+        if delay:
+            await asyncio.sleep(delay)
+    helper = the_helper(pidfile, tracker)
+    keeper_pid = process.keeper_pid
+    assert keeper_pid is not None
+
+    os.kill(keeper_pid, signal.SIGKILL)
+
+    async with asyncio.timeout(CEILING):
+        if delay is None:
+            with pytest.raises(StartError):
+                await start
+        else:
+            await failed.wait()
+    await seconds_until_gone([helper])
+
+
+async def test_a_helper_daemonised_between_snapshots_ends_with_a_killed_keeper(
+    containment: Containment,
+    make_model: MakeModel,
+    make_process: MakeProcess,
+    free_port: Callable[[], int],
+    events: EventBus,
+    session: aiohttp.ClientSession,
+    tracker: ProcessTracker,
+    tmp_path: Path,
+) -> None:
+    """The gap itself, made wide: the backend daemonises a helper on request, well after READY
+    and after the first tree refresh, and the keeper is killed at once — no snapshot has seen
+    the helper (the next is a second away), so only the tag (or the cgroup) reaches it."""
+    pidfile = tmp_path / "helper.pid"
+    port = free_port()
+    cmd = (sys.executable, str(LATE_HELPER), "--port", str(port), "--pidfile", str(pidfile))
+    config = make_model(port=port, cmd=cmd)
+    process = make_process(config, containment=containment)
+    failed = state_entered(events, config.id, ProcessState.FAILED)
+    await process.ensure_ready()
+    await asyncio.sleep(PROBE_DELAY * 4)  # past the first refresh: the next is a second away
+    async with session.post(f"http://127.0.0.1:{port}/spawn") as response:
+        assert response.status == 200
+    helper = the_helper(pidfile, tracker)
+    assert process.keeper_pid is not None
+
+    os.kill(process.keeper_pid, signal.SIGKILL)
+
+    async with asyncio.timeout(CEILING):
+        await failed.wait()
+    await seconds_until_gone([helper])
+
+
+def test_a_helper_that_daemonised_is_found_by_its_tag(
+    tracker: ProcessTracker, tmp_path: Path
+) -> None:
+    """What ends a helper no snapshot saw: the tag in its environment, inherited through a
+    double fork and ``setsid()``, found in /proc and killed; an untagged process is left be."""
+    tag = tree.new_tag()
+    pidfile = tmp_path / "helper.pid"
+    argv = [sys.executable, str(SPAWNER), "--mode", "daemon", "--pidfile", str(pidfile)]
+    env = {**os.environ, tree.TAG_ENV: tag}
+    subprocess.run([*argv, "--", "true"], env=env, check=True, timeout=CEILING)
+    helper = the_helper(pidfile, tracker)
+    tracker.add(helper.pid)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    tracker.add(bystander.pid)
+    assert helper.ppid() != os.getpid()  # an orphan: no tree of ours holds it
+
+    assert tree.tagged(tag) == {helper.pid}
+    assert tree.end_tagged(tag) == 1
+    wait_until(lambda: not is_alive(helper), "the tagged helper ended")
+    assert bystander.poll() is None
+    assert tree.tagged(tag) == set()
+    bystander.kill()
+    bystander.wait()
 
 
 async def test_the_backend_record_and_the_watchdog_see_the_helper(

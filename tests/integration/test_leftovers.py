@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -95,6 +96,25 @@ def test_a_dead_gateways_backends_are_ended_and_its_record_removed(
     assert not is_alive(backend)
     assert not is_alive(helper)
     assert not path.exists()
+
+
+def test_a_dead_gateways_tagged_helper_is_ended_though_never_recorded(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], tracker: ProcessTracker
+) -> None:
+    """A helper that daemonised after the record's last look is found by its backend's tag."""
+    backend = sleeper(sleepers, tracker)
+    tag = tree.new_tag()
+    helper = subprocess.Popen(
+        SLEEPER, start_new_session=True, env={**os.environ, tree.TAG_ENV: tag}
+    )
+    sleepers.append(helper)
+    tracker.add(helper.pid)
+    dead_gateway_record(tmp_path / "backends", [{**entry(backend), "tag": tag}])
+
+    ended = BackendRecord(tmp_path / "backends").reap_leftovers()
+
+    assert "ended 2 leftover processes" in ended[0]
+    assert helper.wait(timeout=60) in (-signal.SIGTERM, -signal.SIGKILL)
 
 
 def test_a_recycled_pid_is_never_signalled(

@@ -35,7 +35,7 @@ from tests.integration.conftest import (
 
 from modelswap.events import Event, EventBus
 from modelswap.states import ProcessState
-from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor import cgroups, keeper, tree
 from modelswap.supervisor.containment import Containment, detect
 from modelswap.supervisor.reaper import GRACE_SECONDS, Reaper, gateway_cgroup_bases
 
@@ -45,6 +45,7 @@ ORPHAN_GATEWAY = REPO / "tests" / "fakes" / "orphan_gateway.py"
 REAP_DEADLINE = 60.0  # the watchdog's grace for SIGTERM-ignorers is GRACE_SECONDS (1.5 s)
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 CEILING = 30.0  # only ends a hang: what is awaited happens within ~2 s
+SPAWNER = REPO / "tests" / "fakes" / "helper_spawner.py"
 # Ignores SIGTERM; joins the cgroup argv[1] first if given. With argv[2], its SIGTERM handler
 # forks a child (SIGTERM ignored too) that writes its pid there: a process born during the
 # watchdog's grace, after its last look at the cgroup, that no snapshot of its ever saw.
@@ -301,6 +302,35 @@ def test_the_backend_cgroup_ends_what_no_snapshot_saw(
     child = psutil.Process(int(hidden.read_text()))
     tracker.add(child.pid)
     assert not is_alive(child), "the child born into the cgroup during the grace survived"
+
+
+def test_the_watchdog_ends_a_tagged_helper_no_snapshot_saw(
+    reaper: Reaper,
+    sleeper: list[subprocess.Popen[bytes]],
+    tracker: ProcessTracker,
+    tmp_path: Path,
+) -> None:
+    """No cgroup, the keeper killed before it saw the helper: the helper daemonised out of the
+    registered tree (to init), but carries its backend's tag; the watchdog finds it by that.
+    A process with another tag is left alone."""
+    root = start_sleeper(sleeper)  # the keeper's place: the registered tree
+    tag, other = tree.new_tag(), tree.new_tag()
+    reaper.register(root.pid, None, tag=tag)
+    helpers = {}
+    for name, its_tag in (("tagged", tag), ("other", other)):
+        pidfile = tmp_path / f"{name}.pid"
+        argv = [sys.executable, str(SPAWNER), "--mode", "daemon", "--pidfile", str(pidfile)]
+        env = {**os.environ, tree.TAG_ENV: its_tag}
+        subprocess.run([*argv, "--", "true"], env=env, check=True, timeout=CEILING)
+        helpers[name] = psutil.Process(int(pidfile.read_text()))
+        tracker.add(helpers[name].pid)
+    assert helpers["tagged"].pid not in {c.pid for c in psutil.Process(root.pid).children(True)}
+
+    reaper.close()  # as if the gateway died
+
+    wait_until(lambda: not is_alive(helpers["tagged"]), "the tagged helper ended")
+    assert is_alive(helpers["other"])
+    helpers["other"].kill()
 
 
 async def test_the_watchdog_ends_a_backend_cgroup_its_keeper_cannot(

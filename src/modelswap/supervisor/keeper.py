@@ -18,7 +18,8 @@ costs a bare interpreter's; it never imports modelswap. The keeper
   signal alone fires when the gateway's *thread* exits, and not at all if the gateway died
   before ``prctl``):
   SIGTERMs every remaining descendant (and member of its cgroup), waits ``grace`` seconds,
-  SIGKILLs (``cgroup.kill``), and waits until none remains;
+  SIGKILLs (``cgroup.kill``), and waits until none remains; says ``done`` (the gateway's proof
+  that the tree was ended: a keeper killed before it, the gateway ends what is left itself);
 * then exits as the backend did: same exit code, or the same signal raised on itself, so the
   gateway's ``returncode`` still says how the backend ended.
 
@@ -54,6 +55,7 @@ STEP_SECONDS = 0.05  # while ending a tree: grandchildren die unseen, so look ag
 DEFAULT_GRACE = 1.0
 KILL = b"kill\n"  # gateway to keeper: no more grace
 EXITED = b"exited"  # keeper to gateway: the backend itself has exited
+TREE_ENDED = b"done"  # keeper to gateway, its last line: nothing the backend started is left
 EXEC_FAILED = 127
 SPARE = "--spare"  # a keeper started ahead of its command: Keeper.start_spare
 HANDED = b"!"  # before a spare's command: the gateway wrote it to the waiting child itself
@@ -126,33 +128,33 @@ def prctl(option: int, arg: int) -> bool:
         return False  # not Linux
 
 
-def children_of(pid: int) -> list[int] | None:
-    """From /proc/PID/task/*/children; None where the kernel lacks those files."""
+def children_of(pid: int, proc: str = "/proc") -> list[int] | None:
+    """From PROC/PID/task/*/children; None where the kernel lacks those files."""
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
+        tasks = os.listdir(f"{proc}/{pid}/task")
     except OSError:
-        return None if os.path.isdir("/proc/self") else []
+        return None if os.path.isdir(f"{proc}/self") else []
     found: list[int] = []
     for task in tasks:
         try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+            with open(f"{proc}/{pid}/task/{task}/children", "rb") as f:
                 found += [int(x) for x in f.read().split()]
         except FileNotFoundError:
-            if os.path.exists(f"/proc/{pid}/task/{task}"):
+            if os.path.exists(f"{proc}/{pid}/task/{task}"):
                 return None
         except (OSError, ValueError):
             return None
     return found
 
 
-def _parents() -> dict[int, list[int]]:
-    """Every process's children, from /proc/*/stat (slower; where children files are missing)."""
+def _parents(proc: str = "/proc") -> dict[int, list[int]]:
+    """Every process's children, from PROC/*/stat (slower; where children files are missing)."""
     kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
+    for name in os.listdir(proc):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
+            with open(f"{proc}/{name}/stat", "rb") as f:
                 ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
@@ -160,15 +162,15 @@ def _parents() -> dict[int, list[int]]:
     return kids
 
 
-def descendants(root: int) -> set[int]:
+def descendants(root: int, proc: str = "/proc") -> set[int]:
     found: set[int] = set()
     stack = [root]
     table: dict[int, list[int]] | None = None
     while stack:
         pid = stack.pop()
-        kids = children_of(pid) if table is None else table.get(pid, [])
+        kids = children_of(pid, proc) if table is None else table.get(pid, [])
         if kids is None:
-            table = _parents()
+            table = _parents(proc)
             kids = table.get(pid, [])
         for kid in kids:
             if kid not in found:
@@ -350,11 +352,22 @@ def _spawned(pid: int, report: bytes, cgroup: str | None) -> tuple[int, bool] | 
 CORE_SIGNALS = (signal.SIGQUIT, signal.SIGILL, signal.SIGABRT, signal.SIGFPE, signal.SIGSEGV)
 
 
+def exit_plan(status: int | None) -> tuple[int, int]:
+    """How to end as a process with wait status ``status`` did: (exit code, signal to raise on
+    ourselves first; 0 for none). No status (never reaped): exit 1. A signal's code, should
+    the signal not end us, is the shell's ``128 + N``."""
+    if status is None:
+        return 1, 0
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return 128 - code, -code  # an int: real-time signals have no Signals member
+    return code, 0
+
+
 def exit_like(status: int | None) -> NoReturn:
     """Exit as a process with wait status ``status`` did (1 when there is none)."""
-    code = os.waitstatus_to_exitcode(status) if status is not None else 1
-    if code < 0:
-        sig = -code  # an int: real-time signals have no Signals member
+    code, sig = exit_plan(status)
+    if sig:
         if sig in CORE_SIGNALS:
             import resource  # only here: the keeper must not leave a core file of its own
 
@@ -363,9 +376,33 @@ def exit_like(status: int | None) -> NoReturn:
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught anyway
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        os.kill(os.getpid(), sig)
-        code = 128 + sig  # reached only if the signal did not end us
+        os.kill(os.getpid(), sig)  # the exit below is reached only if the signal did not end us
     os._exit(code)
+
+
+def reap_children(
+    backend: int | None, waitpid: Callable[[int, int], tuple[int, int]] = os.waitpid
+) -> tuple[int | None, bool]:
+    """Collect every exited child (the backend, and each orphan that reparented to us, the
+    subreaper): the backend's wait status if it was among them, and whether no child at all is
+    left — none can come back then, since only a descendant's orphan is ever reparented to us."""
+    status = None
+    while True:
+        try:
+            pid, reaped = waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, True
+        if pid == 0:
+            return status, False
+        if pid == backend:
+            status = reaped
+
+
+def tree_gone(no_children: bool, cgroup: str | None) -> bool:
+    """Nothing the backend started is left: no child of ours remains (every orphan reparents
+    to us) and the backend's cgroup, where it has one, holds no process (a helper that left
+    our tree, had we not been a subreaper, is still counted there)."""
+    return no_children and (cgroup is None or not cgroup_populated(cgroup))
 
 
 def _processes(count: int) -> str:
@@ -509,6 +546,7 @@ class Keeper:
         while self.status is None and not self.gateway_gone and not self.hurry:
             self._wait(POLL_SECONDS)
         self._end_tree()
+        self._send(TREE_ENDED + b"\n")
         exit_like(self.status)
 
     def _wait(self, timeout: float) -> None:
@@ -542,17 +580,10 @@ class Keeper:
 
     def _reap(self) -> None:
         """Collect every exited child: the backend and each orphan that reparented to us."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.no_children = True
-                return
-            if pid == 0:
-                return
-            if pid == self.backend:
-                self.status = status
-                self._send(b"%s %d\n" % (EXITED, status))
+        status, self.no_children = reap_children(self.backend)
+        if status is not None:
+            self.status = status
+            self._send(b"%s %d\n" % (EXITED, status))
 
     def _signal_backend_group(self, sig: signal.Signals) -> None:
         backend = self.backend
@@ -577,8 +608,7 @@ class Keeper:
 
     def _tree_gone(self) -> bool:
         self._reap()
-        cgroup = self.spec.cgroup
-        return self.no_children and (cgroup is None or not cgroup_populated(cgroup))
+        return tree_gone(self.no_children, self.spec.cgroup)
 
     def _end_tree(self) -> None:
         """SIGTERM what is left, SIGKILL it after the grace, return once none remains."""

@@ -63,6 +63,9 @@ class Kept:
             self._backend_key = (pid, psutil.Process(pid).create_time())
         self._backend_exited = asyncio.Event()
         self.backend_returncode: int | None = None  # as the keeper reported it
+        # The keeper said it ended the whole tree. False once it has exited: it was killed (or
+        # killed by us), and what the backend left is the gateway's to find (tree.end_tagged).
+        self.tree_ended = False
         self._buffer = b""
         self._take(pending)
         self._listener = asyncio.get_running_loop().create_task(
@@ -90,13 +93,16 @@ class Kept:
         return self.keeper.stdout
 
     def _take(self, data: bytes) -> None:
-        """Lines from the keeper after its reply: ``exited STATUS`` when the backend has."""
+        """Lines from the keeper after its reply: ``exited STATUS`` when the backend has,
+        ``done`` when nothing it started is left."""
         *lines, self._buffer = (self._buffer + data).split(b"\n")
         for line in lines:
             words = line.split()
             if words[:1] == [keeper.EXITED] and len(words) == 2 and words[1].isdigit():
                 self.backend_returncode = os.waitstatus_to_exitcode(int(words[1]))
                 self._backend_exited.set()
+            elif words == [keeper.TREE_ENDED]:
+                self.tree_ended = True
 
     async def _listen(self) -> None:
         """Read the keeper's lines until end-of-file, which comes when the keeper exits."""

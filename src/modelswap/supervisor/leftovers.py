@@ -6,7 +6,9 @@ scan — the next gateway on the same state directory finds what is left here an
 
 Each gateway keeps one file, ``<stateDir>/backends/gateway-<pid>.json``, naming itself and each
 backend it runs as ``(pid, create_time)`` pairs (a pid alone may have been recycled), with the
-backend's process tree as last seen (the pid recorded is the backend's keeper, the tree's root).
+backend's process tree as last seen (the pid recorded is the backend's keeper, the tree's root)
+and the tag in the backend's environment (:func:`tree.new_tag`), which finds a helper that
+daemonised after the last look.
 :meth:`BackendRecord.reap_leftovers`, at start, ends the recorded processes of every gateway
 that is no longer alive — only those whose pid *and* creation time still match — and deletes
 their files. A live gateway's file is never touched.
@@ -60,11 +62,11 @@ class BackendRecord:
     def path(self) -> Path | None:
         return self._dir / f"{_PREFIX}{os.getpid()}.json" if self._dir is not None else None
 
-    def add(self, model: str, pid: int) -> None:
+    def add(self, model: str, pid: int, *, tag: str = "") -> None:
         key = _key(pid)
         if key is None:
             return  # already gone: nothing to record
-        self._backends[pid] = {"model": model, "pid": pid, "create_time": key[1]}
+        self._backends[pid] = {"model": model, "pid": pid, "create_time": key[1], "tag": tag}
         self._trees[pid] = frozenset({key})
         self._write()
 
@@ -136,8 +138,9 @@ class BackendRecord:
         return ended
 
 
-def _parse(entry: object) -> tuple[tree.ProcKey, set[tree.ProcKey], str] | None:
-    """One recorded backend: its (pid, create_time), its tree, its model; None if malformed."""
+def _parse(entry: object) -> tuple[tree.ProcKey, set[tree.ProcKey], str, str] | None:
+    """One recorded backend: its (pid, create_time), its tree, its model, its tag ('' for
+    none); None if malformed."""
     if not isinstance(entry, dict):
         return None
     try:
@@ -145,19 +148,24 @@ def _parse(entry: object) -> tuple[tree.ProcKey, set[tree.ProcKey], str] | None:
         keys = {(int(pid), float(created)) for pid, created in entry.get("tree") or []}
     except (KeyError, TypeError, ValueError):
         return None
-    return root, keys, str(entry.get("model"))
+    tag = entry.get("tag")
+    return root, keys, str(entry.get("model")), tag if isinstance(tag, str) else ""
 
 
 def _end(backends: list[object], gateway_pid: int) -> list[str]:
     """SIGTERM, then SIGKILL after a grace, every recorded process still alive as recorded."""
     keys: set[tree.ProcKey] = set()
     roots: list[tuple[int, str]] = []
+    tags: list[str] = []
     for entry in backends:
         parsed = _parse(entry)
         if parsed is None:
             continue
-        root, recorded, model = parsed
+        root, recorded, model, tag = parsed
         keys |= recorded | {root}
+        if tag:
+            tags.append(tag)
+            keys |= {key for pid in tree.tagged(tag) if (key := _key(pid)) is not None}
         if tree.alive({root}):
             keys |= tree.snapshot(root[0])  # what the backend started since it was recorded
             roots.append((root[0], model))
@@ -171,6 +179,8 @@ def _end(backends: list[object], gateway_pid: int) -> list[str]:
     while tree.alive(left) and time.monotonic() < deadline:
         time.sleep(0.05)
     tree.signal_all(left, signal.SIGKILL)
+    for tag in tags:  # forked since the scan above
+        tree.end_tagged(tag)
     models = ", ".join(f"{model} (pid {pid})" for pid, model in roots) or "helpers only"
     line = (
         f"ended {len(left)} leftover processes of modelswap pid {gateway_pid}, which died "

@@ -115,6 +115,7 @@ class ManagedProcess:
         self._pump_task: asyncio.Task[None] | None = None
         self._monitor_task: asyncio.Task[None] | None = None
         self._tree: set[tree.ProcKey] = set()
+        self._tag = ""  # the running start's (tree.new_tag)
         self.last_failure: Diagnosis | None = None
         self.started_at: float | None = None
         self.ready_at: float | None = None
@@ -392,7 +393,10 @@ class ManagedProcess:
     async def _spawn(self) -> None:
         cfg = self.config
         self._check_port_free()
-        env = {**os.environ, **cfg.env}
+        # The tag every process of this start inherits: what a killed keeper's helpers are
+        # found by, once no snapshot can (tree.end_tagged).
+        self._tag = tree.new_tag()
+        env = {**os.environ, **cfg.env, tree.TAG_ENV: self._tag}
         self.logs.append(f"[modelswap] starting {cfg.cmd[0]} ({len(cfg.cmd) - 1} arguments)")
         try:  # the launcher removes the cgroup it made if this raises
             proc = await self._launcher.spawn(self.model, cfg.cmd, env=env)
@@ -413,9 +417,11 @@ class ManagedProcess:
         # The keeper is the root of the whole tree: orphaned helpers reparent to it; the
         # cgroup holds even those that no snapshot sees.
         if self._reaper is not None:
-            self._reaper.register(proc.keeper_pid, cgroup if proc.in_cgroup else None)
+            self._reaper.register(
+                proc.keeper_pid, cgroup if proc.in_cgroup else None, tag=self._tag
+            )
         if self._record is not None:
-            self._record.add(self.model, proc.keeper_pid)
+            self._record.add(self.model, proc.keeper_pid, tag=self._tag)
         self._pump_task = asyncio.get_running_loop().create_task(
             self._pump_output(proc), name=f"output:{self.model}"
         )
@@ -696,13 +702,22 @@ class ManagedProcess:
             proc.signal_backend(signal.SIGTERM)
 
     async def _kill_leftovers(self, proc: kept.Kept) -> None:
-        """The keeper has exited, normally with nothing left. Should it have been killed, SIGKILL
-        what the snapshots saw (pid + creation time) and the backend's cgroup."""
+        """The keeper has exited, normally with nothing left (it said so). Should it have been
+        killed, SIGKILL what the snapshots saw (pid + creation time), every process that carries
+        this start's tag (a helper that daemonised after the last snapshot) and the backend's
+        cgroup."""
         proc.signal_backend(signal.SIGKILL)  # only if the backend itself still runs
         leftovers = tree.alive(self._tree)
         if leftovers:
             tree.signal_all(leftovers, signal.SIGKILL)
         self._tree = set()
+        if not proc.tree_ended and self._tag:
+            found = await asyncio.to_thread(tree.end_tagged, self._tag)
+            if found:
+                self.logs.append(
+                    f"[modelswap] the keeper was killed: ended {found} more process"
+                    f"{'' if found == 1 else 'es'} the backend had started"
+                )
         await self._remove_cgroup(proc.cgroup)
 
     # ---- transitions -----------------------------------------------------------------------

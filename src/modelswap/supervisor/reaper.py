@@ -6,13 +6,15 @@ that was killed along with the gateway. It watches the keepers' trees (the roots
 
 A parent-death signal reaches only direct children and a process group kill misses helpers that
 called ``setsid()``. So modelswap starts this small watchdog once, in its own session, with a
-pipe on its stdin. modelswap writes ``+PID`` (or ``+PID<TAB>CGROUP``, the backend's cgroup
-where it has one) and ``-PID`` lines as backends start and stop; the watchdog keeps a fresh
-snapshot of each registered backend's whole process tree. When the pipe reaches end-of-file
-(modelswap exited, however it died), every process it knows of and every member of those
-cgroups gets SIGTERM; after a short grace each cgroup gets ``cgroup.kill`` and every process it
-knows of SIGKILL; it waits (bounded) until each cgroup is empty, removes it, and exits. The
-``cgroup.kill`` is what ends a helper no snapshot saw, had the keeper been killed before its own.
+pipe on its stdin. modelswap writes ``+PID`` (or ``+PID<TAB>CGROUP[<TAB>TAG]``: the backend's
+cgroup where it has one, the tag in its environment, :func:`tree.new_tag`) and ``-PID`` lines as
+backends start and stop; the watchdog keeps a fresh snapshot of each registered backend's whole
+process tree. When the pipe reaches end-of-file (modelswap exited, however it died), every
+process it knows of and every member of those cgroups gets SIGTERM; after a short grace each
+cgroup gets ``cgroup.kill``, every process it knows of SIGKILL, and every process still carrying
+a registered tag SIGKILL too; it waits (bounded) until each cgroup is empty, removes it, and
+exits. The ``cgroup.kill`` and the tags are what end a helper no snapshot saw, had the keeper
+been killed before its own.
 
 A cgroup is taken only if it is one the gateway made: a direct child of a cgroup v2 directory
 that holds the gateway's own cgroup, named ``modelswap-<gateway pid>-...``, written plainly
@@ -75,14 +77,18 @@ class Reaper:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def register(self, pid: int, cgroup: Path | None = None) -> None:
-        """Watch ``pid``'s tree and, if given, the cgroup its backend runs in."""
+    def register(self, pid: int, cgroup: Path | None = None, *, tag: str = "") -> None:
+        """Watch ``pid``'s tree and, if given, the cgroup its backend runs in and the tag in its
+        environment."""
         if pid <= 1 or pid == os.getpid():
             raise ValueError(f"refusing to watch pid {pid}: not a backend")
         path = "" if cgroup is None else str(cgroup)
         if "\n" in path or "\t" in path:
             path = ""  # cannot be said on one line; the keeper still ends that cgroup
-        self._send(f"+{pid}\t{path}\n" if path else f"+{pid}\n")
+        if tag:
+            self._send(f"+{pid}\t{path}\t{tag}\n")
+        else:
+            self._send(f"+{pid}\t{path}\n" if path else f"+{pid}\n")
 
     def unregister(self, pid: int) -> None:
         self._send(f"-{pid}\n")
@@ -117,7 +123,9 @@ def _members(path: Path) -> set[tree.ProcKey]:
     return keys
 
 
-def _reap(known: dict[int, set[tree.ProcKey]], groups: Collection[Path] = ()) -> None:
+def _reap(
+    known: dict[int, set[tree.ProcKey]], groups: Collection[Path] = (), tags: Collection[str] = ()
+) -> None:
     everything: set[tree.ProcKey] = set()
     for root, keys in known.items():
         everything |= keys | tree.snapshot(root)
@@ -138,6 +146,8 @@ def _reap(known: dict[int, set[tree.ProcKey]], groups: Collection[Path] = ()) ->
         everything |= tree.snapshot(root)  # helpers that reparented to the keeper meanwhile
         tree.signal_group(root, signal.SIGKILL)
     tree.signal_all(everything, signal.SIGKILL)
+    for tag in tags:  # helpers that daemonised after the last snapshot, their keeper killed
+        tree.end_tagged(tag)
     deadline = time.monotonic() + CGROUP_CEILING
     for path in groups:  # the keeper removes its cgroup once it is empty; it may be dead
         cgroups.end(path, max(0.0, deadline - time.monotonic()))
@@ -175,9 +185,11 @@ class _Watch:
         self.gateway = gateway
         self.known: dict[int, set[tree.ProcKey]] = {}
         self.groups: dict[int, Path] = {}
+        self.tags: dict[int, str] = {}
 
     def apply(self, line: str) -> None:
-        head, _, cgroup = line.strip("\n").partition("\t")
+        head, _, rest = line.strip("\n").partition("\t")
+        cgroup, _, tag = rest.partition("\t")
         head = head.strip()
         if len(head) < 2 or not head[1:].isdigit():
             return
@@ -191,9 +203,12 @@ class _Watch:
                 path = allowed_cgroup(cgroup, gateway_cgroup_bases(self.gateway), self.gateway)
             if path is not None:
                 self.groups[pid] = path
+            if tag:
+                self.tags[pid] = tag
         elif head[0] == "-":
             self.known.pop(pid, None)
             self.groups.pop(pid, None)
+            self.tags.pop(pid, None)
 
     def scan(self) -> None:
         for root in list(self.known):
@@ -203,7 +218,7 @@ class _Watch:
 
     def reap(self) -> None:
         if self.known:
-            _reap(self.known, list(self.groups.values()))
+            _reap(self.known, list(self.groups.values()), list(self.tags.values()))
 
 
 def run() -> None:

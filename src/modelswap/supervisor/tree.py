@@ -3,17 +3,83 @@
 A backend may fork helpers that call ``setsid()`` and so leave its process group; signalling
 the group alone misses them. We therefore snapshot the descendant tree (pid + creation time,
 so a recycled pid is never signalled) and signal the snapshot as well as the group.
+
+A snapshot is only as fresh as its last look: a helper that daemonised after it, whose keeper
+was then killed, reparents to init and leaves the tree unseen. So every backend also starts
+with a *tag* in its environment (``MODELSWAP_TREE=<gateway pid>.<random>.<n>``), which every
+process it forks inherits, daemons included; :func:`end_tagged` finds them again by reading
+``/proc/*/environ`` — the cookie Jenkins's process-tree killer uses for the same problem. Only
+an exact ``NAME=tag`` entry matches, and the tag holds 64 random bits, so nothing else is hit.
+A process that replaced its whole environment before it exec'd is out of this reach (a cgroup
+holds it: docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import secrets
 import signal
+import time
 
 import psutil
 
 ProcKey = tuple[int, float]  # (pid, create_time)
+TAG_ENV = "MODELSWAP_TREE"
+TAG_ROUNDS = 50  # only ends a fork storm: each round kills what the last scan found
+_tag_prefix: tuple[int, str] | None = None  # (pid, random): made anew in a forked child
+_tag_numbers = itertools.count(1)
+
+
+def new_tag() -> str:
+    """A tag for one backend's start, unique among this gateway's and across gateways."""
+    global _tag_prefix
+    if _tag_prefix is None or _tag_prefix[0] != os.getpid():
+        _tag_prefix = (os.getpid(), f"{os.getpid()}.{secrets.token_hex(8)}")
+    return f"{_tag_prefix[1]}.{next(_tag_numbers)}"
+
+
+def tagged(tag: str, proc: str = "/proc") -> set[int]:
+    """The processes (but this one) whose environment holds ``MODELSWAP_TREE=<tag>``. Another
+    user's processes cannot be read and are never among them; a zombie's environment reads
+    empty."""
+    needle = b"\0" + os.fsencode(f"{TAG_ENV}={tag}") + b"\0"
+    found: set[int] = set()
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return found
+    me = os.getpid()
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"{proc}/{name}/environ", "rb") as f:
+                entries = b"\0" + f.read().rstrip(b"\0") + b"\0"
+        except OSError:
+            continue
+        if needle in entries:
+            found.add(int(name))
+    return found
+
+
+def end_tagged(tag: str, proc: str = "/proc") -> int:
+    """SIGKILL every process carrying ``tag`` until a scan finds none (a fork between a scan
+    and its kill is found by the next); how many were killed. Blocking: call it off the loop."""
+    killed: set[ProcKey] = set()
+    for _ in range(TAG_ROUNDS):
+        keys: set[ProcKey] = set()
+        for pid in tagged(tag, proc):
+            with contextlib.suppress(psutil.Error):
+                keys.add((pid, psutil.Process(pid).create_time()))
+        left = alive(keys)
+        if not left:
+            break
+        signal_all(left, signal.SIGKILL)
+        killed |= left
+        time.sleep(0.005)  # a SIGKILLed process needs a moment to stop being runnable
+    return len(killed)
 
 
 def _child_pids(pid: int) -> list[int] | None:
