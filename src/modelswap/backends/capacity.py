@@ -64,17 +64,14 @@ def parse_capacity(lines: Iterable[str]) -> CapacityReceipt | None:
 # token and cell counts like the context value, sizes up to a petabyte, concurrency 10^6.
 _MAX_COUNT = 2**31
 _MAX_VALUE = {"kv_cache_gib": 1e6, "weights_gib": 1e6, "kv_cache_mib": 1e9, "max_concurrency": 1e6}
-# vLLM prints a negative KV budget when the weights alone overrun it: the receipt of a failed
-# start, which the diagnosis quotes, so it is kept (nonzero, within the bound).
-_SIGNED = frozenset({"kv_cache_gib"})
 
 
 def _plausible(name: str, value: int | float) -> bool:
-    """Positive (or a nonzero signed figure) and within the field's bound; an implausible
-    figure is dropped, not reported."""
+    """Positive and within the field's bound; an implausible figure is dropped, not reported.
+    vLLM's negative KV budget (the weights alone overran it) is no size a receipt can state:
+    the failed start's diagnosis quotes it from the log line itself (causes.no_kv_cache_memory)."""
     limit = _MAX_VALUE.get(name, _MAX_COUNT)
-    size = abs(value) if name in _SIGNED else value
-    if math.isfinite(value) and 0 < size <= limit:
+    if math.isfinite(value) and 0 < value <= limit:
         return True
     log.debug("receipt: ignoring implausible %s = %r from the backend's log", name, value)
     return False

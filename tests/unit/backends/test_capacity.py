@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +206,21 @@ def test_an_implausible_number_does_not_hide_the_plausible_ones() -> None:
     assert receipt == CapacityReceipt(kv_cache_mib=48.0, kv_cells=2048)
 
 
-def test_a_negative_kv_budget_is_kept_as_the_receipt_of_a_failed_start() -> None:
-    assert parse_capacity(["Available KV cache memory: -2.86 GiB"]) == CapacityReceipt(
-        kv_cache_gib=-2.86
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Available KV cache memory: -2.86 GiB",
+        "Available KV cache memory: -3.5 GiB",
+        "the rest of the memory reserved for KV Cache is -1.20 GiB",
+        "Model loading took -0.5 GiB",
+        "llama_kv_cache: size = -48.00 MiB ( 2048 cells, ...)",
+    ],
+)
+def test_a_negative_size_is_never_a_receipt(line: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A negative size is dropped, with a debug line, as the probe drops implausible values."""
+    with caplog.at_level(logging.DEBUG, logger="modelswap.backends.capacity"):
+        receipt = parse_capacity([line])
+    assert receipt is None or all(
+        value is None or value > 0 for value in dataclasses.asdict(receipt).values()
     )
+    assert "implausible" in caplog.text
