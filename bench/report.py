@@ -175,6 +175,8 @@ def goals(results: dict[str, Any]) -> list[Goal]:
     out: list[Goal] = []
     for ms in [t for t in ran if t.startswith("modelswap")]:
         out += _goals_for(results, ms)
+        if "llama-swap" in ran:
+            out += _llama_swap_goals(results, ms)
     return out + _extra_goals(results.get("extras", {}))
 
 
@@ -344,12 +346,66 @@ def _goals_for(r: dict[str, Any], ms: str) -> list[Goal]:
     return out
 
 
+def _llama_swap_goals(r: dict[str, Any], ms: str) -> list[Goal]:
+    """Issue 28's relay goals: each a ratio to llama-swap in the same run (none without it)."""
+    ls = "llama-swap"
+    out: list[Goal] = []
+
+    def add(goal: str, mine: float | None, theirs: float | None, *, higher: bool) -> None:
+        rel = _ratio(mine, theirs)
+        ok = None if rel is None else (rel >= 1.0 if higher else rel <= 1.0)
+        out.append(Goal(goal, ms, f"×{rel:.2f}" if rel is not None else "not run", _verdict(ok)))
+
+    def fig(scenario: str, case: str, target: str, metric: str) -> float | None:
+        return figure(r, scenario, case, target, metric)
+
+    add(
+        "throughput c=32: req/s ≥ 1.0× llama-swap's",
+        fig("throughput", "c32", ms, "rps"),
+        fig("throughput", "c32", ls, "rps"),
+        higher=True,
+    )
+    add(
+        "throughput c=32: gateway CPU per request ≤ llama-swap's",
+        fig("throughput", "c32", ms, "cpu_per_request"),
+        fig("throughput", "c32", ls, "cpu_per_request"),
+        higher=False,
+    )
+    add(
+        "added latency p50 at c=1 ≤ llama-swap's",
+        fig("latency", "c1", ms, "added_p50"),
+        fig("latency", "c1", ls, "added_p50"),
+        higher=False,
+    )
+    for c in (32, 128):
+        case = f"unpaced c{c}"
+        add(
+            f"streamed c={c}: chunks/s ≥ 1.0× llama-swap's",
+            fig("streams", case, ms, "chunks_per_s"),
+            fig("streams", case, ls, "chunks_per_s"),
+            higher=True,
+        )
+        add(
+            f"streamed c={c}: CPU per chunk ≤ llama-swap's",
+            fig("streams", case, ms, "cpu_per_chunk"),
+            fig("streams", case, ls, "cpu_per_chunk"),
+            higher=False,
+        )
+        add(
+            f"streamed c={c}: first chunk p50 ≤ llama-swap's",
+            fig("streams", case, ms, "ttfc_p50"),
+            fig("streams", case, ls, "ttfc_p50"),
+            higher=False,
+        )
+    return out
+
+
 def goals_table(results: dict[str, Any]) -> list[str]:
     rows = goals(results)
     if not rows:
         return []
     lines = [
-        "### Goals (issues 10 and 21), side by side",
+        "### Goals (issues 10, 21 and 28), side by side",
         "",
         "| goal | target | measured | verdict |",
         "|---|---|---|---|",

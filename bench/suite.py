@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import cold_and_footprint, extras, load, report, scenarios
-from bench.targets import ALL_TARGETS, DEFAULT_TARGETS, Fleet
+from bench.targets import ALL_TARGETS, DEFAULT_TARGETS, LLAMA_SWAP, LLAMA_SWAP_ENV, Fleet
 
 OUTSIDE_HELP = """\
 --target NAME=URL puts a gateway that is already running (e.g. your llama-swap) in the same
@@ -126,11 +126,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="one more modelswap target, named NAME (starting with 'modelswap'), run from the "
         "src/ directory SRC (e.g. `git archive` of an older commit): before/after in one run",
     )
+    parser.add_argument(
+        "--llama-swap",
+        metavar="PATH",
+        default=os.environ.get(LLAMA_SWAP_ENV) or None,
+        help=f"llama-swap's binary: adds the llama-swap target, and the relay goals are "
+        f"ratios to it (default: ${LLAMA_SWAP_ENV}; none: skipped)",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the raw figures here")
     parser.add_argument("--markdown", metavar="FILE", help="write the tables here too")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args(argv)
     args.target_list = [t.strip() for t in args.targets.split(",") if t.strip()]
+    if args.llama_swap:
+        args.llama_swap = str(Path(args.llama_swap).resolve())  # the target runs elsewhere
+    if args.llama_swap and LLAMA_SWAP not in args.target_list:
+        args.target_list.append(LLAMA_SWAP)
     args.variants = {}
     for spec in args.variant:
         name, sep, src = spec.partition("=")
@@ -213,6 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         variants=args.variants,
         outside={name: port_of(url) for name, url in args.outside.items()},
         backend_port=args.backend_port,
+        llama_swap=args.llama_swap,
     )
     meta: dict[str, Any] = {
         "command": " ".join(shlex.quote(a) for a in ["bench/suite.py", *sys.argv[1:]]),

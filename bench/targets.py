@@ -5,7 +5,10 @@
 * ``floor``: ``bench/floor_proxy.py``, the minimal aiohttp pass-through;
 * ``litellm``: LiteLLM's proxy (``build/bench-venv``), passing through to the same backend;
 * ``modelswap``: ``python -m modelswap serve`` as shipped (metrics and activity log on);
-* ``modelswap-uvloop`` (opt-in): the same under uvloop (``bench/uvloop_modelswap.py``).
+* ``modelswap-uvloop`` (opt-in): the same under uvloop (``bench/uvloop_modelswap.py``);
+* ``llama-swap`` (given its binary: ``--llama-swap PATH`` or ``BENCH_LLAMA_SWAP``): the Go
+  reference, its model relayed to the same backend, ``concurrencyLimit`` raised as a user tuning
+  it would (its default, 10 in flight per model, answers 429 beyond).
 
 All of them forward to one shared backend process. modelswap's ``fake`` model is a placeholder
 process (a ``sleep``) whose ``proxy`` is that backend, so every target relays to the very same
@@ -41,7 +44,9 @@ UVLOOP_LAUNCHER = BENCH / "uvloop_modelswap.py"
 PYTHON = sys.executable
 
 DEFAULT_TARGETS = ("direct", "nginx", "floor", "litellm", "modelswap")
-ALL_TARGETS = (*DEFAULT_TARGETS, "modelswap-uvloop")
+LLAMA_SWAP = "llama-swap"
+LLAMA_SWAP_ENV = "BENCH_LLAMA_SWAP"  # the binary's path, as --llama-swap gives it
+ALL_TARGETS = (*DEFAULT_TARGETS, "modelswap-uvloop", LLAMA_SWAP)
 LITELLM_KEY = "sk-bench-master-key"
 COLD_LOAD_DELAY = 0.3
 
@@ -145,8 +150,10 @@ class Fleet:
         variants: dict[str, str] | None = None,
         outside: dict[str, int] | None = None,
         backend_port: int = 0,
+        llama_swap: str | None = None,
     ) -> None:
         self.names = names
+        self.llama_swap = llama_swap  # the binary, for the llama-swap target
         self.variants = variants or {}  # extra modelswap targets: name → its src/ directory
         self.outside = outside or {}  # gateways already running: name → loopback port
         self.workdir = workdir
@@ -346,6 +353,36 @@ class Fleet:
             ]
         )
         target.description = f"LiteLLM proxy {version or '?'} (1 worker)"
+
+    def _start_llama_swap(self, target: Target) -> None:
+        binary = self.llama_swap
+        if not binary:
+            raise SkipTarget(f"no llama-swap binary given (--llama-swap PATH or {LLAMA_SWAP_ENV})")
+        if not os.access(binary, os.X_OK):
+            raise SkipTarget(f"{binary} is not an executable file")
+        target.port = free_port()
+        sleeper = f"{PYTHON} -c 'import time; time.sleep(86400)'"
+        config = self.workdir / "llama-swap.yaml"
+        config.write_text(
+            "healthCheckTimeout: 60\n"
+            "logLevel: warn\n"
+            "models:\n"
+            "  fake:\n"
+            f'    cmd: "{sleeper}"  # a placeholder process: the backend is the suite\'s\n'
+            f"    proxy: http://127.0.0.1:{self.backend_port}\n"
+            "    concurrencyLimit: 100000\n"
+            "groups:\n"
+            "  hot: {swap: false, exclusive: false, persistent: true, members: [fake]}\n"
+            "hooks:\n"
+            "  on_startup:\n"
+            "    preload: [fake]\n"
+        )
+        target.proc = self.spawn(
+            LLAMA_SWAP,
+            [binary, "-config", str(config), "-listen", f"127.0.0.1:{target.port}"],
+        )
+        version = tool_version([binary, "-version"]) or "llama-swap"
+        target.description = f"{version.splitlines()[0]} ({binary}), concurrencyLimit 100000"
 
     def _modelswap_config(self, name: str) -> Path:
         state = self.workdir / f"{name}-state"
