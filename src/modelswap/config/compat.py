@@ -29,6 +29,7 @@ from modelswap.config.compat_keys import (
     MODEL_SAME,
     NO_TIMEOUT,
     PEER_SAME,
+    SOFT_DEFAULT,
     SPL,
     TIMEOUTS_IGNORED,
     TIMEOUTS_SAME,
@@ -439,6 +440,42 @@ class _Translator:
             self.note((*base, "stripParams"), (*base, "stripParams"), note, REWRITTEN)
         if "setParams" in filters:
             self.note((*generic, "setParams"), (*generic, "setParams"), "same meaning")
+        if isinstance(filters.get("setParams"), dict):
+            defaults = filters.setdefault("defaultParams", {})
+            if isinstance(defaults, dict):
+                where = (*base, "setParams")
+                target = (*base, "defaultParams")
+                filters["setParams"] = self.soft_params(
+                    where, target, filters["setParams"], defaults
+                )
+                if not defaults:
+                    del filters["defaultParams"]
+
+    def soft_params(self, base: Path, target: Path, params: Data, defaults: Data) -> Data:
+        """llama-swap's soft defaults: a key ending in ``?`` is set only when the body does not
+        carry it (a value present counts, even null), which is modelswap's ``defaultParams``.
+        Returns the hard keys; the soft ones go into ``defaults``. The hard spelling of a key
+        wins over its soft one, as in llama-swap; ``model`` is never set."""
+        hard = {k: v for k, v in params.items() if not (isinstance(k, str) and k.endswith("?"))}
+        for key, value in params.items():
+            if not (isinstance(key, str) and key.endswith("?")):
+                continue
+            name, source = key[:-1], (*base, key)
+            if name == "model":
+                self.problem(source, "`model` cannot be filtered")
+            elif not name:
+                self.note(source, None, "no parameter name: skipped, as llama-swap does", SAME)
+            elif name in hard:
+                note = (
+                    f"{name!r} is set hard in the same block: the hard value wins, as in llama-swap"
+                )
+                self.note(source, None, note, SAME)
+            elif name in defaults:
+                self.problem(source, f"defaultParams sets {name!r} too: keep one")
+            else:
+                defaults[name] = value
+                self.note(source, (*target, name), SOFT_DEFAULT)
+        return hard
 
     def set_params_by_id(self, model_id: str, model: Data) -> None:
         """``setParamsByID`` sets params by the name a client used: each name becomes an alias
@@ -464,7 +501,16 @@ class _Translator:
                 continue
             if name != model_id and name not in aliases:
                 aliases.append(name)
-            alias_filters[name] = {"setParams": params}
+            entry: Data = {}
+            if isinstance(params, dict):
+                soft: Data = {}
+                target = ("models", model_id, "aliasFilters", name, "defaultParams")
+                entry["setParams"] = self.soft_params((*base, str(key)), target, params, soft)
+                if soft:
+                    entry["defaultParams"] = soft
+            else:
+                entry["setParams"] = params  # validation names its type
+            alias_filters[name] = entry
             target = ("models", model_id, "aliasFilters", name, "setParams")
             self.note((*base, str(key)), target, "applied when a client names it")
 

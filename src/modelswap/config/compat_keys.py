@@ -10,6 +10,8 @@ from __future__ import annotations
 
 SPL = "the Swap Policy Language is not implemented; use filters (stripParams, defaultParams, "
 SPL += "setParams) and aliasFilters"
+SOFT_DEFAULT = "a soft default: set only when the body lacks the key (a null counts as sent), "
+SOFT_DEFAULT += "after stripParams and before the hard keys"
 NO_TIMEOUT = "0 disables this timeout in llama-swap; modelswap keeps its default"
 
 # Keys both spell alike -> a note on how modelswap reads them.

@@ -1,0 +1,160 @@
+"""llama-swap as it is today (issue 29): one config per page of its knowledge base
+(tests/data/llamaswap/newest/), each run by ``python -m modelswap serve`` against the fake
+backend or a recording peer, and each doing what the page says — shown on what the backend
+received (bodies, headers, connections) and on what the client got."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import (
+    FAKE_BACKEND,
+    REPO,
+    Gateway,
+    Reply,
+    free_port,
+    free_port_range,
+    request,
+    serve_command,
+    stop_gateway,
+    wait_healthy,
+)
+from tests.e2e.test_peers import RECORDER, Recorder, _wait_listening
+
+pytestmark = pytest.mark.e2e
+
+NEWEST = REPO / "tests" / "data" / "llamaswap" / "newest"
+JSON = {"Content-Type": "application/json"}
+Serve = Callable[..., Gateway]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    """``serve(fixture, **env)``: modelswap serving that fixture (``${env.NAME}`` from ``env``,
+    plus the fake backend's paths), its models on free ports."""
+    started: list[Gateway] = []
+
+    def start(name: str, **env: str) -> Gateway:
+        text = (NEWEST / name).read_text()
+        config = tmp_path / name
+        config.write_text(
+            f"stateDir: {tmp_path / 'state'}\nstartPort: {free_port_range(4)}\n{text}"
+        )
+        log_path = tmp_path / f"{name}.log"
+        environ = {
+            **os.environ,
+            "FAKE_PYTHON": sys.executable,
+            "FAKE_BACKEND": str(FAKE_BACKEND),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        port = free_port()
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                serve_command(config, f"127.0.0.1:{port}"),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environ,
+                cwd=REPO,
+            )
+        gw = Gateway(proc, port, log_path, config)
+        started.append(gw)
+        wait_healthy(gw)
+        return gw
+
+    yield start
+    for gw in started:
+        stop_gateway(gw)
+
+
+@pytest.fixture
+def peer(tmp_path: Path) -> Iterator[Callable[..., Recorder]]:
+    """``peer(*flags)``: a recording peer (tests/fakes/recording_peer.py) on a free port."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*flags: str) -> Recorder:
+        port = free_port()
+        record = tmp_path / f"peer-{len(started)}.jsonl"
+        cmd = [sys.executable, str(RECORDER), "--port", str(port), "--record", str(record)]
+        proc = subprocess.Popen([*cmd, *flags], stdin=subprocess.DEVNULL)
+        started.append(proc)
+        _wait_listening(port, proc)
+        return Recorder(proc, port, record)
+
+    yield start
+    for proc in started:  # by handle: only what this fixture started
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def post(gw: Gateway, path: str, body: dict[str, Any], **headers: str) -> Reply:
+    return request(gw, "POST", path, json.dumps(body).encode(), {**JSON, **headers})
+
+
+def received(gw: Gateway, body: dict[str, Any]) -> dict[str, Any]:
+    """The body the backend received for ``body`` (the fake echoes /v1/responses)."""
+    reply = post(gw, "/v1/responses", body)
+    assert reply.status == 200, reply.body
+    data = json.loads(base64.b64decode(reply.json()["body_b64"]))
+    assert isinstance(data, dict)
+    return data
+
+
+# ---- api-integration/soft-defaults.md -------------------------------------------------------
+
+
+def test_soft_defaults_fill_only_what_the_request_lacks(
+    serve: Serve, peer: Callable[..., Recorder]
+) -> None:
+    gw = serve("soft-defaults.yaml", PEER_URL=peer("--models", "far").url)
+    sent = {"model": "qwen", "input": "x", "top_k": 99}
+    assert received(gw, sent) == {
+        "model": "qwen",
+        "input": "x",
+        "top_k": 20,  # stripped first: the default fills it again
+        "seed": 7,
+        "temperature": 0.7,
+        "max_tokens": 100,  # the hard spelling won over max_tokens?
+        "reasoning_effort": "low",
+    }
+    # A value present counts as sent, whatever it is: null, 0, false, "".
+    for value in (None, 0, False, ""):
+        got = received(gw, {"model": "qwen", "input": "x", "temperature": value})
+        assert "temperature" in got, got
+        assert got["temperature"] == value, got
+    # Never the literal key: the backend sees no name ending in "?".
+    assert not [k for k in received(gw, sent) if k.endswith("?")]
+
+
+def test_soft_defaults_by_name_yield_to_the_client_and_to_set_params(serve: Serve) -> None:
+    peer_url = "http://127.0.0.1:9"  # not asked: only the local model is used here
+    gw = serve("soft-defaults.yaml", PEER_URL=peer_url)
+    got = received(gw, {"model": "qwen:extraction", "input": "x", "temperature": 1.5})
+    assert got["temperature"] == 0.2  # forced for this name
+    assert got["top_p"] == 0.9  # this name's default
+    assert got["reasoning_effort"] == "low"  # setParams's default came first: a no-op here
+    mine = received(gw, {"model": "qwen:extraction", "input": "x", "top_p": 0.5})
+    assert mine["top_p"] == 0.5  # the client's value wins over the name's default
+    plain = received(gw, {"model": "qwen", "input": "x"})
+    assert "top_p" not in plain  # only for the name that sets it
+
+
+def test_soft_defaults_on_a_peer(serve: Serve, peer: Callable[..., Recorder]) -> None:
+    far = peer("--models", "far")
+    gw = serve("soft-defaults.yaml", PEER_URL=far.url)
+    chat = {"model": "far", "messages": [{"role": "user", "content": "hi"}]}
+    assert post(gw, "/v1/chat/completions", chat).status == 200
+    assert post(gw, "/v1/chat/completions", {**chat, "max_tokens": 3}).status == 200
+    bodies = [json.loads(str(row["body"])) for row in far.requests()]
+    assert [b.get("max_tokens") for b in bodies] == [64, 3]
+    assert not [k for b in bodies for k in b if re.search(r"\?$", k)]

@@ -1,0 +1,113 @@
+"""llama-swap's newest keys (issue 29), loaded in-process: every config of
+tests/data/llamaswap/newest/ (one per page of llama-swap's knowledge base) passes
+``modelswap check``, and each key is read as its page says. The gateway serving them is
+tests/e2e/test_llamaswap_newest.py."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from modelswap.cli import main
+from modelswap.config import Config, load_config, load_config_text
+from modelswap.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[3]
+NEWEST = REPO / "tests" / "data" / "llamaswap" / "newest"
+ENV = {
+    "FAKE_PYTHON": "/usr/bin/python3",
+    "FAKE_BACKEND": "/srv/fake.py",
+    "PEER_URL": "http://127.0.0.1:9",
+}
+
+
+def load(text: str) -> Config:
+    return load_config_text(textwrap.dedent(text), environ=ENV)
+
+
+def problems(text: str) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as info:
+        load(text)
+    return info.value.problems
+
+
+@pytest.mark.parametrize("path", sorted(NEWEST.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_page_config_passes_check(
+    path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    assert main(["check", str(path)]) == 0, capsys.readouterr()
+    load_config(path, environ=ENV)
+
+
+# ---- soft defaults (api-integration/soft-defaults.md) ---------------------------------------
+
+
+def test_soft_keys_become_default_params_and_hard_spellings_win() -> None:
+    config = load(
+        """\
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            filters:
+              setParams: {seed: 1, "temperature?": 0.7, max_tokens: 9, "max_tokens?": 5}
+        """
+    )
+    filters = config.models["m"].filters
+    assert dict(filters.set_params) == {"seed": 1, "max_tokens": 9}
+    assert dict(filters.default_params) == {"temperature": 0.7}
+    assert not [m for m in config.compat if m.warning]
+
+
+def test_soft_keys_by_name_are_that_names_defaults() -> None:
+    config = load(
+        """\
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            filters:
+              setParamsByID:
+                "${MODEL_ID}:x": {temperature: 0.2, "max_tokens?": 32768}
+        """
+    )
+    layer = config.models["m"].alias_filters["m:x"]
+    assert dict(layer.set_params) == {"temperature": 0.2}
+    assert dict(layer.default_params) == {"max_tokens": 32768}
+
+
+def test_soft_keys_on_a_peer() -> None:
+    config = load(
+        """\
+        peers:
+          p: {proxy: "http://127.0.0.1:9", models: [far], filters: {setParams: {"n?": 2}}}
+        """
+    )
+    assert dict(config.peers["p"].filters.default_params) == {"n": 2}
+    assert dict(config.peers["p"].filters.set_params) == {}
+
+
+def test_model_is_protected_with_or_without_the_question_mark() -> None:
+    found = problems(
+        """\
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            filters: {setParams: {"model?": other}}
+        """
+    )
+    assert ("models.m.filters.setParams.model?", "`model` cannot be filtered") in found
+
+
+def test_a_soft_key_and_default_params_for_the_same_name_is_refused() -> None:
+    found = problems(
+        """\
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            filters: {setParams: {"n?": 1}, defaultParams: {n: 2}}
+        """
+    )
+    assert any("defaultParams sets 'n' too" in message for _, message in found), found
