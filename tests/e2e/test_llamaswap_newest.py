@@ -21,8 +21,12 @@ from tests.e2e.conftest import (
     REPO,
     Gateway,
     Reply,
+    chat,
     free_port,
     free_port_range,
+    load_model,
+    next_event,
+    open_stream,
     request,
     serve_command,
     stop_gateway,
@@ -39,12 +43,16 @@ Serve = Callable[..., Gateway]
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Serve]:
-    """``serve(fixture, **env)``: modelswap serving that fixture (``${env.NAME}`` from ``env``,
-    plus the fake backend's paths), its models on free ports."""
+    """``serve(fixture, (old, new), ..., **env)``: modelswap serving that fixture (with those
+    texts replaced), ``${env.NAME}`` from ``env`` plus the fake backend's paths, its models on
+    free ports."""
     started: list[Gateway] = []
 
-    def start(name: str, **env: str) -> Gateway:
+    def start(name: str, *edits: tuple[str, str], **env: str) -> Gateway:
         text = (NEWEST / name).read_text()
+        for old, new in edits:
+            assert old in text
+            text = text.replace(old, new)
         config = tmp_path / name
         config.write_text(
             f"stateDir: {tmp_path / 'state'}\nstartPort: {free_port_range(4)}\n{text}"
@@ -97,6 +105,11 @@ def peer(tmp_path: Path) -> Iterator[Callable[..., Recorder]]:
         proc.wait(timeout=30)
 
 
+def at(recorder: Recorder) -> tuple[str, str]:
+    """The edit that points a fixture's peer (http://127.0.0.1:9) at ``recorder``."""
+    return ("http://127.0.0.1:9", recorder.url)
+
+
 def post(gw: Gateway, path: str, body: dict[str, Any], **headers: str) -> Reply:
     return request(gw, "POST", path, json.dumps(body).encode(), {**JSON, **headers})
 
@@ -116,7 +129,7 @@ def received(gw: Gateway, body: dict[str, Any]) -> dict[str, Any]:
 def test_soft_defaults_fill_only_what_the_request_lacks(
     serve: Serve, peer: Callable[..., Recorder]
 ) -> None:
-    gw = serve("soft-defaults.yaml", PEER_URL=peer("--models", "far").url)
+    gw = serve("soft-defaults.yaml", at(peer("--models", "far")))
     sent = {"model": "qwen", "input": "x", "top_k": 99}
     assert received(gw, sent) == {
         "model": "qwen",
@@ -137,8 +150,7 @@ def test_soft_defaults_fill_only_what_the_request_lacks(
 
 
 def test_soft_defaults_by_name_yield_to_the_client_and_to_set_params(serve: Serve) -> None:
-    peer_url = "http://127.0.0.1:9"  # not asked: only the local model is used here
-    gw = serve("soft-defaults.yaml", PEER_URL=peer_url)
+    gw = serve("soft-defaults.yaml")  # the peer is not asked: only the local model is used
     got = received(gw, {"model": "qwen:extraction", "input": "x", "temperature": 1.5})
     assert got["temperature"] == 0.2  # forced for this name
     assert got["top_p"] == 0.9  # this name's default
@@ -151,10 +163,62 @@ def test_soft_defaults_by_name_yield_to_the_client_and_to_set_params(serve: Serv
 
 def test_soft_defaults_on_a_peer(serve: Serve, peer: Callable[..., Recorder]) -> None:
     far = peer("--models", "far")
-    gw = serve("soft-defaults.yaml", PEER_URL=far.url)
+    gw = serve("soft-defaults.yaml", at(far))
     chat = {"model": "far", "messages": [{"role": "user", "content": "hi"}]}
     assert post(gw, "/v1/chat/completions", chat).status == 200
     assert post(gw, "/v1/chat/completions", {**chat, "max_tokens": 3}).status == 200
     bodies = [json.loads(str(row["body"])) for row in far.requests()]
     assert [b.get("max_tokens") for b in bodies] == [64, 3]
     assert not [k for b in bodies for k in b if re.search(r"\?$", k)]
+
+
+# ---- routing/capacity-and-queues.md ---------------------------------------------------------
+
+
+def test_global_concurrency_limit_answers_429_at_once_beyond_it(
+    serve: Serve, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    gw = serve("capacity-and-queues.yaml", ("release.flag", str(release)))
+    for model in ("model1", "model2"):
+        load_model(gw, model)
+    # Two streams, one per model, held open by the backends: the limit (2) is reached.
+    with open_stream(gw, "model1") as first, open_stream(gw, "model2") as second:
+        assert next_event(first) is not None
+        assert next_event(second) is not None
+        for model in ("model1", "model2"):  # across every model combined, for each of them
+            refused = chat(gw, model, max_tokens=1)
+            assert refused.status == 429, refused.body
+            assert refused.headers["Retry-After"] == "1"
+            assert refused.json()["error"]["code"] == "concurrency_limit"
+        # The gateway's own routes are not inference: served as ever.
+        assert request(gw, "GET", "/v1/models").status == 200
+        assert request(gw, "GET", "/running").status == 200
+        release.touch()
+        while next_event(first) is not None:
+            pass
+        while next_event(second) is not None:
+            pass
+    gw.wait_for(lambda: chat(gw, "model1", max_tokens=1).status == 200)
+    # Nothing was queued: each backend saw its stream and the last request only.
+    stats = [request(gw, "GET", f"/upstream/{m}/stats").json() for m in ("model1", "model2")]
+    assert [s["requests"] for s in stats] == [2, 1], stats
+
+
+def test_global_concurrency_limit_zero_counts_nothing(serve: Serve, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    gw = serve(
+        "capacity-and-queues.yaml",
+        ("globalConcurrencyLimit: 2", "globalConcurrencyLimit: 0"),
+        ("release.flag", str(release)),
+    )
+    load_model(gw, "model1")
+    with (
+        open_stream(gw, "model1") as one,
+        open_stream(gw, "model1") as two,
+        open_stream(gw, "model1") as three,
+    ):
+        for stream in (one, two, three):
+            assert stream.status == 200
+            assert next_event(stream) is not None
+        release.touch()

@@ -39,6 +39,8 @@ TOP_SAME = {
     "on stdout; the gateway's log on stderr)",
     "logTimeFormat": "same names (ansic ... stampnano): the timestamp of the gateway's log "
     "lines on stdout/stderr; empty or unknown: modelswap's own timestamp (llama-swap writes none)",
+    "globalConcurrencyLimit": "same meaning: requests at once across every model and peer; "
+    "one more gets 429 at once (with Retry-After: 1), never queued; 0: no limit",
     "performance": "disabled, every: same meaning (every also takes seconds, at least 1); "
     "GET /api/performance answers in llama-swap's shape",
 }

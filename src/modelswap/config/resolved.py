@@ -141,6 +141,8 @@ class Scheduling:
     max_queue_wait: float = 60.0
     drain_timeout: float = 600.0
     max_in_flight: int = 0  # 0: no limit
+    # llama-swap's globalConcurrencyLimit: model-routed requests at once, one more gets 429
+    global_concurrency_limit: int = 0  # 0: no limit
     state_dir: str = "~/.local/state/modelswap"
     preload: tuple[str, ...] = ()
     # llama-swap's profiles: name -> {pin name -> model id or None}; the active one's models

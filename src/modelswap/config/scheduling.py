@@ -166,6 +166,7 @@ def resolve_scheduling(
         max_queue_wait=raw.max_queue_wait,
         drain_timeout=raw.drain_timeout,
         max_in_flight=raw.max_in_flight,
+        global_concurrency_limit=raw.global_concurrency_limit,
         state_dir=raw.state_dir or default_state_dir(environ or {}),
         preload=preload,
         profiles=MappingProxyType(profiles),

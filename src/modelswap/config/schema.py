@@ -645,6 +645,13 @@ class RawConfig(BaseModel):
     max_in_flight: int = Field(
         0, ge=0, alias="maxInFlight", description="Requests in flight in all (0: no limit)."
     )
+    global_concurrency_limit: int = Field(
+        0,
+        ge=0,
+        alias="globalConcurrencyLimit",
+        description="llama-swap's: requests served at once across every model and peer; one "
+        "more is answered 429 at once (Retry-After), never queued (0: no limit, no cost).",
+    )
     state_dir: str | None = Field(
         None,
         alias="stateDir",

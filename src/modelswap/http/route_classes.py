@@ -101,6 +101,16 @@ def route_class(path: str) -> str:
     return "any"
 
 
+def model_routed(path: str) -> bool:
+    """Whether a request on ``path`` goes to a model's server or a peer (inference, ``/props``,
+    ``/upstream/``, ``/comfyui/``), not the gateway's own listing or pages."""
+    if path.startswith(("/upstream/", "/comfyui/")):
+        return True
+    if path in ("/v1/models", "/models") or path.startswith(MODEL_PREFIXES):
+        return False
+    return path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES)
+
+
 def upstream_path(path: str) -> str:
     """The path a model route is forwarded with: llama-swap's ``/v/`` and ``/audioapi/``
     prefixes are dropped (``/v/chat/completions`` → ``/chat/completions``); others as sent."""

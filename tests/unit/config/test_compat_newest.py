@@ -111,3 +111,16 @@ def test_a_soft_key_and_default_params_for_the_same_name_is_refused() -> None:
         """
     )
     assert any("defaultParams sets 'n' too" in message for _, message in found), found
+
+
+# ---- globalConcurrencyLimit (routing/capacity-and-queues.md) --------------------------------
+
+
+def test_global_concurrency_limit_is_read_and_explained() -> None:
+    config = load("globalConcurrencyLimit: 8\nmodels:\n  m: {cmd: 'srv --port ${PORT}'}\n")
+    assert config.scheduling.global_concurrency_limit == 8
+    assert ("globalConcurrencyLimit", "same") in [(m.source, m.kind) for m in config.compat]
+    default = load("models:\n  m: {cmd: 'srv --port ${PORT}'}\n")
+    assert default.scheduling.global_concurrency_limit == 0
+    found = problems("globalConcurrencyLimit: -1\nmodels:\n  m: {cmd: 'srv --port ${PORT}'}\n")
+    assert found[0][0] == "globalConcurrencyLimit"

@@ -20,6 +20,7 @@ from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware import inflight as inflight_registry
 from modelswap.http.middleware import request_id
 from modelswap.http.middleware.auth import auth_middleware
+from modelswap.http.middleware.concurrency import GlobalLimit
 from modelswap.http.middleware.cors import Cors
 from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.middleware.observing import observe_middleware
@@ -83,6 +84,7 @@ def create_app(runtime: Runtime) -> web.Application:
     drain (503 once it began) → errors → CORS (answers preflights) → auth → routes."""
     cors = Cors(lambda: runtime.config.security.cors_origins)
     drain = Drain()
+    limit = GlobalLimit(lambda: runtime.config.scheduling.global_concurrency_limit)
     app = web.Application(
         middlewares=[
             observe_middleware,
@@ -91,6 +93,7 @@ def create_app(runtime: Runtime) -> web.Application:
             error_middleware,
             cors.preflight,
             auth_middleware(lambda: runtime.config.api_keys, FailureLimiter()),
+            limit.middleware,  # globalConcurrencyLimit: one more is a 429 at once
         ]
     )
     app.on_response_prepare.append(request_id.on_prepare)
