@@ -15,7 +15,9 @@ completion's ``id``, ``chatcmpl-<id>``, and as a response header), ``--stall-aft
 stream after N tokens without ending it (until the file ``--stall-until FILE`` names exists, if
 given: a test holds a stream in flight for as long as it needs, then lets it finish),
 ``--count-connections`` serves ``GET /connections`` (the TCP connections open to this server, not
-counting the one asking), and ``--blackhole-after-ready`` stops accepting connections once ready
+counting the one asking), ``--barrier N`` holds every inference request until N have arrived
+(then they all go on, and every later one at once: a test knows N were in flight together), and
+``--blackhole-after-ready`` stops accepting connections once ready
 (its listen queue stays full, so a new connection hangs in ``connect()``).
 
 For weight prefetch: ``--weights FILE`` is read whole while loading (as a real server reads
@@ -112,6 +114,7 @@ class Config:
     stop_delay: float = 0.0
     cached_tokens: int | None = None
     timestamps: str | None = None
+    barrier: int = 0
 
 
 @dataclasses.dataclass
@@ -192,6 +195,7 @@ class FakeBackend:
         self.runner: web.AppRunner | None = None  # set once serving (--count-connections)
         self.stats_health_ok = False  # a /health answered 200 (--blackhole-after-ready)
         self.blackhole_sockets: list[socket.socket] = []
+        self.barrier = asyncio.Event()  # --barrier: set once that many requests have arrived
 
     # ----------------------------------------------------------------- app
     def make_app(self) -> web.Application:
@@ -346,6 +350,10 @@ class FakeBackend:
         self.stats.in_flight += 1
         outcome = "completed"
         try:
+            if self.cfg.barrier:
+                if number >= self.cfg.barrier:
+                    self.barrier.set()
+                await self.barrier.wait()
             return await self._inference(request, kind, number)
         except (asyncio.CancelledError, ConnectionResetError):
             outcome = "disconnected"
@@ -846,6 +854,13 @@ def parse_args(argv: list[str] | None) -> Config:
         default=None,
         help="report N prompt tokens as cached (usage.prompt_tokens_details.cached_tokens)",
     )
+    p.add_argument(
+        "--barrier",
+        type=int,
+        default=0,
+        metavar="N",
+        help="hold every inference request until N have arrived (0: none)",
+    )
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -884,6 +899,7 @@ def parse_args(argv: list[str] | None) -> Config:
         stop_delay=max(0.0, a.stop_delay),
         cached_tokens=a.cached_tokens,
         timestamps=a.timestamps,
+        barrier=max(0, a.barrier),
     )
 
 
