@@ -832,13 +832,21 @@ def test_connections_over_max_connections_get_a_503_and_are_closed(
 
 def test_one_client_cannot_take_every_connection(gateway: StartGateway) -> None:
     gw = gateway(f"  m:\n    cmd: {fake()}\n", extra_top="limits: {maxConnectionsPerClient: 2}")
-    held = [Capture(gw, "/api/events", {}) for _ in range(2)]  # from 127.0.0.1
+    # Requests in flight are not what the share counts: more streams than it are served...
+    held = [Capture(gw, "/api/events", {}) for _ in range(3)]  # from 127.0.0.1
+    slow: list[socket.socket] = []
     try:
         for stream in held:
             stream.wait_for("event: snapshot")
+        # ...connections that have not sent a whole request are: two slow heads take the share.
+        for _ in range(2):
+            slow.append(socket.create_connection(("127.0.0.1", gw.port), timeout=10))
+            slow[-1].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
         assert_refused(raw_request(gw.port), "limits.maxConnectionsPerClient: 2")
         assert call(gw, "GET", "/health", source="127.0.0.2").status == 200  # its own share
     finally:
+        for sock in slow:
+            sock.close()
         for stream in held:
             stream.close()
     poll(

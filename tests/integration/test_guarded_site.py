@@ -14,8 +14,9 @@ import pytest
 from aiohttp import web
 from tests.integration.conftest import free_port
 
+from modelswap.http.keys import AUTHORISED
 from modelswap.http.server import connections
-from modelswap.http.server.connections import ConnectionLedger, GuardedSite
+from modelswap.http.server.connections import ConnectionLedger, GuardedSite, Handler
 
 pytestmark = pytest.mark.integration
 
@@ -162,3 +163,88 @@ async def test_past_the_refusal_cap_connections_are_closed_at_once(
         for stream in (*slow, (reader, writer), *held):
             stream[1].close()
         await eventually(lambda: site.refusing == 0 and site.ledger.total == 0, "released")
+
+
+# ---- the share counts connections not at work (issue 28) ----------------------------------
+
+
+@contextlib.asynccontextmanager
+async def serving(per_client: int, arrivals: int = 0) -> AsyncIterator[GuardedSite]:
+    """A guarded site whose app authorises every request (as the gateway does without keys),
+    marks it at work and keeps idle connections within the share, as the gateway's app does.
+    ``POST /echo`` answers the length of its body; ``GET /together`` answers once ``arrivals``
+    of them are in."""
+    arrived = 0
+    together = asyncio.Event()
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response({"length": len(await request.read())})
+
+    async def gather(request: web.Request) -> web.Response:
+        nonlocal arrived
+        arrived += 1
+        if arrived >= arrivals:
+            together.set()
+        await together.wait()
+        return web.json_response({"status": "ok"})
+
+    @web.middleware
+    async def authorised(request: web.Request, handler: Handler) -> web.StreamResponse:
+        request[AUTHORISED] = True
+        return await handler(request)
+
+    app = web.Application(middlewares=[authorised, connections.at_work])
+    app.on_response_prepare.append(connections.keep_within_share)
+    app.router.add_post("/echo", echo)
+    app.router.add_get("/together", gather)
+    runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=30)
+    await runner.setup()
+    site = GuardedSite(runner, "127.0.0.1", free_port(), ConnectionLedger(64, per_client))
+    await site.start()
+    try:
+        yield site
+    finally:
+        await runner.cleanup()
+
+
+async def response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One whole response with a Content-Length (the connection may stay open)."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CEILING)
+    status, headers = status_and_headers(head)
+    body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), CEILING)
+    return status, headers, body
+
+
+async def test_a_connection_over_its_share_waits_and_is_served_with_what_it_sent() -> None:
+    async with serving(per_client=1) as site:
+        held = await hold(site, 1)  # a slow head takes the share
+        reader, writer = await connect(site)
+        body = b"x" * 300_000  # more than one read, and than a refusal would read
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n" + body)
+        await eventually(lambda: site.waiting == 1, "the connection waits for a place")
+        held[0][1].close()  # a place frees: the waiting one is served, its bytes first
+        status, _, answer = await response(reader)
+        assert status == 200, answer
+        assert answer == b'{"length": 300000}'
+        writer.close()
+        await eventually(lambda: site.ledger.total == 0 and site.refusing == 0, "released")
+
+
+async def test_requests_in_flight_do_not_count_and_idle_connections_stay_within_the_share() -> None:
+    share, count = 3, 20
+    async with serving(per_client=share, arrivals=count) as site:
+        streams = [await connect(site) for _ in range(count)]  # all at once, over the share
+        for _, writer in streams:
+            writer.write(b"GET /together HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = [await response(reader) for reader, _ in streams]
+        assert [status for status, _, _ in answers] == [200] * count  # none was refused
+        closing = [h.get("connection") == "close" for _, h, _ in answers]
+        assert closing.count(False) == share, closing  # the share is kept alive, no more
+        assert site.ledger.kept_by("127.0.0.1") == share
+        assert site.ledger.new_by("127.0.0.1") == 0  # idle ones are not new ones
+        for (reader, writer), closed in zip(streams, closing, strict=True):
+            if closed:
+                assert await asyncio.wait_for(reader.read(), CEILING) == b""
+            writer.close()
+        await eventually(lambda: site.ledger.total == 0, "the ledger is released on close")
+        assert site.refusing == 0

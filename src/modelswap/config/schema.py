@@ -521,8 +521,10 @@ class RawLimits(BaseModel):
         64,
         ge=1,
         alias="maxConnectionsPerClient",
-        description="Most connections one client (an IPv4 address, an IPv6 /64) may hold at "
-        "once, so that no client can take all of maxConnections.",
+        description="Most connections not at work one client (an IPv4 address, an IPv6 /64) "
+        "may hold, so that no client can take all of maxConnections: new ones (no whole request "
+        "yet, or no valid key where keys are configured), and as many idle keep-alive ones. "
+        "Requests in flight do not count.",
     )
 
 

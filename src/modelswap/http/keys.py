@@ -20,6 +20,9 @@ class Client:
 
 
 CLIENT: web.RequestKey[Client] = web.RequestKey("client", Client)
+# Set by authentication on a request it serves as asked: one with a valid key (of the scope it
+# needs), or any when no keys are configured. Not on an open route reached without a key.
+AUTHORISED: web.RequestKey[bool] = web.RequestKey("authorised", bool)
 
 
 def client_key(request: web.Request) -> ApiKey | None:

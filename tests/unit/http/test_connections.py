@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.server.connections import RETRY_AFTER, ConnectionLedger, refusal
+from modelswap.http.server.connections import (
+    IDLE,
+    NEW,
+    PROMISED,
+    RETRY_AFTER,
+    WORK,
+    ConnectionLedger,
+    refusal,
+)
 
 
 def test_a_client_gets_its_share_and_the_others_the_rest() -> None:
@@ -59,3 +67,29 @@ def test_the_refusal_is_a_whole_503_with_retry_after_in_the_openai_envelope() ->
             "param": None,
         }
     }
+
+
+def test_a_connection_at_work_leaves_the_share_and_idle_ones_have_their_own() -> None:
+    ledger = ConnectionLedger(max_total=10, max_per_client=2)
+    assert ledger.admit("10.0.0.1") is None
+    assert ledger.admit("10.0.0.1") is None
+    assert ledger.over_share("10.0.0.1")
+    ledger.move("10.0.0.1", NEW, WORK)  # its head is in and it is served
+    assert not ledger.over_share("10.0.0.1")
+    assert ledger.admit("10.0.0.1") is None
+    assert ledger.over_share("10.0.0.1")
+    ledger.move("10.0.0.1", NEW, WORK)
+    assert (ledger.held_by("10.0.0.1"), ledger.new_by("10.0.0.1")) == (3, 1)
+    for _ in range(2):  # two answers promise to keep their connection alive; a third cannot
+        assert ledger.may_keep("10.0.0.1")
+        ledger.move("10.0.0.1", WORK, PROMISED)
+    assert not ledger.may_keep("10.0.0.1")
+    ledger.move("10.0.0.1", PROMISED, IDLE)
+    assert (ledger.new_by("10.0.0.1"), ledger.kept_by("10.0.0.1")) == (1, 2)
+    assert ledger.admit("10.0.0.1") is None  # idle connections do not take the new share
+    assert ledger.admit("10.0.0.1") is not None
+    ledger.move("10.0.0.1", IDLE, WORK)  # an idle one at work again: its keep-alive anew
+    assert ledger.may_keep("10.0.0.1")
+    for standing in (NEW, NEW, WORK, PROMISED):
+        ledger.release("10.0.0.1", standing)
+    assert (ledger.total, ledger.clients) == (0, 0)

@@ -6,7 +6,9 @@ exposure policy in ``config.security``).
 
 A wrong key is answered 401 after a wait that grows with recent failures
 (:mod:`modelswap.http.middleware.throttle`); a valid key is answered at once, whatever came
-before it.
+before it. A request served with a valid key, or with no keys configured, is marked
+``AUTHORISED``: its connection is then at work, out of its client's connection share
+(``http/server/connections.py``); an open route reached without a key is not.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from aiohttp.typedefs import Middleware
 
 from modelswap.config.resolved import ApiKey
 from modelswap.http.errors import error_response
-from modelswap.http.keys import CLIENT, Client
+from modelswap.http.keys import AUTHORISED, CLIENT, Client
 from modelswap.http.middleware.throttle import FailureLimiter
 from modelswap.http.route_classes import OPEN, route_class
 
@@ -68,7 +70,10 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
         request[CLIENT] = Client(None)
         needed = route_class(request.path)
         keys = current()
-        if not keys or needed == OPEN:
+        if not keys:
+            request[AUTHORISED] = True
+            return await handler(request)
+        if needed == OPEN:
             return await handler(request)
         presented = presented_key(request)
         key = match_key(keys, presented) if presented else None
@@ -91,6 +96,7 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
                 code="insufficient_scope",
             )
         request[CLIENT] = Client(key)
+        request[AUTHORISED] = True
         return await handler(request)
 
     return middleware

@@ -34,6 +34,7 @@ from modelswap.http.routes import openai as openai_routes
 from modelswap.http.routes import peers as peer_routes
 from modelswap.http.routes import plan as plan_routes
 from modelswap.http.routes import security as security_routes
+from modelswap.http.server import connections
 from modelswap.runtime import Runtime
 from modelswap.webui import routes as webui_routes
 
@@ -81,8 +82,10 @@ async def anthropic_errors(request: web.Request, handler: Handler) -> web.Stream
 
 def create_app(runtime: Runtime) -> web.Application:
     """Middleware order: observation (outermost) → Anthropic's error shape → the shutdown
-    drain (503 once it began) → errors → CORS (answers preflights) → auth → routes."""
-    cors = Cors(lambda: runtime.config.security.cors_origins)
+    drain (503 once it began) → errors → CORS (answers preflights) → auth → the global
+    concurrency limit → the connection goes to work (an authorised request takes it out of its
+    client's share: :mod:`connections`) → routes."""
+    cors = Cors(lambda: runtime.config.security.cors_origins, lambda: runtime.config.security.cors)
     drain = Drain()
     limit = GlobalLimit(lambda: runtime.config.scheduling.global_concurrency_limit)
     app = web.Application(
@@ -94,8 +97,10 @@ def create_app(runtime: Runtime) -> web.Application:
             cors.preflight,
             auth_middleware(lambda: runtime.config.api_keys, FailureLimiter()),
             limit.middleware,  # globalConcurrencyLimit: one more is a 429 at once
+            connections.at_work,
         ]
     )
+    app.on_response_prepare.append(connections.keep_within_share)
     app.on_response_prepare.append(request_id.on_prepare)
     app.on_response_prepare.append(cors.on_prepare)
     app.on_response_prepare.append(inflight_registry.on_prepare)

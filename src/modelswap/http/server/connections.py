@@ -1,15 +1,30 @@
-"""Connection shares: a cap in all, a cap per client network, and a clean 503 for the rest.
+"""Connection shares: a cap in all, a share per client network of the connections that are not
+at work, and a clean 503 for the rest.
 
 aiohttp serves every connection it accepts until ``headerTimeout``. So that one client cannot
-take the whole ``limits.maxConnections`` with slow headers, each client network (an IPv4
-address, an IPv6 /64: :mod:`modelswap.http.middleware.clients`) may hold
-``maxConnectionsPerClient`` of
-them. A connection over either cap is answered 503 with ``Retry-After`` — after its request line
-has been read, since closing a socket with unread bytes sends a reset that discards the answer —
-then half-closed, drained briefly and closed. The refusing costs bounded descriptors and time:
-at most MAX_REFUSING refusals at once, each for at most REFUSAL_READ_TIMEOUT +
-REFUSAL_DRAIN_TIMEOUT seconds and REFUSAL_MAX_BYTES bytes; past that a connection gets the 503
-written and is closed at once.
+take the whole ``limits.maxConnections`` with slow headers or idle connections, each client
+network (an IPv4 address, an IPv6 /64: :mod:`modelswap.http.middleware.clients`) may hold
+``maxConnectionsPerClient`` *new* connections — not at work since they opened: their request
+head not complete yet, or their request answered without being served (a missing or wrong key
+where keys are configured, a CORS preflight, the shutdown's 503) — and as many *idle* ones, kept
+alive between requests. A connection whose request is served (its head complete and past
+authentication with a valid key, or with no keys configured: :func:`at_work`, the middleware
+after authentication) counts in neither: in-flight work is
+bounded by the scheduler (``queueLimit``, ``maxInFlight``) and by ``maxConnections``, not by a
+client's share. An answer keeps its connection alive for the next request only while the
+client's idle connections, with the answers already promised so, number under the share
+(:func:`keep_within_share`); past it, it says ``Connection: close``. So the share never closes
+an idle connection that its client may be reusing.
+
+A new connection over its client's share waits, unread, for a place (one of that client's new
+connections going to work or closing) for at most REFUSAL_READ_TIMEOUT seconds: a burst of real
+requests, each new until its head is in, is served whole. One that gets no place is answered
+503 with ``Retry-After`` then; one over ``maxConnections`` once its request line has been read
+(at most REFUSAL_READ_TIMEOUT). Either is then half-closed and drained briefly before it is
+closed, since closing a socket with unread bytes sends a reset that discards the answer. Waiting
+and refusing cost bounded descriptors and time: at most MAX_REFUSING at once, each for at most
+REFUSAL_READ_TIMEOUT + REFUSAL_DRAIN_TIMEOUT seconds and REFUSAL_MAX_BYTES bytes read; past
+that a connection gets the 503 written and is closed at once.
 """
 
 from __future__ import annotations
@@ -18,21 +33,25 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import cast
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from modelswap.http.errors import GATEWAY_ERROR_HEADER, envelope
+from modelswap.http.keys import AUTHORISED
 from modelswap.http.middleware.clients import client_network
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
 
 log = logging.getLogger("modelswap")
 
-REFUSAL_READ_TIMEOUT = 5.0  # seconds to wait for the request line of a refused connection
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REFUSAL_READ_TIMEOUT = 5.0  # seconds one over a cap waits (for a place, else its request line)
 REFUSAL_DRAIN_TIMEOUT = 2.0  # seconds to read what follows the answer, until the client closes
 REFUSAL_MAX_BYTES = 65536  # read and discarded per refused connection, at most
-MAX_REFUSING = 2048  # refusals in progress at once
+MAX_REFUSING = 2048  # connections over a cap waiting or being refused at once
 RETRY_AFTER = 1  # seconds: connections come and go quickly
 EPISODE_GAP = 60.0  # seconds without a refusal that end a refusal episode (for the log)
 
@@ -49,57 +68,185 @@ def refusal(message: str) -> bytes:
     return head.encode() + body
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where one admitted connection stands: whether it counts toward its client's share of
+    new connections (``new``) or of idle ones (``kept``); at work, toward neither."""
+
+    name: str
+    new: int
+    kept: int
+
+
+NEW = Standing("new", 1, 0)  # not at work since it opened (its head not in, or not served)
+WORK = Standing("at work", 0, 0)  # its request is served; closed after the answer
+PROMISED = Standing("at work, kept alive", 0, 1)  # served; its answer keeps it open after
+IDLE = Standing("idle", 0, 1)  # kept alive between requests
+
+
+@dataclass(slots=True)
+class _Client:
+    held: int = 0  # admitted and open
+    new: int = 0  # of them NEW
+    kept: int = 0  # of them idle, or promised to be: IDLE and PROMISED
+
+
 class ConnectionLedger:
-    """Connections held, in all and per client network. Every :meth:`admit` that returns None
-    is paired with one :meth:`release` (when that connection closes)."""
+    """Connections held, in all and per client network, by :class:`Standing`. Every
+    :meth:`admit` that returns None is paired with one :meth:`release` (when that connection
+    closes, with its standing then); :meth:`move` follows it in between."""
 
     def __init__(self, max_total: int, max_per_client: int) -> None:
         self.max_total = max_total
         self.max_per_client = max_per_client
         self.total = 0
-        self._held: dict[str, int] = {}
+        self._clients: dict[str, _Client] = {}
 
-    def admit(self, network: str) -> str | None:
-        """Count a new connection from ``network`` in; or why it cannot be (then uncounted)."""
-        held = self._held.get(network, 0)
-        if held >= self.max_per_client:
-            return (
-                f"Too many connections from {network} to modelswap "
-                f"(limits.maxConnectionsPerClient: {self.max_per_client})."
-            )
+    def over_share(self, network: str) -> bool:
+        """Whether ``network`` holds its whole share of new connections."""
+        client = self._clients.get(network)
+        return client is not None and client.new >= self.max_per_client
+
+    def share_reason(self, network: str) -> str:
+        return (
+            f"Too many connections from {network} to modelswap "
+            f"(limits.maxConnectionsPerClient: {self.max_per_client})."
+        )
+
+    def reason(self, network: str) -> str | None:
+        """Why a new connection from ``network`` cannot be admitted now (None: it can)."""
+        if self.over_share(network):
+            return self.share_reason(network)
         if self.total >= self.max_total:
             return f"Too many connections to modelswap (limits.maxConnections: {self.max_total})."
-        self._held[network] = held + 1
-        self.total += 1
         return None
 
-    def release(self, network: str) -> None:
-        held = self._held.pop(network, 0) - 1
-        if held > 0:
-            self._held[network] = held
+    def admit(self, network: str) -> str | None:
+        """Count a new connection from ``network`` in (as NEW); or why it cannot be (then
+        uncounted)."""
+        reason = self.reason(network)
+        if reason is None:
+            client = self._clients.setdefault(network, _Client())
+            client.held += 1
+            client.new += 1
+            self.total += 1
+        return reason
+
+    def move(self, network: str, old: Standing, new: Standing) -> None:
+        client = self._clients[network]
+        client.new += new.new - old.new
+        client.kept += new.kept - old.kept
+
+    def may_keep(self, network: str) -> bool:
+        """Whether one more of ``network``'s connections may be kept alive after its answer."""
+        client = self._clients.get(network)
+        return client is None or client.kept < self.max_per_client
+
+    def release(self, network: str, standing: Standing = NEW) -> None:
+        client = self._clients[network]
+        client.held -= 1
+        client.new -= standing.new
+        client.kept -= standing.kept
+        if client.held <= 0:
+            del self._clients[network]
         self.total -= 1
 
     def held_by(self, network: str) -> int:
-        return self._held.get(network, 0)
+        client = self._clients.get(network)
+        return client.held if client is not None else 0
+
+    def new_by(self, network: str) -> int:
+        """``network``'s new connections (what a new one is measured against)."""
+        client = self._clients.get(network)
+        return client.new if client is not None else 0
+
+    def kept_by(self, network: str) -> int:
+        """``network``'s idle connections, and those promised to be."""
+        client = self._clients.get(network)
+        return client.kept if client is not None else 0
 
     @property
     def clients(self) -> int:
         """Client networks holding at least one connection."""
-        return len(self._held)
+        return len(self._clients)
 
 
 class CountedHandler(EnvelopeRequestHandler):
-    """aiohttp's connection handler that gives its place in the ledger back when it closes."""
+    """aiohttp's connection handler that keeps its standing in the ledger: NEW when admitted,
+    WORK while a request is served (:meth:`at_work`), PROMISED or WORK as its answer is
+    prepared (:meth:`keep_alive_after`), IDLE after an answer that keeps it open; released
+    when it closes."""
 
-    def __init__(self, server: web.Server, release: Callable[[], None]) -> None:
+    def __init__(self, server: web.Server, site: GuardedSite, network: str) -> None:
         super().__init__(server, loop=asyncio.get_running_loop(), **server._kwargs)
-        self._release: Callable[[], None] | None = release
+        self._site: GuardedSite | None = site
+        self._network = network
+        self._standing = NEW
+
+    def _move(self, new: Standing) -> None:
+        if self._site is not None:
+            old, self._standing = self._standing, new
+            self._site.moved(self._network, old, new)
+
+    def at_work(self) -> None:
+        """Its request is served (its head is in, and it passed authentication): it counts
+        toward neither of its client's shares until its answer is prepared."""
+        if self._standing is NEW or self._standing is IDLE:  # keep-alive is decided anew
+            self._move(WORK)
+
+    def keep_alive_after(self) -> bool:
+        """As an answer is prepared: whether the connection may stay open after it. One at work
+        may while its client's idle connections, with those promised, number under the share;
+        one not at work (a new or idle one answered without being served) is counted already
+        and stays as it is."""
+        if self._standing is not WORK:
+            return True
+        if self._site is None or not self._site.ledger.may_keep(self._network):
+            return False
+        self._move(PROMISED)
+        return True
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        try:
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            # The answer has ended: a connection that stays open is idle (counted) until its
+            # next request is at work; one at work without the promise is about to close.
+            if self._standing is PROMISED or (self._standing is WORK and resp.keep_alive):
+                self._move(IDLE)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
+        site, self._site = self._site, None
+        if site is not None:
+            site.gone(self._network, self._standing)
         super().connection_lost(exc)
+
+
+@web.middleware
+async def at_work(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The middleware after authentication: a request it authorised (a valid key, or no keys
+    configured) is served, so its connection leaves its client's shares
+    (:meth:`CountedHandler.at_work`). One on an open route without a key stays counted."""
+    connection = request.protocol
+    if request.get(AUTHORISED, False) and isinstance(connection, CountedHandler):
+        connection.at_work()
+    return await handler(request)
+
+
+async def keep_within_share(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: an answer that would leave its client more idle connections
+    than its share closes its connection (``Connection: close``, so the client does not reuse
+    it) instead of keeping it alive."""
+    connection = request.protocol
+    if (
+        response.keep_alive
+        and isinstance(connection, CountedHandler)
+        and not connection.keep_alive_after()
+    ):
+        response.force_close()
+        response.headers[hdrs.CONNECTION] = "close"
 
 
 class Refusal(asyncio.Protocol):
@@ -155,6 +302,76 @@ class Refusal(asyncio.Protocol):
         self._done(self)
 
 
+class Waiting(Refusal):
+    """A new connection over its client's share. It waits for a place for at most
+    REFUSAL_READ_TIMEOUT seconds, its reading paused: what it sends stays in the kernel's
+    buffer, costing no memory here. Given a place (:meth:`hand_over`), it is served like any
+    other connection; else it is answered 503 at once and drained as a :class:`Refusal` is
+    (its request line in by then, or never coming)."""
+
+    def __init__(self, site: GuardedSite, network: str, done: Callable[[Refusal], None]) -> None:
+        super().__init__(b"", done)
+        self._site = site
+        self.network = network
+        self._kept = bytearray()  # only where a loop delivers data despite the pause
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # the deadline
+        cast(asyncio.Transport, transport).pause_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._answered:
+            super().data_received(data)  # the drain after the answer
+            return
+        self._received += len(data)
+        self._kept += data
+        if self._received > REFUSAL_MAX_BYTES:
+            self._refuse()
+
+    def eof_received(self) -> bool:
+        if not self._answered:
+            self._refuse()  # a half-closed client is not served (aiohttp would close it too)
+        return super().eof_received()
+
+    def _respond(self) -> None:
+        """The deadline: served if a place freed meanwhile (for the total cap), else refused."""
+        if self._answered or not self.open:
+            return
+        if not self._site.admit_waiting(self):
+            self._refuse()
+
+    def _refuse(self) -> None:
+        transport = self._transport
+        if self._answered or transport is None or transport.is_closing():
+            return
+        ledger = self._site.ledger
+        reason = ledger.reason(self.network) or ledger.share_reason(self.network)
+        self._answer = refusal(reason)
+        self._site.log_refusal(self.network, reason)
+        self._kept = bytearray()
+        transport.resume_reading()  # the drain reads what it sent, so the close sends no reset
+        super()._respond()
+
+    @property
+    def open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def hand_over(self, protocol: asyncio.Protocol) -> None:
+        """Serve this connection with ``protocol``, which reads what it sent from the start."""
+        transport = self._transport
+        assert transport is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._transport = None
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        transport.resume_reading()  # first: the protocol may pause it again on what it gets
+        if self._kept:
+            protocol.data_received(bytes(self._kept))
+            self._kept = bytearray()
+
+
 class RefuseNow(asyncio.Protocol):
     """Refusals are at their cap: the answer is written and the connection closed at once."""
 
@@ -179,20 +396,27 @@ class _Doorman(asyncio.Protocol):
 
 
 class GuardedSite(web.TCPSite):
-    """A TCP site that serves a connection only within its client's share and the total cap."""
+    """A TCP site that serves a connection only within its client's share of new connections
+    and the total cap; one over its share waits briefly for a place."""
 
     def __init__(
         self, runner: web.AppRunner, host: str, port: int, ledger: ConnectionLedger
     ) -> None:
         super().__init__(runner, host, port)
         self.ledger = ledger
-        self._refusing: set[Refusal] = set()
+        self._refusing: set[Refusal] = set()  # waiting ones included
+        self._waiting: dict[str, dict[Waiting, None]] = {}  # by network, oldest first
         self._last_refusal = float("-inf")
 
     @property
     def refusing(self) -> int:
-        """Refused connections still being answered or drained."""
+        """Connections over a cap still waiting, being answered or drained."""
         return len(self._refusing)
+
+    @property
+    def waiting(self) -> int:
+        """Connections over their client's share waiting for a place."""
+        return sum(len(queue) for queue in self._waiting.values())
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -205,34 +429,84 @@ class GuardedSite(web.TCPSite):
         for refusing in list(self._refusing):
             refusing.close()
 
-    def _place(self, transport: asyncio.Transport) -> None:
+    def _handler(self, network: str) -> CountedHandler:
         server = self._runner.server
         assert server is not None
+        return CountedHandler(server, self, network)
+
+    def _place(self, transport: asyncio.Transport) -> None:
         peer = transport.get_extra_info("peername")
         network = client_network(peer[0] if isinstance(peer, tuple) else None)
         reason = self.ledger.admit(network)
         protocol: asyncio.BaseProtocol
         if reason is None:
-            protocol = CountedHandler(server, lambda: self.ledger.release(network))
+            protocol = self._handler(network)
+        elif len(self._refusing) >= MAX_REFUSING:
+            self.log_refusal(network, reason)
+            protocol = RefuseNow(refusal(reason))
+        elif self.ledger.over_share(network):
+            protocol = Waiting(self, network, self._done)
+            self._refusing.add(protocol)
+            self._waiting.setdefault(network, {})[protocol] = None
         else:
-            self._log_refusal(network, reason)
-            if len(self._refusing) < MAX_REFUSING:
-                protocol = Refusal(refusal(reason), self._refusing.discard)
-                self._refusing.add(protocol)
-            else:
-                protocol = RefuseNow(refusal(reason))
+            self.log_refusal(network, reason)
+            protocol = Refusal(refusal(reason), self._done)
+            self._refusing.add(protocol)
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
 
-    def _log_refusal(self, network: str, reason: str) -> None:
+    def _done(self, refused: Refusal) -> None:
+        self._refusing.discard(refused)
+        if isinstance(refused, Waiting):
+            self._unqueue(refused)
+
+    def _unqueue(self, waiter: Waiting) -> None:
+        queue = self._waiting.get(waiter.network)
+        if queue is not None:
+            queue.pop(waiter, None)
+            if not queue:
+                del self._waiting[waiter.network]
+
+    def admit_waiting(self, waiter: Waiting) -> bool:
+        """Serve ``waiter`` if its client has a place now."""
+        if not waiter.open or self.ledger.admit(waiter.network) is not None:
+            return False
+        self._refusing.discard(waiter)
+        self._unqueue(waiter)
+        waiter.hand_over(self._handler(waiter.network))
+        return True
+
+    def _promote(self, network: str) -> None:
+        """A place may have freed for ``network``: its oldest waiting connections take them."""
+        queue = self._waiting.get(network)
+        while queue and not self.ledger.over_share(network):
+            waiter = next(iter(queue))
+            if not self.admit_waiting(waiter):
+                if waiter.open:
+                    return  # the total is full: it waits on (or is refused in time)
+                self._unqueue(waiter)  # closing: its connection_lost follows
+
+    def moved(self, network: str, old: Standing, new: Standing) -> None:
+        self.ledger.move(network, old, new)
+        if new.new < old.new:
+            self._promote(network)
+
+    def gone(self, network: str, standing: Standing) -> None:
+        self.ledger.release(network, standing)
+        self._promote(network)
+
+    def log_refusal(self, network: str, reason: str) -> None:
         """One line when refusing begins (not per connection): who holds what."""
         now = time.monotonic()
         if now - self._last_refusal > EPISODE_GAP:
             log.warning(
-                "refusing connections with 503: %s (%s holds %d; %d open from %d clients)",
+                "refusing connections with 503: %s (%s holds %d: %d new, %d idle or to be; "
+                "%d open from %d clients)",
                 reason,
                 network,
                 self.ledger.held_by(network),
+                self.ledger.new_by(network),
+                self.ledger.kept_by(network),
                 self.ledger.total,
                 self.ledger.clients,
             )
