@@ -222,3 +222,109 @@ def test_global_concurrency_limit_zero_counts_nothing(serve: Serve, tmp_path: Pa
             assert stream.status == 200
             assert next_event(stream) is not None
         release.touch()
+
+
+# ---- api-integration/cors.md ----------------------------------------------------------------
+
+DASHBOARD = "https://dashboard.example.com"
+KEY = {"Authorization": "Bearer sk-dashboard-0001"}
+
+
+def cors_headers(reply: Reply) -> dict[str, list[str]]:
+    """Every Access-Control-* header of ``reply``, each with all its values (a header sent
+    twice shows twice)."""
+    out: dict[str, list[str]] = {}
+    for name, value in reply.headers.items():
+        if name.lower().startswith("access-control-"):
+            out.setdefault(name.lower(), []).append(value)
+    return out
+
+
+def test_cors_preflight_is_answered_before_auth_for_a_listed_origin(serve: Serve) -> None:
+    gw = serve("cors.yaml")
+    asked = {
+        "Origin": DASHBOARD,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization, bad header",
+    }
+    reply = request(gw, "OPTIONS", "/v1/chat/completions", headers=asked)  # no key
+    assert reply.status == 204
+    assert cors_headers(reply) == {
+        "access-control-allow-origin": [DASHBOARD],
+        "access-control-allow-credentials": ["true"],
+        "access-control-allow-methods": ["GET, POST, PUT, PATCH, DELETE, OPTIONS"],
+        "access-control-allow-headers": ["content-type, authorization"],  # a bad name dropped
+        "access-control-max-age": ["600"],
+    }
+    assert reply.headers["Vary"] == "Origin, Access-Control-Request-Headers"
+    # The origin is matched whatever its case, and echoed as the browser sent it.
+    upper = request(
+        gw, "OPTIONS", "/v1/models", headers={**asked, "Origin": "HTTP://LOCALHOST:5173"}
+    )
+    assert upper.headers["Access-Control-Allow-Origin"] == "HTTP://LOCALHOST:5173"
+
+
+def test_cors_answers_carry_the_origin_and_unlisted_origins_get_none(serve: Serve) -> None:
+    gw = serve("cors.yaml")
+    body = {"model": "model1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    listed = post(gw, "/v1/chat/completions", body, Origin=DASHBOARD, **KEY)
+    assert listed.status == 200, listed.body
+    assert cors_headers(listed) == {
+        "access-control-allow-origin": [DASHBOARD],
+        "access-control-allow-credentials": ["true"],  # exposedHeaders unset: none sent
+    }
+    assert "Origin" in listed.headers["Vary"]
+    refused = request(gw, "GET", "/v1/models", headers={"Origin": DASHBOARD})  # no key
+    assert refused.status == 401
+    assert refused.headers["Access-Control-Allow-Origin"] == DASHBOARD  # a page reads why
+    # An unlisted origin is served as usual, without any CORS header: the browser drops it.
+    other = post(gw, "/v1/chat/completions", body, Origin="https://evil.example", **KEY)
+    assert other.status == 200
+    assert cors_headers(other) == {}
+    preflight = {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+    unlisted = request(gw, "OPTIONS", "/v1/chat/completions", headers=preflight)
+    assert unlisted.status == 204
+    assert cors_headers(unlisted) == {}
+    # No Origin (curl, SDKs): no CORS header at all.
+    plain = post(gw, "/v1/chat/completions", body, **KEY)
+    assert plain.status == 200
+    assert cors_headers(plain) == {}
+
+
+def test_cors_headers_of_a_backend_are_dropped(serve: Serve, peer: Callable[..., Recorder]) -> None:
+    far = peer("--models", "far", "--cors")  # it sends Allow-Origin: * and Allow-Credentials
+    gw = serve("cors.yaml", at(far))
+    body = {"model": "far", "messages": [{"role": "user", "content": "hi"}]}
+    listed = post(gw, "/v1/chat/completions", body, Origin=DASHBOARD, **KEY)
+    assert listed.status == 200, listed.body
+    assert cors_headers(listed) == {  # exactly one of each: the gateway's own
+        "access-control-allow-origin": [DASHBOARD],
+        "access-control-allow-credentials": ["true"],
+    }
+    plain = post(gw, "/v1/chat/completions", body, **KEY)
+    assert cors_headers(plain) == {}  # not the peer's * either
+    assert far.requests()  # the peer did answer
+
+
+@pytest.mark.parametrize(
+    ("edit", "where"),
+    [
+        (('"http://localhost:5173"', '"http://localhost:5173/"'), "allowedOrigins[1]"),
+        (('"http://localhost:5173"', '"http://localhost:5173/app"'), "allowedOrigins[1]"),
+        (('"http://localhost:5173"', '"*"'), "allowCredentials"),
+    ],
+    ids=["trailing-slash", "path", "star-with-credentials"],
+)
+def test_cors_configs_llama_swap_refuses_are_refused_at_startup(
+    tmp_path: Path, edit: tuple[str, str], where: str
+) -> None:
+    config = tmp_path / "cors.yaml"
+    config.write_text((NEWEST / "cors.yaml").read_text().replace(*edit))
+    env = {**os.environ, "FAKE_PYTHON": sys.executable, "FAKE_BACKEND": str(FAKE_BACKEND)}
+    for command in (
+        [sys.executable, "-m", "modelswap", "check", str(config)],
+        serve_command(config, f"127.0.0.1:{free_port()}"),
+    ):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0, done.stdout
+        assert f"security.cors.{where}" in done.stderr + done.stdout

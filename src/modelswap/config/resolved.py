@@ -108,9 +108,26 @@ class ApiKey:
 
 
 @dataclass(frozen=True, slots=True)
+class CorsPolicy:
+    """llama-swap's ``security.cors``, resolved: ``origins`` lowercased (a request's ``Origin``
+    is matched whatever its case, and echoed as it came); ``any_origin`` for ``*``;
+    ``allowed_headers`` empty: a preflight gets back the headers it asked for."""
+
+    origins: frozenset[str] = frozenset()
+    any_origin: bool = False
+    allow_credentials: bool = False
+    allow_private_network: bool = False
+    allowed_methods: tuple[str, ...] = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    allowed_headers: tuple[str, ...] = ()
+    exposed_headers: tuple[str, ...] = ()
+    max_age: int = 86400
+
+
+@dataclass(frozen=True, slots=True)
 class Security:
     allow_unauthenticated_network: bool = False
     cors_origins: tuple[str, ...] = ()
+    cors: CorsPolicy | None = None  # llama-swap's security.cors (instead of cors_origins)
 
 
 @dataclass(frozen=True, slots=True)

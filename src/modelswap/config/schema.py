@@ -481,6 +481,48 @@ class RawApiKey(BaseModel):
     )
 
 
+class RawCors(BaseModel):
+    """llama-swap's ``security.cors``: the browser pages that may read modelswap's answers.
+    Headers go only to a request that carries an ``Origin``; a backend's own are dropped."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="CORS")
+
+    allowed_origins: list[str] | None = Field(
+        None,
+        alias="allowedOrigins",
+        description="Origins, each a bare scheme://host[:port], or '*' (only with apiKeys); "
+        "required once any other cors key is set. Unset: no CORS headers at all.",
+    )
+    allow_credentials: bool = Field(
+        False,
+        alias="allowCredentials",
+        description="Send Access-Control-Allow-Credentials: true (not with '*').",
+    )
+    allow_private_network: bool = Field(
+        False,
+        alias="allowPrivateNetwork",
+        description="Answer Chrome's Private Network Access preflight (not with '*').",
+    )
+    allowed_methods: list[str] = Field(
+        default_factory=list,
+        alias="allowedMethods",
+        description="Methods a preflight allows (default GET, POST, PUT, PATCH, DELETE, OPTIONS).",
+    )
+    allowed_headers: list[str] = Field(
+        default_factory=list,
+        alias="allowedHeaders",
+        description="Request headers a preflight allows (default: the ones it asks for).",
+    )
+    exposed_headers: list[str] = Field(
+        default_factory=list,
+        alias="exposedHeaders",
+        description="Response headers a page may read beyond the safelisted ones.",
+    )
+    max_age: int = Field(
+        0, ge=0, alias="maxAge", description="Seconds a preflight is cached (0: 86400)."
+    )
+
+
 class RawSecurity(BaseModel):
     """Switches that open modelswap up. Each one that is on is logged and listed."""
 
@@ -495,6 +537,12 @@ class RawSecurity(BaseModel):
         default_factory=list,
         alias="corsOrigins",
         description="Origins allowed to call modelswap from a browser; '*' only with apiKeys.",
+    )
+    cors: RawCors | None = Field(
+        None,
+        description="llama-swap's CORS block: allowedOrigins, allowCredentials, "
+        "allowPrivateNetwork, allowedMethods, allowedHeaders, exposedHeaders, maxAge "
+        "(instead of corsOrigins).",
     )
 
 

@@ -4,13 +4,22 @@ starts; every problem names its key path."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from modelswap.config.macros import ENV_NAME_RE, Scope, expand
-from modelswap.config.resolved import SCOPES, ApiKey, Config, Limits, ModelConfig, Security
-from modelswap.config.schema import RawApiKey, RawConfig
+from modelswap.config.resolved import (
+    SCOPES,
+    ApiKey,
+    Config,
+    CorsPolicy,
+    Limits,
+    ModelConfig,
+    Security,
+)
+from modelswap.config.schema import RawApiKey, RawConfig, RawCors
 
 Problems = list[tuple[str, str]]
 
@@ -116,6 +125,11 @@ def _key_value(
 
 
 def resolve_security(raw: RawConfig, keys: tuple[ApiKey, ...], problems: Problems) -> Security:
+    cors = None
+    if raw.security.cors is not None:
+        if raw.security.cors_origins:
+            problems.append(("security.cors", "security.corsOrigins is set too: keep one"))
+        cors = resolve_cors(raw.security.cors, keys, problems)
     origins = tuple(raw.security.cors_origins)
     if "*" in origins and not keys:
         problems.append(
@@ -132,7 +146,89 @@ def resolve_security(raw: RawConfig, keys: tuple[ApiKey, ...], problems: Problem
                     f"{origin!r} is not an origin like https://app.example.com",
                 )
             )
-    return Security(raw.security.allow_unauthenticated_network, origins)
+    return Security(raw.security.allow_unauthenticated_network, origins, cors)
+
+
+_CORS = "security.cors"
+_TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110: methods and header names
+
+
+def resolve_cors(raw: RawCors, keys: tuple[ApiKey, ...], problems: Problems) -> CorsPolicy | None:
+    """llama-swap's ``security.cors``, refused where llama-swap refuses it at startup (an origin
+    with a path, ``*`` with credentials, a method or header name that is not a token) and, as
+    ``corsOrigins``, where ``*`` would let any page use a gateway without keys. Without
+    ``allowedOrigins`` (and nothing else) there is no CORS at all: modelswap's default."""
+    given = raw.model_fields_set - {"allowed_origins"}
+    if not raw.allowed_origins:
+        if raw.allowed_origins is not None or given:
+            problems.append(
+                (
+                    f"{_CORS}.allowedOrigins",
+                    "list the origins allowed (it is required once any other cors key is set)",
+                )
+            )
+        return None
+    origins: set[str] = set()
+    for index, origin in enumerate(raw.allowed_origins):
+        problem = None if origin == "*" else _origin_problem(origin)
+        if problem is not None:
+            problems.append((f"{_CORS}.allowedOrigins[{index}]", problem))
+        origins.add(origin.lower())
+    any_origin = "*" in origins
+    if any_origin and raw.allow_credentials:
+        problems.append(
+            (
+                f"{_CORS}.allowCredentials",
+                "not with '*' in allowedOrigins (browsers refuse that pairing): list the origins",
+            )
+        )
+    if any_origin and raw.allow_private_network:
+        problems.append((f"{_CORS}.allowPrivateNetwork", "not with '*' in allowedOrigins"))
+    if any_origin and not keys:
+        problems.append(
+            (
+                f"{_CORS}.allowedOrigins",
+                "'*' lets any web page call modelswap; it is allowed only together with apiKeys",
+            )
+        )
+    for name, values in (
+        ("allowedMethods", raw.allowed_methods),
+        ("allowedHeaders", raw.allowed_headers),
+        ("exposedHeaders", raw.exposed_headers),
+    ):
+        for index, value in enumerate(values):
+            if not _TOKEN_RE.fullmatch(value):
+                kind = "an HTTP method" if name == "allowedMethods" else "a header name"
+                problems.append((f"{_CORS}.{name}[{index}]", f"{value!r} is not {kind}"))
+    default = CorsPolicy()
+    return CorsPolicy(
+        origins=frozenset(origins - {"*"}),
+        any_origin=any_origin,
+        allow_credentials=raw.allow_credentials,
+        allow_private_network=raw.allow_private_network,
+        allowed_methods=tuple(raw.allowed_methods) or default.allowed_methods,
+        allowed_headers=tuple(raw.allowed_headers),
+        exposed_headers=tuple(raw.exposed_headers),
+        max_age=raw.max_age or default.max_age,
+    )
+
+
+def _origin_problem(origin: str) -> str | None:
+    """Why ``origin`` is not a bare ``scheme://host[:port]`` (what a browser sends), if so: a
+    path, even a trailing slash, would never match, so it is refused at load."""
+    example = "a scheme://host[:port] origin, e.g. https://dashboard.example.com"
+    if not origin or origin != origin.strip():
+        return f"{origin!r} must be {example}, without spaces"
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return f"{origin!r} is not {example}"
+    if not parts.scheme or not parts.netloc:
+        return f"{origin!r} must be {example}"
+    if parts.path or parts.query or parts.fragment or "@" in parts.netloc or "?" in origin:
+        return f"{origin!r} must not have a path (not even a trailing /), query or user"
+    return None
 
 
 def resolve_limits(raw: RawConfig) -> Limits:
@@ -179,6 +275,16 @@ def open_switches(config: Config, *, allow_flag: bool = False) -> list[str]:
         )
     if "*" in config.security.cors_origins:
         found.append("security.corsOrigins: '*' — any web page may call modelswap with a key")
+    cors = config.security.cors
+    if cors is not None and cors.any_origin:
+        found.append(
+            "security.cors.allowedOrigins: '*' — any web page may call modelswap with a key"
+        )
+    if cors is not None and cors.allow_private_network:
+        found.append(
+            "security.cors.allowPrivateNetwork: a page on a public origin may reach modelswap "
+            "on this network"
+        )
     for model in config.models.values():
         host = remote_backend(model)
         if model.allow_remote_backend:
@@ -219,7 +325,7 @@ def security_report(config: Config, *, allow_flag: bool = False) -> dict[str, ob
             {"name": k.name, "scopes": sorted(k.scopes), "models": list(k.models) or ["*"]}
             for k in config.api_keys
         ],
-        "cors_origins": list(config.security.cors_origins),
+        "cors_origins": list(config.security.cors_origins) + cors_origins(config.security.cors),
         "open_switches": open_switches(config, allow_flag=allow_flag),
         "limits": {
             "max_request_body_bytes": config.max_request_body_bytes,
@@ -231,3 +337,10 @@ def security_report(config: Config, *, allow_flag: bool = False) -> dict[str, ob
             "max_connections_per_client": config.limits.max_connections_per_client,
         },
     }
+
+
+def cors_origins(cors: CorsPolicy | None) -> list[str]:
+    """The origins ``security.cors`` allows, as listed (``*`` for any)."""
+    if cors is None:
+        return []
+    return (["*"] if cors.any_origin else []) + sorted(cors.origins)

@@ -12,6 +12,7 @@ import pytest
 
 from modelswap.cli import main
 from modelswap.config import Config, load_config, load_config_text
+from modelswap.config.security import open_switches, security_report
 from modelswap.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -124,3 +125,64 @@ def test_global_concurrency_limit_is_read_and_explained() -> None:
     assert default.scheduling.global_concurrency_limit == 0
     found = problems("globalConcurrencyLimit: -1\nmodels:\n  m: {cmd: 'srv --port ${PORT}'}\n")
     assert found[0][0] == "globalConcurrencyLimit"
+
+
+# ---- security.cors (api-integration/cors.md) ------------------------------------------------
+
+MODEL = "models:\n  m: {cmd: 'srv --port ${PORT}'}\n"
+
+
+def test_cors_block_resolves_with_llama_swaps_defaults() -> None:
+    config = load(
+        "security:\n  cors:\n    allowedOrigins: [https://Dash.example.com]\n"
+        "    exposedHeaders: [X-Request-Id]\n" + MODEL
+    )
+    cors = config.security.cors
+    assert cors is not None
+    assert cors.origins == frozenset({"https://dash.example.com"})
+    assert (cors.any_origin, cors.allow_credentials, cors.max_age) == (False, False, 86400)
+    assert cors.allowed_methods == ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    assert (cors.allowed_headers, cors.exposed_headers) == ((), ("X-Request-Id",))
+    assert config.security.cors_origins == ()
+    assert load(MODEL).security.cors is None  # modelswap's default: no CORS at all
+
+
+@pytest.mark.parametrize(
+    ("block", "path", "words"),
+    [
+        ("{allowedOrigins: ['https://a.example/']}", "allowedOrigins[0]", "path"),
+        ("{allowedOrigins: ['a.example']}", "allowedOrigins[0]", "scheme://host"),
+        ("{allowedOrigins: ['https://u@a.example']}", "allowedOrigins[0]", "user"),
+        ("{allowedOrigins: [' https://a.example']}", "allowedOrigins[0]", "spaces"),
+        ("{allowedOrigins: ['https://a.example?x=1']}", "allowedOrigins[0]", "query"),
+        ("{allowedOrigins: ['*'], allowCredentials: true}", "allowCredentials", "'*'"),
+        ("{allowedOrigins: ['*'], allowPrivateNetwork: true}", "allowPrivateNetwork", "'*'"),
+        ("{allowedOrigins: ['*']}", "allowedOrigins", "apiKeys"),
+        ("{allowCredentials: true}", "allowedOrigins", "required"),
+        ("{allowedOrigins: []}", "allowedOrigins", "required"),
+        (
+            "{allowedOrigins: ['https://a.example'], allowedMethods: ['GET POST']}",
+            "allowedMethods[0]",
+            "method",
+        ),
+        (
+            "{allowedOrigins: ['https://a.example'], allowedHeaders: ['a b']}",
+            "allowedHeaders[0]",
+            "header",
+        ),
+        ("{allowedOrigins: ['https://a.example'], maxAge: -1}", "maxAge", ""),
+    ],
+)
+def test_cors_configs_that_cannot_work_are_refused(block: str, path: str, words: str) -> None:
+    found = problems(f"security:\n  cors: {block}\n" + MODEL)
+    assert any(p == f"security.cors.{path}" and words in m for p, m in found), found
+
+
+def test_cors_star_with_keys_is_an_open_switch_and_cors_origins_is_one_or_the_other() -> None:
+    config = load("apiKeys: [k-0001]\nsecurity:\n  cors: {allowedOrigins: ['*']}\n" + MODEL)
+    assert config.security.cors is not None
+    assert config.security.cors.any_origin
+    assert any(s.startswith("security.cors.allowedOrigins") for s in open_switches(config))
+    assert security_report(config)["cors_origins"] == ["*"]
+    both = "security:\n  corsOrigins: ['https://a.example']\n  cors: {allowedOrigins: ['https://a.example']}\n"
+    assert ("security.cors", "security.corsOrigins is set too: keep one") in problems(both + MODEL)
