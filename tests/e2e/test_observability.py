@@ -249,11 +249,12 @@ def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway, tmp_p
     assert request(gw, "GET", "/v1/models").status == 200
 
     m = scrape(gw)
+    ok, error = {"outcome": "ok", "code": ""}, {"outcome": "error"}
     assert m["modelswap_requests_total"] == {
-        lab(model="a", route=CHAT, status="200"): 4,
-        lab(model="a", route=COMPLETIONS, status="200"): 2,
-        lab(model="a", route=CHAT, status="400"): 1,
-        lab(model="", route=CHAT, status="404"): 1,
+        lab(model="a", route=CHAT, status="200", **ok): 4,
+        lab(model="a", route=COMPLETIONS, status="200", **ok): 2,
+        lab(model="a", route=CHAT, status="400", **error, code=""): 1,  # the backend's own
+        lab(model="", route=CHAT, status="404", **error, code="model_not_found"): 1,
     }
     assert m["modelswap_tokens_total"] == {
         lab(model="a", kind="prompt"): prompt["a"],
@@ -262,16 +263,19 @@ def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway, tmp_p
     assert prompt["a"] == 4 * PROMPT_WORDS + 3 + 4
     assert completion["a"] == 80 + 5 + 3 + 4 + 6 + 7
     assert m["modelswap_request_duration_seconds_count"] == {
-        lab(model="a", route=CHAT): 5,
-        lab(model="a", route=COMPLETIONS): 2,
-        lab(model="", route=CHAT): 1,
+        lab(model="a", route=CHAT, outcome="ok"): 4,
+        lab(model="a", route=CHAT, outcome="error"): 1,
+        lab(model="a", route=COMPLETIONS, outcome="ok"): 2,
+        lab(model="", route=CHAT, outcome="error"): 1,
     }
     assert m["modelswap_time_to_first_byte_seconds_count"] == {
-        lab(model="a", route=CHAT): 5,
-        lab(model="a", route=COMPLETIONS): 2,
+        lab(model="a", route=CHAT, outcome="ok"): 4,
+        lab(model="a", route=CHAT, outcome="error"): 1,
+        lab(model="a", route=COMPLETIONS, outcome="ok"): 2,
     }
     # The first stream waited ~1.3 s for the start and ran ~0.8 s more.
-    assert m["modelswap_request_duration_seconds_sum"][lab(model="a", route=CHAT)] > 2.0
+    durations = m["modelswap_request_duration_seconds_sum"]
+    assert durations[lab(model="a", route=CHAT, outcome="ok")] > 2.0
     assert m["modelswap_starts_total"] == {lab(model="a", result="ready"): 1}
     assert m["modelswap_start_duration_seconds_count"] == {lab(model="a"): 1}
     assert m["modelswap_start_duration_seconds_sum"][lab(model="a")] >= 1.3
@@ -346,6 +350,7 @@ def test_activity_rows_for_success_errors_and_disconnect(
         None,
     ]
     assert [r["streamed"] for r in rows] == [True, False, False, False, False]
+    assert [r["outcome"] for r in rows] == ["error", "error", "error", "error", "ok"]
     assert (ok_200["prompt_tokens"], ok_200["completion_tokens"]) == (PROMPT_WORDS, 3)
     assert ok_200["tokens_per_second"] > 0
     assert ok_200["ttft"] is not None
@@ -395,6 +400,79 @@ def test_activity_rows_for_success_errors_and_disconnect(
     assert cells[4][7:9] == [str(PROMPT_WORDS), "3"]
     only_ok = table_rows(run_activity_cli("--db", str(db), "--model", "ok", "--limit", "1"))
     assert [(c[3], c[5]) for c in only_ok] == [("ok", "400")]
+
+
+GUARD_LOG = REPO / "tests" / "data" / "startup-logs" / "vllm-new-utilization-guard.log"
+
+
+def test_a_streamed_cold_start_that_fails_is_an_error_everywhere(gateway: StartGateway) -> None:
+    """Issue 32 #1: a streamed chat whose start outlasts the first loading comment and then
+    fails (vLLM's utilization guard). The client got a 200 event stream, its comments, then
+    an error event: the activity row, its errors filter, the metrics, the event stream and the
+    gateway's log line all call it an error, with the diagnosis code — not a 200 success."""
+    flags = ("--flavor", "vllm", "--print-log", str(GUARD_LOG), "--fail-start")
+    gw = gateway(model("guard", *flags, delay=2.0))
+    with get_stream(gw, "/api/events") as events:
+        assert read_frame(events) is not None  # the snapshot
+
+        def consume() -> None:
+            with openai.OpenAI(
+                base_url=gw.url("/v1"), api_key="unused", max_retries=0, timeout=HANG
+            ) as client:
+                stream = client.chat.completions.create(
+                    model="guard", messages=[{"role": "user", "content": "hi"}], stream=True
+                )
+                with stream:
+                    for _ in stream:
+                        pass
+
+        with pytest.raises(openai.APIError) as info:
+            consume()
+        # Not an APIStatusError: the status was 200, the error came as the stream's event.
+        assert not isinstance(info.value, openai.APIStatusError)
+        assert isinstance(info.value.body, dict)
+        assert info.value.body["code"] == "utilization_guard"
+        finished: dict[str, Any] = {}
+        for _ in range(200):
+            frame = read_frame(events)
+            assert frame is not None
+            if frame[0] == "request.finished":
+                finished = json.loads(frame[1] or "{}")
+                break
+    assert (finished["status"], finished["error_code"], finished["outcome"]) == (
+        200,
+        "utilization_guard",
+        "error",
+    )
+
+    gw.wait_for(lambda: len(activity(gw)) == 1)
+    [row] = activity(gw)
+    assert (row["model"], row["status"], row["streamed"]) == ("guard", 200, True)
+    assert (row["error_code"], row["outcome"]) == ("utilization_guard", "error")
+    assert row["bytes_out"] > 0  # the loading comments and the error event reached it
+    assert row["completion_tokens"] is None
+    # The errors filter finds it; the successes do not.
+    assert [r["id"] for r in activity(gw, "?outcome=error")] == [row["id"]]
+    assert activity(gw, "?outcome=ok") == []
+    assert request(gw, "GET", "/api/activity?outcome=maybe").status == 400
+    # llama-swap's activity API says why too.
+    [entry] = gw.get_json("/api/metrics/activity")["data"]  # type: ignore[misc]
+    assert (entry["resp_status_code"], entry["error_msg"], entry["outcome"]) == (
+        200,
+        "utilization_guard",
+        "error",
+    )
+
+    m = scrape(gw)
+    assert m["modelswap_requests_total"] == {
+        lab(model="guard", route=CHAT, status="200", outcome="error", code="utilization_guard"): 1
+    }
+    assert m["modelswap_request_duration_seconds_count"] == {
+        lab(model="guard", route=CHAT, outcome="error"): 1
+    }
+    assert m["modelswap_starts_total"] == {lab(model="guard", result="failed"): 1}
+    # The request's own log line, at info level as errors are, names the code.
+    assert f"request {row['request_id']} {CHAT} guard -> 200 utilization_guard in" in gw.log()
 
 
 # ---------------------------------------------------------------------------------- logs
@@ -611,4 +689,6 @@ def test_sdk_stream_that_hangs_up_at_done_is_a_success(gateway: StartGateway) ->
     assert [r["status"] for r in rows] == [200] * 10
     assert all(r["completion_tokens"] for r in rows)
     m = scrape(gw)
-    assert m["modelswap_requests_total"] == {lab(model="smollm2", route=CHAT, status="200"): 10}
+    assert m["modelswap_requests_total"] == {
+        lab(model="smollm2", route=CHAT, status="200", outcome="ok", code=""): 10
+    }

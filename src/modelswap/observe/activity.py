@@ -90,6 +90,17 @@ def _migrate_to_v7(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE requests ADD COLUMN cached_tokens INTEGER")
 
 
+def _migrate_to_v8(conn: sqlite3.Connection) -> None:
+    # Whether the client got an error: a status >= 400, or an error event inside a 200 stream
+    # (``error_code`` set). Older rows are judged by what they stored; a stream whose start
+    # failed after its loading comments was stored then as a plain 200 and stays "ok".
+    conn.execute("ALTER TABLE requests ADD COLUMN outcome TEXT")
+    conn.execute(
+        "UPDATE requests SET outcome = CASE"
+        " WHEN status >= 400 OR error_code IS NOT NULL THEN 'error' ELSE 'ok' END"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
@@ -98,6 +109,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v5,
     _migrate_to_v6,
     _migrate_to_v7,
+    _migrate_to_v8,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -121,6 +133,7 @@ _COLUMNS = (
     "bytes_in",
     "bytes_out",
     "error_code",
+    "outcome",
     "request_body",
     "response_body",
     "request_headers",
@@ -154,6 +167,7 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.bytes_in,
         rec.bytes_out,
         rec.error_code,
+        rec.outcome,
         rec.request_body,
         rec.response_body,
         rec.request_headers,
@@ -481,10 +495,12 @@ class ActivityLog:
         request_id: str | None = None,
         since: float | None = None,
         status: int | None = None,
+        outcome: str | None = None,
         limit: int = 100,
         before_id: int | None = None,
     ) -> list[dict[str, object]]:
         """Stored rows, newest first, as JSON-ready dicts (with ``id``; bodies only if stored).
+        ``outcome`` is ``"ok"`` or ``"error"`` (see :attr:`RequestRecord.outcome`).
 
         Page with ``before_id`` = the smallest ``id`` of the previous page. ``limit`` is capped
         at :data:`MAX_QUERY_LIMIT`. Pending (not yet written) records are not included.
@@ -503,6 +519,9 @@ class ActivityLog:
         if status is not None:
             clauses.append("status = ?")
             params.append(status)
+        if outcome is not None:
+            clauses.append("outcome = ?")
+            params.append(outcome)
         if before_id is not None:
             clauses.append("id < ?")
             params.append(before_id)

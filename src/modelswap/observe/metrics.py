@@ -2,6 +2,11 @@
 
 Request, token and start metrics are updated as things happen; per-model state, in-flight,
 queue depth and the reported context/capacity are read when scraped (``ModelView``).
+
+Requests carry their outcome: ``status`` is the HTTP status the client got, ``outcome`` is
+``error`` for a status of 400 or more *and* for an error event inside a 200 stream (a stream the
+gateway opened with loading comments before its model's start failed), ``code`` the error's code
+(empty when none). The histograms carry ``outcome`` too, so failures can be left out of latency.
 """
 
 from __future__ import annotations
@@ -79,21 +84,21 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "modelswap_requests",
-            "Requests by model, route and status",
-            ["model", "route", "status"],
+            "Requests by model, route, HTTP status, outcome (ok, error) and error code",
+            ["model", "route", "status", "outcome", "code"],
             registry=r,
         )
         self.duration = Histogram(
             "modelswap_request_duration_seconds",
             "Whole request, first byte in to last out",
-            ["model", "route"],
+            ["model", "route", "outcome"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.ttfb = Histogram(
             "modelswap_time_to_first_byte_seconds",
             "From arrival to the backend's first byte",
-            ["model", "route"],
+            ["model", "route", "outcome"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -117,16 +122,18 @@ class Metrics:
             registry=r,
         )
         r.register(_LiveCollector(view))
-        self._cache: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self._ttfb: dict[tuple[str, str], Any] = {}
+        self._cache: dict[tuple[str, str, int, str | None], tuple[Any, Any]] = {}
+        self._ttfb: dict[tuple[str, str, str], Any] = {}
 
-    def _children(self, model: str, route: str, status: int) -> tuple[Any, Any]:
-        key = (model, route, status)
+    def _children(
+        self, model: str, route: str, status: int, code: str | None, outcome: str
+    ) -> tuple[Any, Any]:
+        key = (model, route, status, code)  # the outcome follows from status and code
         found = self._cache.get(key)
         if found is None:
             found = (
-                self.requests.labels(model, route, str(status)),
-                self.duration.labels(model, route),
+                self.requests.labels(model, route, str(status), outcome, code or ""),
+                self.duration.labels(model, route, outcome),
             )
             if len(self._cache) < 10_000:
                 self._cache[key] = found
@@ -134,13 +141,15 @@ class Metrics:
 
     def request_finished(self, rec: RequestRecord) -> None:
         model = rec.model or ""
-        requests, duration = self._children(model, rec.route, rec.status)
+        outcome = rec.outcome
+        requests, duration = self._children(model, rec.route, rec.status, rec.error_code, outcome)
         requests.inc()
         duration.observe(rec.duration)
         if rec.first_byte is not None:  # rec.ttft is the first token (load excluded)
-            ttfb = self._ttfb.get((model, rec.route))
+            key = (model, rec.route, outcome)
+            ttfb = self._ttfb.get(key)
             if ttfb is None:
-                ttfb = self._ttfb.setdefault((model, rec.route), self.ttfb.labels(model, rec.route))
+                ttfb = self._ttfb.setdefault(key, self.ttfb.labels(model, rec.route, outcome))
             ttfb.observe(rec.first_byte)
         if rec.prompt_tokens:
             self.tokens.labels(model, "prompt").inc(rec.prompt_tokens)

@@ -44,16 +44,19 @@ class Observer:
                 if k not in ("request_body", "response_body", "request_headers", "response_headers")
             }
             self._events.publish("request.finished", **summary)
-            # The request's own line, by its id: errors always, every request at debug level.
-            level = logging.INFO if record.status >= 400 else logging.DEBUG
+            # The request's own line, by its id: errors always, every request at debug level;
+            # an error's code follows its status (a 200 stream that ended in an error event).
+            failed = record.outcome == "error"
+            level = logging.INFO if failed else logging.DEBUG
             if log.isEnabledFor(level):
                 log.log(
                     level,
-                    "request %s %s %s -> %d in %.3f s",
+                    "request %s %s %s -> %d%s in %.3f s",
                     record.request_id or "-",
                     record.route,
                     record.model or "-",
                     record.status,
+                    f" {record.error_code}" if record.error_code else "",
                     record.duration,
                 )
         except Exception:  # observing must never break serving

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+OUTCOMES = ("ok", "error")
+"""What a request's :attr:`RequestRecord.outcome` can be."""
+
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
@@ -39,7 +42,11 @@ class RequestRecord:
     bytes_in: int
     bytes_out: int
     error_code: str | None
-    """The gateway's own error code, when the gateway authored the error."""
+    """The error's code: the gateway's own when it authored the error (``model_not_found``,
+    a start's diagnosis code, ``upstream_error``…), also when that error was the final event of
+    a 200 event stream the gateway had already opened (its loading comments); for an error
+    event the backend itself sent inside a stream, ``upstream_error`` (``tool_choice_unsupported``
+    for vLLM's tool-choice refusal). ``None`` when no error was sent."""
     request_id: str | None = None
     """The ``X-Request-Id`` the client got (its own, when sane) and the backend was sent."""
     request_body: str | None = None
@@ -57,6 +64,13 @@ class RequestRecord:
     response_headers: str | None = None
     cached_tokens: int | None = None
     """Prompt tokens the backend reported it took from its cache (None: it said nothing)."""
+
+    @property
+    def outcome(self) -> str:
+        """``"error"`` when the client got an error — a status of 400 or more (499 included),
+        or an error event inside a 200 stream (then ``error_code`` says which) — else ``"ok"``.
+        What the activity log's errors filter, the web UI and the metrics count as an error."""
+        return "error" if self.status >= 400 or self.error_code is not None else "ok"
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -82,7 +96,8 @@ class RequestRecord:
         return tokens / seconds
 
     def as_dict(self) -> dict[str, object]:
-        """JSON-ready mapping of every field plus ``tokens_per_second``; ``None`` bodies omitted."""
+        """JSON-ready mapping of every field plus ``tokens_per_second`` and ``outcome``; ``None``
+        bodies omitted."""
         out: dict[str, object] = {
             "at": self.at,
             "request_id": self.request_id,
@@ -103,6 +118,7 @@ class RequestRecord:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "error_code": self.error_code,
+            "outcome": self.outcome,
         }
         if self.request_body is not None:
             out["request_body"] = self.request_body

@@ -152,6 +152,33 @@ def test_activity_filters_by_model_since_and_status(mem: ActivityLog) -> None:
     assert ats(model="nope") == []
 
 
+def test_activity_outcome_counts_an_error_event_inside_a_200_stream(mem: ActivityLog) -> None:
+    """A 200 stream that ended in an error event (a start that failed after the loading
+    comments) is an error, like any status >= 400; the errors filter finds it."""
+    assert rec().outcome == "ok"
+    assert rec(status=404, error_code="model_not_found").outcome == "error"
+    assert rec(status=502).outcome == "error"  # a backend's own error, relayed
+    assert rec(status=499).outcome == "error"
+    failed_stream = rec(status=200, error_code="utilization_guard", completion_tokens=None)
+    assert failed_stream.outcome == "error"
+    assert failed_stream.as_dict()["outcome"] == "error"
+    mem.record(rec(at=NOW - 2))
+    mem.record(failed_stream)
+    mem.record(rec(at=NOW + 1, status=503, error_code="shutting_down"))
+    mem.flush_now()
+
+    def seen(**filters: object) -> list[tuple[object, object, object]]:
+        rows = mem.query(**filters)  # type: ignore[arg-type]
+        return [(row["status"], row["error_code"], row["outcome"]) for row in rows]
+
+    assert seen(outcome="error") == [
+        (503, "shutting_down", "error"),
+        (200, "utilization_guard", "error"),
+    ]
+    assert seen(outcome="ok") == [(200, None, "ok")]
+    assert seen(status=200, outcome="error") == [(200, "utilization_guard", "error")]
+
+
 def test_activity_pages_newest_first_by_before_id(mem: ActivityLog) -> None:
     for i in range(7):
         mem.record(rec(at=NOW + i))
@@ -326,14 +353,15 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 7
-    assert schema_version(path) == "7"
+    assert SCHEMA_VERSION == 8
+    assert schema_version(path) == "8"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
     assert {"tokens_per_second", "request_body", "response_body", "error_code"} <= set(columns)
     assert "request_id" in columns  # v4
     assert "requested" in columns  # v5
+    assert "outcome" in columns  # v8
     assert {"requests_at", "requests_model", "requests_request_id"} <= indexes
 
 
@@ -342,7 +370,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "7"
+    assert schema_version(path) == "8"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
@@ -365,8 +393,9 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
         "bytes_out": 20,
         "error_code": None,
         "cached_tokens": None,  # before v7 the cache was not counted
+        "outcome": "ok",  # v8 judges older rows by their status and error code
     }
-    assert newest["error_code"] == "backend_failed"
+    assert (newest["error_code"], newest["outcome"]) == ("backend_failed", "error")
     assert newest["streamed"] is True
     log.record(rec(request_body="{}"))
     log.flush_now()
@@ -374,7 +403,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "7"
+    assert schema_version(path) == "8"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:

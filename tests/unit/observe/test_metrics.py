@@ -76,12 +76,13 @@ def test_request_counts_tokens_and_histograms() -> None:
     )
     got = exposition(metrics)
     chat, comp = "/v1/chat/completions", "/v1/completions"
+    ok, error = {"outcome": "ok", "code": ""}, {"outcome": "error", "code": ""}
     assert got["modelswap_requests_total"] == {
-        lab(model="qwen", route=chat, status="200"): 2,
-        lab(model="qwen", route=comp, status="200"): 1,
-        lab(model="qwen", route=chat, status="400"): 1,
-        lab(model="other", route=chat, status="200"): 1,
-        lab(model="", route=chat, status="404"): 1,
+        lab(model="qwen", route=chat, status="200", **ok): 2,
+        lab(model="qwen", route=comp, status="200", **ok): 1,
+        lab(model="qwen", route=chat, status="400", **error): 1,
+        lab(model="other", route=chat, status="200", **ok): 1,
+        lab(model="", route=chat, status="404", **error): 1,
     }
     assert got["modelswap_tokens_total"] == {
         lab(model="qwen", kind="prompt"): 18,
@@ -89,29 +90,56 @@ def test_request_counts_tokens_and_histograms() -> None:
     }
     durations = got["modelswap_request_duration_seconds_count"]
     assert durations == {
-        lab(model="qwen", route=chat): 3,
-        lab(model="qwen", route=comp): 1,
-        lab(model="other", route=chat): 1,
-        lab(model="", route=chat): 1,
+        lab(model="qwen", route=chat, outcome="ok"): 2,
+        lab(model="qwen", route=chat, outcome="error"): 1,
+        lab(model="qwen", route=comp, outcome="ok"): 1,
+        lab(model="other", route=chat, outcome="ok"): 1,
+        lab(model="", route=chat, outcome="error"): 1,
     }
-    assert got["modelswap_request_duration_seconds_sum"][lab(model="qwen", route=chat)] == (
-        pytest.approx(0.9)
-    )
+    assert got["modelswap_request_duration_seconds_sum"][
+        lab(model="qwen", route=chat, outcome="ok")
+    ] == pytest.approx(0.6)
     ttfb = got["modelswap_time_to_first_byte_seconds_count"]
     assert ttfb == {  # no first byte: not observed
-        lab(model="qwen", route=chat): 3,
-        lab(model="qwen", route=comp): 1,
-        lab(model="other", route=chat): 1,
+        lab(model="qwen", route=chat, outcome="ok"): 2,
+        lab(model="qwen", route=chat, outcome="error"): 1,
+        lab(model="qwen", route=comp, outcome="ok"): 1,
+        lab(model="other", route=chat, outcome="ok"): 1,
     }
     assert got["modelswap_time_to_first_byte_seconds_sum"][
-        lab(model="qwen", route=chat)
-    ] == pytest.approx(0.24)
-    # Buckets are cumulative: 0.02 s twice below 0.025, 0.2 s below 0.25.
+        lab(model="qwen", route=chat, outcome="ok")
+    ] == pytest.approx(0.22)
+    # Buckets are cumulative: 0.02 s below 0.025, 0.2 s below 0.25.
     buckets = got["modelswap_time_to_first_byte_seconds_bucket"]
-    assert buckets[lab(model="qwen", route=chat, le="0.01")] == 0
-    assert buckets[lab(model="qwen", route=chat, le="0.025")] == 2
-    assert buckets[lab(model="qwen", route=chat, le="0.25")] == 3
-    assert buckets[lab(model="qwen", route=chat, le="+Inf")] == 3
+    ok_chat = {"model": "qwen", "route": chat, "outcome": "ok"}
+    assert buckets[lab(**ok_chat, le="0.01")] == 0
+    assert buckets[lab(**ok_chat, le="0.025")] == 1
+    assert buckets[lab(**ok_chat, le="0.25")] == 2
+    assert buckets[lab(**ok_chat, le="+Inf")] == 2
+
+
+def test_an_error_event_inside_a_200_stream_is_counted_as_an_error_with_its_code() -> None:
+    """A streamed request whose start failed after its loading comments: the client got 200
+    and then an error event. Counted under its status, as an error, with the code."""
+    metrics = Metrics(Views())
+    metrics.request_finished(rec(streamed=True))
+    failed = rec(streamed=True, error_code="utilization_guard", first_byte=None)
+    metrics.request_finished(failed)
+    metrics.request_finished(failed)
+    metrics.request_finished(rec(status=499, error_code="request_cancelled"))
+    got = exposition(metrics)
+    chat = "/v1/chat/completions"
+    assert got["modelswap_requests_total"] == {
+        lab(model="qwen", route=chat, status="200", outcome="ok", code=""): 1,
+        lab(model="qwen", route=chat, status="200", outcome="error", code="utilization_guard"): 2,
+        lab(model="qwen", route=chat, status="499", outcome="error", code="request_cancelled"): 1,
+    }
+    assert got["modelswap_request_duration_seconds_count"] == {
+        lab(model="qwen", route=chat, outcome="ok"): 1,
+        lab(model="qwen", route=chat, outcome="error"): 3,
+    }
+    errors = sum(v for k, v in got["modelswap_requests_total"].items() if ("outcome", "error") in k)
+    assert errors == 3
 
 
 def test_starts_by_result_and_start_duration() -> None:
@@ -253,7 +281,7 @@ def test_relabelled_text_appended_to_the_exposition_still_parses() -> None:
     got = samples(body.decode())
     assert (
         got["modelswap_requests_total"][
-            lab(model="qwen", route="/v1/chat/completions", status="200")
+            lab(model="qwen", route="/v1/chat/completions", status="200", outcome="ok", code="")
         ]
         == 1
     )

@@ -107,6 +107,7 @@ def describe(
     bytes_out: int,
     key_name: str | None,
     relaying: bool,
+    error_code: str | None = None,
     now: float | None = None,
 ) -> dict[str, object]:
     """llama-swap's ``InflightRequestEntry`` fields, then modelswap's own beside them."""
@@ -132,6 +133,8 @@ def describe(
         "key_name": key_name,
         "state": "relaying" if relaying else "waiting",
         "cancelling": entry.cancelled,
+        # set once an error event went into its 200 stream: the request failed, though 200
+        "error_code": error_code,
     }
 
 

@@ -3,7 +3,9 @@
 The middleware starts the clock and, when the response is done (or the client left: 499),
 hands a :class:`RequestRecord` to the runtime's Observer — metrics, the activity log, the
 ``request.finished`` event. The proxy fills in what only it knows through :class:`RequestObs`:
-the model, the time to the backend's first byte, the bytes relayed and the token usage.
+the model, the time to the backend's first byte, the bytes relayed and the token usage — and,
+when the answer was an error *event* inside a 200 stream (a stream opened early with loading
+comments, or cut mid-answer), that error's code, so the record says "error" and not "200 ok".
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class RequestObs:
     response_limit: int = 0
     status: int | None = None  # what the backend answered, once relaying began
     done_sent: bool = False  # the stream's final "data: [DONE]" reached the client
+    error_code: str | None = None  # an error event ended a stream whose 200 had gone out
     request_body: bytes = b""
     response_body: bytearray = field(default_factory=bytearray)
 
@@ -63,6 +66,16 @@ class RequestObs:
         if b"[DONE]" in out[-32:]:
             self.done_sent = True
         return out
+
+    def wrote(self, data: bytes) -> None:
+        """The gateway itself wrote ``data`` to the client (loading comments, an error event)."""
+        self._sent(data)
+
+    def error_event(self, code: str | None) -> None:
+        """An error event went to a client whose 200 was already sent: the request failed.
+        The first error is the one that counts."""
+        if self.error_code is None:
+            self.error_code = code or "upstream_error"
 
     def finish(self) -> bytes:
         out = self.usage.finish() if self.usage is not None else b""
@@ -168,6 +181,8 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         if registry is not None and inflight is not None:
             registry.remove(inflight)
+        if code is None:
+            code = obs.error_code  # the status was 200, the answer an error event
         if response is not None and not obs.bytes_out and isinstance(response, web.Response):
             obs.bytes_out = response.content_length or 0
         key = client_key(request)

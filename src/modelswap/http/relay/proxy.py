@@ -7,6 +7,11 @@ work, and releases the lease) — never when the handler merely returns.
 Errors are redacted on the way through, successful answers never touched: a non-2xx body (a
 backend's 500 may quote its own command line and environment) and every error event inside a
 stream (an event line holding an ``"error"`` key) pass through the runtime's redactor.
+
+An error that reaches the client as an event inside a 200 stream is recorded as the request's
+error (:meth:`RequestObs.error_event`): the gateway's own (``upstream_error``,
+``upstream_timeout``), and a backend's error event or error answer relayed into a stream whose
+headers had already gone out.
 """
 
 from __future__ import annotations
@@ -284,7 +289,9 @@ async def forward(
         log.warning("%s", error)
         if started.content_type != "text/event-stream":
             raise ConnectionAbortedError(str(error)) from exc
-        return await _end_with_error_event(started, 504, str(error), redactor, request.path)
+        return await _end_with_error_event(
+            started, 504, str(error), redactor, request.path, obs=obs
+        )
     finally:
         target.release()
 
@@ -312,7 +319,7 @@ async def _relay(
         # A truncated body with a Content-Length (or an unfinished chunked body) tells the
         # client the answer is incomplete; closing the connection makes sure it notices.
         raise ConnectionAbortedError(failure[1])
-    return await _end_with_error_event(response, *failure, redactor, request.path)
+    return await _end_with_error_event(response, *failure, redactor, request.path, obs=obs)
 
 
 async def _relay_into(
@@ -323,21 +330,29 @@ async def _relay_into(
     obs: RequestObs | None = None,
     path: str = "",
 ) -> web.StreamResponse:
-    """Relay into an event stream whose headers were already sent (see ``waiting``)."""
+    """Relay into an event stream whose headers were already sent (see ``waiting``). An error
+    answer becomes the stream's final event."""
     if upstream.status >= 400:
         body = await _read_bounded(upstream)
         if json_object_with_error(body) is None:
             text = body.decode("utf-8", errors="replace")[:1000]
             message = f"Backend for model `{target.label}` answered {upstream.status}: {text}"
-            return await _end_with_error_event(response, 502, message, redactor, path, lead=b"")
+            return await _end_with_error_event(
+                response, 502, message, redactor, path, lead=b"", obs=obs
+            )
+        if obs is not None:
+            obs.error_event("upstream_error")
+        body = redact_error_body(body, redactor)
         # One event: an SSE data line cannot hold a newline.
-        body = redact_error_body(body, redactor).replace(b"\r", b"").replace(b"\n", b" ")
-        await response.write(b"data: " + body + b"\n\n")
+        event = b"data: " + body.replace(b"\r", b"").replace(b"\n", b" ") + b"\n\n"
+        if obs is not None:
+            obs.wrote(event)
+        await response.write(event)
         await response.write_eof()
         return response
     failure = await _copy(upstream, response, target, redactor, obs)
     if failure is not None:
-        return await _end_with_error_event(response, *failure, redactor, path)
+        return await _end_with_error_event(response, *failure, redactor, path, obs=obs)
     await response.write_eof()
     return response
 
@@ -387,6 +402,22 @@ def _redact_error_events(chunk: bytes, redactor: Redactor) -> bytes:
         if b'"error"' in line:
             lines[index] = redact_error_body(line, redactor)
     return b"\n".join(lines)
+
+
+def _holds_error_event(chunk: bytes) -> bool:
+    """Whether a line of ``chunk`` is an SSE ``data:`` event whose JSON object has an
+    ``"error"`` (a backend's error event; a cut line, unreadable, does not count)."""
+    for line in chunk.split(b"\n"):
+        line = line.strip()
+        if line.startswith(b"data:") and b'"error"' in line:
+            payload = line[len(b"data:") :].strip()
+            try:
+                data = jsonsafe.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data.get("error"):
+                return True
+    return False
 
 
 async def _read_bounded(upstream: aiohttp.ClientResponse) -> bytes:
@@ -450,6 +481,8 @@ async def _copy(
                         continue
                 if b'"error"' in chunk:
                     chunk = _redact_error_events(chunk, redactor)
+                    if obs is not None and _holds_error_event(chunk):
+                        obs.error_event("upstream_error")  # the backend's own, mid-stream
                 await response.write(chunk)
     except TimeoutError:
         message = (
@@ -468,11 +501,17 @@ async def _end_with_error_event(
     path: str,
     *,
     lead: bytes = b"\n\n",
+    obs: RequestObs | None = None,
 ) -> web.StreamResponse:
-    """End a stream with the gateway's error event (``lead`` ends any event cut short)."""
+    """End a stream with the gateway's error event (``lead`` ends any event cut short), and
+    record it as the request's error."""
     code = "upstream_timeout" if status == 504 else "upstream_error"
     masked = redactor.data(envelope(message, status, code=code))
     assert isinstance(masked, dict)
-    await response.write(lead + error_event(path, masked, status))
+    event = lead + error_event(path, masked, status)
+    if obs is not None:
+        obs.error_event(code)
+        obs.wrote(event)
+    await response.write(event)
     await response.write_eof()
     return response

@@ -8,6 +8,10 @@ A model with ``sendLoadingState`` (llama-swap's) gets, on ``/v1/chat/completions
 versionless ``/v/chat/completions``), the same
 text as ``reasoning_content`` chunks instead, which chat UIs show as thinking.
 Non-streaming requests simply wait.
+
+What the gateway writes into such a stream is the client's answer too: it is counted in the
+request's bytes out, and a final error event marks the request as failed (its error code in the
+activity log and the metrics), though its HTTP status was 200.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import time
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http.errors import response_for
+from modelswap.http.errors import error_code_of, response_for
 from modelswap.http.keys import RUNTIME
+from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay.sse import error_event, event_stream
 from modelswap.routing.local import Lease, LocalRouter
 from modelswap.states import ProcessState
@@ -52,7 +57,7 @@ class WaitingStream:
                 if label != last_label or now - last_sent >= KEEPALIVE:
                     response = await self._open()
                     text = f"loading model {model} — {label} ({now - started:.0f} s)"
-                    await response.write(self._progress(router, model, text))
+                    await self._write(response, self._progress(router, model, text))
                     last_label, last_sent = label, now
                 done, _ = await asyncio.wait({future}, timeout=TICK)
             return future.result()
@@ -90,13 +95,23 @@ class WaitingStream:
             self.response = response
         return self.response
 
+    async def _write(self, response: web.StreamResponse, data: bytes) -> None:
+        obs = self._request.get(OBS)
+        if obs is not None:
+            obs.wrote(data)
+        await response.write(data)
+
     async def fail(self, error: ModelswapError) -> web.StreamResponse:
-        """End the already-open stream with the error as a final ``data:`` event."""
+        """End the already-open stream with the error as a final ``data:`` event, and record
+        its code (the request failed, though its status was 200)."""
         assert self.response is not None
         redactor = self._request.app[RUNTIME].redactor
         answer = response_for(error, redactor)
-        event = error_event(self._request.path, json.loads(_body(answer)), answer.status)
-        await self.response.write(event)
+        data = json.loads(_body(answer))
+        obs = self._request.get(OBS)
+        if obs is not None:
+            obs.error_event(error_code_of(data))
+        await self._write(self.response, error_event(self._request.path, data, answer.status))
         await self.response.write_eof()
         return self.response
 

@@ -89,7 +89,8 @@ def activity_entry(row: dict[str, object]) -> dict[str, object]:
     }
     if row.get("error_code"):
         entry["error_msg"] = row["error_code"]
-    for name in ("request_id", "key_name", "requested", "ttft", "load", "bytes_in", "bytes_out"):
+    names = ("request_id", "key_name", "requested", "ttft", "load", "bytes_in", "bytes_out")
+    for name in (*names, "error_code", "outcome"):
         entry[name] = row.get(name)
     return entry
 

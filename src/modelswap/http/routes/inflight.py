@@ -35,6 +35,7 @@ async def inflight(request: web.Request) -> web.Response:
                 key_name=key.name if key is not None else None,
                 # the backend's status arrived (an event stream opened early is still waiting)
                 relaying=obs.status is not None if obs is not None else False,
+                error_code=obs.error_code if obs is not None else None,
             )
         )
     return web.json_response({"operation": "snapshot", "requests": rows})

@@ -13,6 +13,7 @@ from aiohttp import web
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME
 from modelswap.http.relay.sse import event_stream
+from modelswap.observe.records import OUTCOMES
 from modelswap.observe.relabel import merge_backend_metrics
 from modelswap.states import ProcessState
 from modelswap.supervisor.logs import LogBuffer
@@ -65,8 +66,10 @@ def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> f
 
 
 async def activity(request: web.Request) -> web.Response:
-    """Newest first; filters ``model``, ``request_id``, ``since`` (unix time), ``status``;
-    paging with ``limit`` and ``before`` (the smallest ``id`` of the previous page)."""
+    """Newest first; filters ``model``, ``request_id``, ``since`` (unix time), ``status``,
+    ``outcome`` (``ok`` or ``error``: an error is a status >= 400 or an error event inside a
+    200 stream); paging with ``limit`` and ``before`` (the smallest ``id`` of the previous
+    page)."""
     runtime = request.app[RUNTIME]
     if runtime.activity is None:
         return web.json_response({"object": "list", "data": [], "enabled": False})
@@ -75,6 +78,9 @@ async def activity(request: web.Request) -> web.Response:
     before = _number(request, "before", int)
     status = _number(request, "status", int)
     since = _number(request, "since", float)
+    outcome = request.query.get("outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise BadRequestError("`outcome` must be `ok` or `error`.", param="outcome")
 
     def read() -> list[dict[str, object]]:  # SQLite off the event loop
         store.flush_now()
@@ -83,6 +89,7 @@ async def activity(request: web.Request) -> web.Response:
             request_id=request.query.get("request_id"),
             since=since,
             status=int(status) if status is not None else None,
+            outcome=outcome,
             limit=int(limit) if limit is not None else 100,
             before_id=int(before) if before is not None else None,
         )

@@ -328,11 +328,32 @@ async function modelAction(kind, id) {
 
 function role(card, name) { return card.querySelector(`[data-role="${name}"]`); }
 
-/* Declared capabilities (llama-swap's): a list of names, or an object whose true keys count. */
+/* Capabilities as llama-swap lists them (an object whose true keys count). */
 function capTags(caps) {
   if (Array.isArray(caps)) return caps.map(String);
   if (caps && typeof caps === "object") return Object.entries(caps).filter(([, v]) => v).map(([k, v]) => (v === true ? k : `${k}: ${v}`));
   return caps ? [String(caps)] : [];
+}
+
+/* The capability keys each listed tag comes from: a tag is a memory (the last run's, not
+   written in the config) when one of them was filled by ``observed`` (issue 30). */
+const TAG_KEYS = { vision: ["in"], audio_transcriptions: ["in", "out"], audio_speech: ["in", "out"],
+  image_generation: ["in", "out"], image_to_image: ["in", "out"], function_calling: ["tools"] };
+function rememberedTag(model, tag) {
+  const fills = (model.observed && model.observed.fills) || [];
+  return (TAG_KEYS[tag] || []).some((k) => fills.includes(k));
+}
+function observedTitle(o) {
+  return `remembered from the last run (${o.backend}${o.endpoint ? " " + o.endpoint : ""}, ${new Date(o.at).toLocaleString()}), not written in the config`;
+}
+function observedText(o) {
+  const parts = [];
+  if (o.context !== undefined) parts.push(`context ${o.context}`);
+  if (o.in) parts.push(`in ${o.in.join("+")}`);
+  if (o.out) parts.push(`out ${o.out.join("+")}`);
+  if (o.tools !== undefined) parts.push(o.tools ? "tools" : "no tools");
+  if (o.total_slots !== undefined) parts.push(`${o.total_slots} slot${o.total_slots === 1 ? "" : "s"}`);
+  return `${parts.join(" · ")} — last run, ${new Date(o.at).toLocaleString()}`;
 }
 
 function renderContext(dd, model, run) {
@@ -350,6 +371,12 @@ function renderContext(dd, model, run) {
       l.append(" ", el("span", { class: "muted small", "data-role": "ctx-slots",
         text: `per request: -c ${configured.ctx_size} shared by -np ${configured.parallel} slots = ${configured.context} each` }));
     }
+  }
+  // Remembered (issue 30): what the backend said when it was last ready, labelled as such.
+  const observed = model.observed;
+  if (reported === undefined && observed && observed.context !== undefined) {
+    line().append(el("span", { class: "ctx-observed", "data-role": "ctx-observed", title: observedTitle(observed),
+      text: `last run ${observed.context}` }));
   }
   if (reported !== undefined) {
     const l = line();
@@ -449,9 +476,12 @@ function updateCard(card, model, run) {
   const tags = capTags(model.capabilities);
   const tagBox = role(card, "tags");
   tagBox.hidden = !tags.length;
-  if (tagBox.dataset.shown !== tags.join("|")) {
-    tagBox.dataset.shown = tags.join("|");
-    tagBox.replaceChildren(...tags.map((t) => el("span", { class: "tag", text: t })));
+  const tagKey = tags.map((t) => t + (rememberedTag(model, t) ? "~" : "")).join("|");
+  if (tagBox.dataset.shown !== tagKey) {
+    tagBox.dataset.shown = tagKey;
+    tagBox.replaceChildren(...tags.map((t) => rememberedTag(model, t)
+      ? el("span", { class: "tag remembered", "data-remembered": "1", title: observedTitle(model.observed), text: t })
+      : el("span", { class: "tag", text: t })));
   }
   const admin = can("admin");
   const load = role(card, "load"), unload = role(card, "unload");
@@ -690,6 +720,7 @@ pages.model = async (state) => {
   add("description", model.description);
   add("aliases", (model.aliases || []).join(", "));
   add("capabilities", capTags(model.capabilities).join(", "));
+  if (model.observed) add("observed (a memory)", observedText(model.observed));
   box.append(details);
   const draw = () => {
     const m = models.list.find((x) => x.id === id) || model;
@@ -1140,7 +1171,7 @@ function renderStats() {
   $("#activity-stats").replaceChildren(
     el("div", { class: "stat-cards" },
       card("requests", "requests", rows.length.toLocaleString(), "the rows shown (filters applied)"),
-      card("errors", "errors", rows.filter((r) => r.status >= 400).length.toLocaleString(), "status 400 and above"),
+      card("errors", "errors", rows.filter(failed).length.toLocaleString(), "status 400 and above, or an error event inside a 200 stream"),
       card("processed", "prompt tokens processed", sum("prompt_tokens").toLocaleString(), "the prompt tokens the backends reported"),
       card("cached", "prompt tokens cached", hasCached ? sum("cached_tokens").toLocaleString() : "—",
         hasCached ? "prompt tokens the backend took from its cache" : "no backend reported cached tokens for these rows"),
@@ -1202,9 +1233,12 @@ function showCapture(r) {
   dlg.showModal();
 }
 
+/* An error: the gateway's ``outcome`` (a status of 400 or more, or an error event inside a 200
+   stream, e.g. a start that failed after the loading comments); rows without it, by status. */
+function failed(r) { return r.outcome ? r.outcome === "error" : r.status >= 400; }
 function activityFiltered() {
   const outcome = $("#activity-outcome").value;
-  return activity.rows.filter((r) => !outcome || (outcome === "error" ? r.status >= 400 : r.status < 400));
+  return activity.rows.filter((r) => !outcome || (outcome === "error") === failed(r));
 }
 
 function renderActivity() {
@@ -1227,9 +1261,9 @@ function renderActivity() {
     if (y == null) return -1;
     return (x < y ? -1 : x > y ? 1 : 0) * activity.dir;
   });
-  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status },
+  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status, "data-outcome": failed(r) ? "error" : "ok" },
     ...columns.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
-      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && r.status >= 400 ? " status-bad" : ""),
+      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && failed(r) ? " status-bad" : ""),
       text: c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
   $("#activity-empty").hidden = rows.length > 0;
   $("#activity-older").disabled = !activity.more;
