@@ -4,7 +4,7 @@ parses without importing it."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,6 +13,9 @@ class ModelMetadata:
 
     ``context_length`` is what one request can use: vLLM/SGLang ``max_model_len``, llama.cpp's
     per-slot ``n_ctx``, Ollama's ``context_length``. ``source`` names the endpoint it came from.
+    ``inputs`` and ``tools``: what llama.cpp's ``/props`` says the model takes and whether its
+    chat template carries tools (None: not said); kept as its capabilities (issue 30), and
+    left out of equality, which compares the context receipt.
     """
 
     backend: str
@@ -20,6 +23,8 @@ class ModelMetadata:
     n_ctx_train: int | None = None
     total_slots: int | None = None
     source: str | None = None
+    inputs: tuple[str, ...] | None = field(default=None, compare=False)
+    tools: bool | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if v is not None}

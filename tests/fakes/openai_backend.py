@@ -24,6 +24,9 @@ For weight prefetch: ``--weights FILE`` is read whole while loading (as a real s
 its model, so a cold page cache shows in its start), and ``--stop-delay S`` waits S seconds
 after SIGTERM before exiting (a server that takes its time to stop).
 
+For capabilities (issue 30), llama.cpp's ``/props`` says what ``--modalities vision,audio`` and
+``--template-tools`` (its chat template carries tools) name; without them it has neither key.
+
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -104,6 +107,8 @@ class Config:
     metadata_delay: float = 0.0
     metadata_forever: bool = False
     models_body_file: str | None = None
+    modalities: tuple[str, ...] = ()
+    template_tools: bool = False
     sleep_mode: bool = False
     echo_id: bool = False
     stall_after: int | None = None
@@ -315,12 +320,19 @@ class FakeBackend:
         return {"object": "list", "data": [entry]}
 
     def props_body(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "default_generation_settings": {"n_ctx": self.cfg.ctx, "model": self.cfg.model},
             "total_slots": 1,
             "model_path": "/fake/model.gguf",
             "build_info": "fake",
         }
+        if self.cfg.modalities:  # as llama.cpp says them: every kind, true or false
+            said = set(self.cfg.modalities)
+            body["modalities"] = {kind: kind in said for kind in ("vision", "video", "audio")}
+        if self.cfg.template_tools:
+            body["chat_template"] = "{% if tools %}{{ tools | tojson }}{% endif %}"
+            body["chat_template_caps"] = {"supports_tools": True, "supports_tool_calls": True}
+        return body
 
     async def echo(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -815,6 +827,8 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--metadata-delay", type=float, default=0.0, help="delay model metadata")
     p.add_argument("--metadata-forever", action="store_true", help="endless metadata bodies")
     p.add_argument("--models-body", metavar="FILE", default=None, help="serve FILE as /v1/models")
+    p.add_argument("--modalities", default=None, help="/props modalities, e.g. vision,audio")
+    p.add_argument("--template-tools", action="store_true", help="/props: template has tools")
     # Accepted and ignored, so a test's command line can carry what a real one would.
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=None)
@@ -889,6 +903,8 @@ def parse_args(argv: list[str] | None) -> Config:
         metadata_delay=max(0.0, a.metadata_delay),
         metadata_forever=a.metadata_forever,
         models_body_file=a.models_body,
+        modalities=tuple(a.modalities.split(",")) if a.modalities else (),
+        template_tools=a.template_tools,
         sleep_mode=a.enable_sleep_mode,
         echo_id=a.echo_id,
         stall_after=a.stall_after,

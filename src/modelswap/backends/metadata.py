@@ -1,5 +1,6 @@
-"""Pure parsers for what a backend says about its model: ``/v1/models``, llama.cpp ``/props``,
-Ollama ``/api/ps``. Every number goes through :func:`positive_int`; anything else is "unknown"."""
+"""Pure parsers for what a backend says about its model: ``/v1/models``, llama.cpp ``/props``
+(its context, and its capabilities: what the model takes, whether it calls tools), Ollama
+``/api/ps``. Every number goes through :func:`positive_int`; anything else is "unknown"."""
 
 from __future__ import annotations
 
@@ -84,6 +85,34 @@ def llamacpp_props(body: bytes) -> tuple[int | None, int | None]:
     settings = data.get("default_generation_settings")
     n_ctx = positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
     return n_ctx, positive_int(data.get("total_slots"))
+
+
+# llama.cpp's /props ``modalities`` key -> the input modality llama-swap lists (``video`` has
+# none: llama-swap's modalities are text, audio and image).
+_PROPS_MODALITIES = (("vision", "image"), ("audio", "audio"))
+
+
+def llamacpp_capabilities(body: bytes) -> tuple[tuple[str, ...], bool | None] | None:
+    """``(input modalities, tools)`` from llama.cpp ``/props``; None if it is no JSON object.
+
+    Text always (llama-server takes it), then ``image`` and ``audio`` where ``modalities``
+    says ``vision`` / ``audio`` is true. Tools: ``chat_template_caps`` must say both
+    ``supports_tools`` and ``supports_tool_calls`` (a template that renders a tool list and
+    reads calls back); a build without ``chat_template_caps`` is asked whether its
+    ``chat_template`` mentions ``tools`` (llama-swap's rule); with neither, None (unknown)."""
+    data = json_object(body)
+    if data is None:
+        return None
+    modalities = data.get("modalities")
+    said = modalities if isinstance(modalities, dict) else {}
+    inputs = ("text", *(name for key, name in _PROPS_MODALITIES if said.get(key) is True))
+    caps, template = data.get("chat_template_caps"), data.get("chat_template")
+    tools: bool | None = None
+    if isinstance(caps, dict) and caps:
+        tools = caps.get("supports_tools") is True and caps.get("supports_tool_calls") is True
+    elif isinstance(template, str):
+        tools = "tools" in template
+    return inputs, tools
 
 
 def ollama_context(body: bytes, upstream_name: str) -> int | None:

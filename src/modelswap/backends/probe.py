@@ -91,17 +91,23 @@ class MetadataProbe:
         return ModelMetadata(kind, context, parse.row_n_ctx_train(row), source="/v1/models")
 
     async def _llamacpp(self, base: str, row: Mapping[str, Any] | None) -> ModelMetadata | None:
-        """``/props`` first (per-slot n_ctx, total_slots); ``/v1/models`` ``meta.n_ctx`` else."""
-        n_ctx, slots = None, None
+        """``/props`` first (per-slot n_ctx, total_slots, input modalities, tools);
+        ``/v1/models`` ``meta.n_ctx`` else."""
+        n_ctx, slots, caps = None, None, None
         try:
-            n_ctx, slots = parse.llamacpp_props(await self._get(base + "/props"))
+            props = await self._get(base + "/props")
+            n_ctx, slots = parse.llamacpp_props(props)
+            caps = parse.llamacpp_capabilities(props)
         except _Unavailable:
             if row is None:
                 raise  # nothing to fall back on: report why
 
         n_ctx_train = parse.row_n_ctx_train(row) if row is not None else None
         if n_ctx is not None:
-            return ModelMetadata("llamacpp", n_ctx, n_ctx_train, slots, source="/props")
+            inputs, tools = caps if caps is not None else (None, None)
+            return ModelMetadata(
+                "llamacpp", n_ctx, n_ctx_train, slots, "/props", inputs=inputs, tools=tools
+            )
         if row is not None:
             fallback = parse.row_context(row)
             if fallback is not None:
