@@ -27,12 +27,14 @@ from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapE
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
+from modelswap.observe.capabilities import CapabilityMemory, observed_from
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.swaps import SwapReceipts
 from modelswap.planner.receipt import PlanCache
+from modelswap.receipts import ModelMetadata
 from modelswap.redact import Redactor
 from modelswap.routing.local import LocalRouter
 from modelswap.routing.matrix import MatrixSwapper
@@ -93,6 +95,13 @@ class Runtime:
         self.events = EventBus()
         self.started_at = time.time()
         self.redactor = Redactor(config.secrets)
+        sched = config.scheduling
+        state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
+        # What each model could do when it was last ready (issue 30), for /v1/models.
+        self.capability_memory = CapabilityMemory(
+            state_dir / "capabilities.json" if state_dir else None
+        )
+        self.events.add_listener(self._remember_capabilities)
         self.configured: dict[str, ConfiguredLimits] = {}
         self.refresh_configured()
         self.events.add_listener(self._warn_on_context_mismatch)
@@ -112,8 +121,6 @@ class Runtime:
         self.peers = PeerDirectory(
             config.peers, lambda: self.health_session, own_port=config.listen_port
         )
-        sched = config.scheduling
-        state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
         self.stats = StatsStore(state_dir / "stats.json" if state_dir else None)
         self.backend_record = BackendRecord(state_dir / "backends" if state_dir else None)
         self.containment: Containment = subreaper_only()  # refined by start()
@@ -161,6 +168,7 @@ class Runtime:
         stays while its process drains."""
         for model_id, model in self.config.models.items():
             self.configured[model_id] = parse_configured(model.cmd)
+        self.capability_memory.forget_changed(self.config.models)
 
     def spawn(self, coro: Coroutine[object, object, None], name: str) -> None:
         """Run ``coro`` in the background until it ends or the runtime closes."""
@@ -376,6 +384,7 @@ class Runtime:
 
     async def close(self) -> None:
         self.stats.save()  # one that save_soon() left pending
+        self.capability_memory.flush()
         await self.launcher.close()
         await self.plans.close()
         for task in self._background:
@@ -391,6 +400,19 @@ class Runtime:
         await self._pooled.close()
         if self._reaper is not None:
             self._reaper.close()
+
+    def _remember_capabilities(self, event: Event) -> None:
+        """A ready backend's report, kept as what its model can do (keyed by the command the
+        process runs, which a reload may already have changed: then it is never listed)."""
+        if event.kind != "process.metadata" or self._router is None:
+            return
+        process = self._router.processes.get(str(event.data["model"]))
+        metadata = event.data["metadata"]
+        if process is None or not isinstance(metadata, ModelMetadata):
+            return
+        observed = observed_from(metadata, event.at)
+        if observed is not None and not process.config.capabilities.disable_auto:
+            self.capability_memory.record(process.config, observed)
 
     def _warn_on_context_mismatch(self, event: Event) -> None:
         if event.kind != "process.metadata":

@@ -220,7 +220,10 @@ def test_selectors_are_listed_and_resolved_per_request(serve: Serve) -> None:
 def test_capabilities_are_shown_in_the_model_list(serve: Serve) -> None:
     gw, _ = serve("capabilities.yaml")
     rows = {row["id"]: row for row in request(gw, "GET", "/v1/models").json()["data"]}
-    assert rows["model1"]["capabilities"] == {"in": ["text", "image"], "tools": True}
+    # llama-swap's shape (issue 30): {in: [text, image], tools: true} as its clients read it
+    assert rows["model1"]["capabilities"] == {"vision": True, "function_calling": True}
+    assert rows["model1"]["architecture"] == {"input_modalities": ["text", "image"]}
+    assert rows["model1"]["supported_parameters"] == ["tools", "tool_choice"]
     assert "capabilities" not in rows["model2"]
 
 

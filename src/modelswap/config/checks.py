@@ -25,11 +25,18 @@ from modelswap.config.macros import (
 from modelswap.config.metadata import MacroValue, macro_text, resolve_metadata
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.peers import resolve_fallbacks, resolve_peers, resolve_timeouts
-from modelswap.config.resolved import Config, KeyMapping, ModelConfig, Observability
+from modelswap.config.resolved import (
+    Capabilities,
+    Config,
+    KeyMapping,
+    ModelConfig,
+    Observability,
+)
 from modelswap.config.scheduling import resolve_scheduling, resolve_uses
 from modelswap.config.schema import (
     DEFAULT_START_TIMEOUT,
     NO_CHECK_ENDPOINT,
+    RawCapabilities,
     RawConfig,
     RawModel,
 )
@@ -404,7 +411,7 @@ def _resolve_model(
         upstream_api_key=upstream_key,
         uses=resolve_uses(model.uses, key_path(*base, "uses"), problems),
         evict_cost=model.evict_cost,
-        capabilities=model.capabilities,
+        capabilities=resolve_capabilities(model.capabilities),
         send_loading_state=(
             raw.send_loading_state if model.send_loading_state is None else model.send_loading_state
         ),
@@ -422,6 +429,20 @@ def _resolve_model(
                 model.metadata, scope, {**raw.macros, **model.macros}, (*base, "metadata"), problems
             )
         ),
+    )
+
+
+def resolve_capabilities(raw: RawCapabilities | None) -> Capabilities:
+    """The declared capabilities; a key not written stays None (discovery may fill it)."""
+    if raw is None:
+        return Capabilities()
+    return Capabilities(
+        inputs=None if raw.in_ is None else tuple(raw.in_),
+        outputs=None if raw.out is None else tuple(raw.out),
+        tools=raw.tools,
+        reranker=raw.reranker,
+        context=raw.context,
+        disable_auto=raw.disable_auto,
     )
 
 

@@ -206,6 +206,20 @@ class Observability:
 
 
 @dataclass(frozen=True, slots=True)
+class Capabilities:
+    """A model's declared capabilities (llama-swap's ``capabilities``). None: not written, so
+    what the backend reported when it was last ready may fill it; ``disable_auto``: nothing
+    is filled (the listing is exactly what is written)."""
+
+    inputs: tuple[str, ...] | None = None
+    outputs: tuple[str, ...] | None = None
+    tools: bool | None = None
+    reranker: bool | None = None
+    context: int | None = None
+    disable_auto: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """One configured model, fully resolved.
 
@@ -249,8 +263,9 @@ class ModelConfig:
     metadata: Mapping[str, object] = field(default_factory=dict, hash=False)
     # While it starts, a chat stream gets its progress as reasoning_content (sendLoadingState).
     send_loading_state: bool = False
-    # Declared capabilities (llama-swap's), shown as-is in /v1/models.
-    capabilities: object = None
+    # Declared capabilities (llama-swap's), listed in /v1/models (what the backend reported
+    # when last ready fills the keys not written).
+    capabilities: Capabilities = Capabilities()
     # While a swap to this model waits for others to drain and stop, read its weight files
     # into the page cache (routing/local.py decides, supervisor/prefetch.py reads).
     prefetch: bool = True

@@ -289,6 +289,37 @@ class RawPeer(BaseModel):
     )
 
 
+Modality = Literal["text", "audio", "image"]
+
+
+class RawCapabilities(BaseModel):
+    """What a model takes and can do, as llama-swap declares it (GET /v1/models lists it in
+    llama-swap's shape). A key written wins; a key left out is filled from what the backend
+    reported when it was last ready, unless disableAuto."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG, title="Capabilities")
+
+    in_: list[Modality] | None = Field(
+        None, alias="in", description="Input modalities: text, audio, image."
+    )
+    out: list[Modality] | None = Field(None, description="Output modalities: text, audio, image.")
+    tools: bool | None = Field(
+        None,
+        description="The model calls tools: listed as function_calling, with tools and "
+        "tool_choice among supported_parameters (a listing only: it enables nothing).",
+    )
+    reranker: bool | None = Field(None, description="The model reranks documents.")
+    context: int | None = Field(
+        None, ge=0, description="Tokens of context one request may use (listed as context_window)."
+    )
+    disable_auto: bool = Field(
+        False,
+        alias="disableAuto",
+        description="List exactly what is written here: nothing from what the backend "
+        "reported when it was last ready.",
+    )
+
+
 class RawModel(BaseModel):
     """One model: the command that serves it and how to reach it."""
 
@@ -439,10 +470,11 @@ class RawModel(BaseModel):
         description="While a swap to this model waits for others to drain and stop, read its "
         "weight files into the page cache (default: top level).",
     )
-    capabilities: JsonParam = Field(
+    capabilities: RawCapabilities | None = Field(
         None,
-        description="What the model can do, as llama-swap declares it (e.g. {tools: true, "
-        "vision: true} or [tools, vision]); shown as-is in GET /v1/models.",
+        description="What the model takes and can do, as llama-swap declares it ({in: [text, "
+        "image], out: [text], tools: true, context: 8192}); GET /v1/models lists it, with "
+        "what the backend reported when last ready filling the keys not written.",
     )
     metadata: dict[str, JsonParam] = Field(
         default_factory=dict,

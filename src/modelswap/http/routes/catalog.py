@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from modelswap.config.resolved import ApiKey, ModelConfig
+from modelswap.observe.capabilities import listing_fields
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
@@ -38,9 +39,9 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
             row["description"] = model.description
         if model.aliases:
             row["aliases"] = list(model.aliases)
-        if model.capabilities is not None:  # declared, as llama-swap shows them
-            row["capabilities"] = runtime.redactor.data(model.capabilities)
         row.update(reported_context(runtime, model.id))
+        # What it can do, as llama-swap lists it: written, else remembered (``observed``).
+        row.update(listing_fields(model.capabilities, runtime.capability_memory.get(model)))
         if model.metadata:  # as llama-swap shows it, beside what the backend reported
             row["meta"] = {**row.get("meta", {}), "llamaswap": configured_metadata(runtime, model)}
         configured = runtime.configured[model.id].as_dict()
