@@ -430,8 +430,8 @@ def test_diagnose_a_missing_file_is_exit_2(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- tool calling without flags
 
 
-def tool_model(model_id: str, shape: str) -> str:
-    cmd = f'"{sys.executable}" "{TOOL_FAKE}" --port ${{PORT}} --shape {shape}'
+def tool_model(model_id: str, shape: str, delay: float = 0.0) -> str:
+    cmd = f'"{sys.executable}" "{TOOL_FAKE}" --port ${{PORT}} --shape {shape} --load-delay {delay}'
     return f"  {model_id}:\n    cmd: {json.dumps(cmd)}\n"
 
 
@@ -466,6 +466,53 @@ def test_a_vllm_tool_choice_400_passes_through_with_a_hint_header(
     assert unrelated.status == 400
     assert unrelated.body == BODIES["other"]
     assert "X-Modelswap-Hint" not in unrelated.headers
+
+
+@pytest.mark.parametrize("shape", ["new", "old"])
+def test_a_tool_choice_400_after_a_slow_start_carries_its_hint_inside_the_error_event(
+    gateway: StartGateway, shape: str
+) -> None:
+    """Issue 31: streamed, with a start (1.5 s) that outlasts the first loading comment, the
+    200 and the comments are out before vLLM refuses the tools: the hint can no longer be a
+    header, so it travels inside the error event — beside the message and at its end, which
+    is all an SDK shows."""
+    gw = gateway(tool_model("qwen", shape, delay=1.5))
+
+    def consume() -> None:
+        with sdk(gw) as client:
+            stream = client.chat.completions.create(
+                model="qwen",
+                messages=[{"role": "user", "content": "weather?"}],
+                tools=TOOLS,  # type: ignore[arg-type]
+                tool_choice="auto",
+                stream=True,
+            )
+            with stream:
+                for _ in stream:
+                    pass
+
+    with pytest.raises(openai.APIError) as info:
+        consume()
+    # Not an APIStatusError: the status was 200, the error came as the stream's event.
+    assert not isinstance(info.value, openai.APIStatusError)
+    message = str(info.value.message)
+    assert "tool choice requires --enable-auto-tool-choice" in message  # vLLM's own words
+    for part in ("Hint:", "--enable-auto-tool-choice --tool-call-parser", "hermes", "qwen3_coder"):
+        assert part in message, message
+    body = info.value.body
+    assert isinstance(body, dict)
+    hint = body["hint"]
+    assert "--tool-call-parser" in hint
+    assert "hermes" in hint
+    assert message.endswith(f"Hint: {hint}.")
+    # Recorded as what it was: a 200 whose answer was the tool-choice error.
+    gw.wait_for(lambda: len(gw.get_json("/api/activity")["data"]) == 1)  # type: ignore[arg-type]
+    [row] = gw.get_json("/api/activity")["data"]  # type: ignore[misc]
+    assert (row["status"], row["error_code"], row["outcome"]) == (
+        200,
+        "tool_choice_unsupported",
+        "error",
+    )
 
 
 # ---------------------------------------------------------------- modelswap check

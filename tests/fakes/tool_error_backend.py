@@ -6,7 +6,8 @@
 refuses it when it was started without ``--enable-auto-tool-choice --tool-call-parser``: HTTP
 400 with the body in vLLM's newer (``--shape new``) or older flat (``--shape old``) error
 shape, byte for byte as in :data:`BODIES`. ``--shape other`` answers an unrelated 400 instead.
-Any other chat completion gets a small 200 answer.
+Any other chat completion gets a small 200 answer. ``--load-delay S`` listens only after S
+seconds, a start long enough for a streaming client to get the gateway's loading comments.
 
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
@@ -98,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--shape", choices=sorted(BODIES), default="new")
+    parser.add_argument("--load-delay", type=float, default=0.0, help="listen after S s")
     args = parser.parse_args(argv)
     print(f"fake backend starting: pid={os.getpid()} shape={args.shape}", flush=True)
+    time.sleep(max(0.0, args.load_delay))
     web.run_app(
         make_app(args.shape),
         host=args.host,

@@ -1,12 +1,16 @@
 """Errors inside a 200 event stream: which lines are a backend's error event (recorded as the
-request's error), and what the request's observation keeps of them."""
+request's error), the hint carried inside the event when headers are gone, and what the request's
+observation keeps of them."""
 
 from __future__ import annotations
 
 import json
 
 from modelswap.http.middleware.observing import RequestObs
-from modelswap.http.relay.proxy import _holds_error_event
+from modelswap.http.relay.proxy import _holds_error_event, _with_hint
+from modelswap.redact import Redactor
+
+HINT = "start vLLM with --enable-auto-tool-choice --tool-call-parser <parser>"
 
 
 def test_a_backends_error_event_is_told_from_content_that_mentions_error() -> None:
@@ -20,6 +24,17 @@ def test_a_backends_error_event_is_told_from_content_that_mentions_error() -> No
     assert not _holds_error_event(b"data: " + json.dumps(text).encode() + b"\n\n")
     assert not _holds_error_event(b'data: {"error": {"message": "cut sh')
     assert not _holds_error_event(b'data: {"error": null}\n\n')
+
+
+def test_the_hint_goes_beside_the_message_and_at_its_end() -> None:
+    body = {"error": {"message": "tools need a parser", "type": "BadRequestError", "code": 400}}
+    out = json.loads(_with_hint(body, HINT, Redactor()))
+    assert out["error"]["hint"] == HINT
+    assert out["error"]["message"] == f"tools need a parser Hint: {HINT}."
+    assert (out["error"]["type"], out["error"]["code"]) == ("BadRequestError", 400)
+    assert body["error"]["message"] == "tools need a parser"  # the input is left alone
+    flat = json.loads(_with_hint({"error": "tools need a parser"}, HINT, Redactor()))
+    assert flat == {"error": f"tools need a parser Hint: {HINT}.", "hint": HINT}
 
 
 def test_the_first_error_event_is_the_requests_error_and_its_bytes_are_counted() -> None:

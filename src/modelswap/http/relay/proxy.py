@@ -11,7 +11,9 @@ stream (an event line holding an ``"error"`` key) pass through the runtime's red
 An error that reaches the client as an event inside a 200 stream is recorded as the request's
 error (:meth:`RequestObs.error_event`): the gateway's own (``upstream_error``,
 ``upstream_timeout``), and a backend's error event or error answer relayed into a stream whose
-headers had already gone out.
+headers had already gone out. A known misconfiguration's hint, which a plain answer carries in
+the ``X-Modelswap-Hint`` header, then travels inside the error event (``hint``, and appended to
+``message``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ from modelswap.routing.local import Lease, LocalRouter
 
 log = logging.getLogger(__name__)
 
+TOOL_CHOICE_CODE = "tool_choice_unsupported"  # the preflight's code, for vLLM's own refusal
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -331,18 +335,25 @@ async def _relay_into(
     path: str = "",
 ) -> web.StreamResponse:
     """Relay into an event stream whose headers were already sent (see ``waiting``). An error
-    answer becomes the stream's final event."""
+    answer becomes the stream's final event; a hint that would have been a header goes into
+    it (the header can no longer be sent)."""
     if upstream.status >= 400:
         body = await _read_bounded(upstream)
-        if json_object_with_error(body) is None:
+        hint = tool_choice_hint(upstream.status, body)
+        data = json_object_with_error(body)
+        if data is None:
             text = body.decode("utf-8", errors="replace")[:1000]
             message = f"Backend for model `{target.label}` answered {upstream.status}: {text}"
+            status = 502 if hint is None else 400  # as the preflight answers, with the hint
             return await _end_with_error_event(
-                response, 502, message, redactor, path, lead=b"", obs=obs
+                response, status, message, redactor, path, lead=b"", obs=obs, hint=hint
             )
         if obs is not None:
-            obs.error_event("upstream_error")
-        body = redact_error_body(body, redactor)
+            obs.error_event(TOOL_CHOICE_CODE if hint is not None else "upstream_error")
+        if hint is not None:
+            body = _with_hint(data, hint, redactor)
+        else:
+            body = redact_error_body(body, redactor)
         # One event: an SSE data line cannot hold a newline.
         event = b"data: " + body.replace(b"\r", b"").replace(b"\n", b" ") + b"\n\n"
         if obs is not None:
@@ -355,6 +366,19 @@ async def _relay_into(
         return await _end_with_error_event(response, *failure, redactor, path, obs=obs)
     await response.write_eof()
     return response
+
+
+def _with_hint(data: dict[str, object], hint: str, redactor: Redactor) -> bytes:
+    """A backend's ``{"error": …}`` body, masked, with ``hint`` beside its ``message`` and
+    appended to it (SDKs show only the message)."""
+    error = data.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        hinted = f"{message} Hint: {hint}." if isinstance(message, str) else message
+        data = {**data, "error": {**error, "message": hinted, "hint": hint}}
+    elif isinstance(error, str):
+        data = {**data, "error": f"{error} Hint: {hint}.", "hint": hint}
+    return json.dumps(redactor.data(data)).encode()
 
 
 async def _relay_error(
@@ -502,11 +526,17 @@ async def _end_with_error_event(
     *,
     lead: bytes = b"\n\n",
     obs: RequestObs | None = None,
+    hint: str | None = None,
 ) -> web.StreamResponse:
     """End a stream with the gateway's error event (``lead`` ends any event cut short), and
-    record it as the request's error."""
+    record it as the request's error. A ``hint`` (of vLLM's tool-choice refusal) goes beside
+    the message and at its end."""
     code = "upstream_timeout" if status == 504 else "upstream_error"
-    masked = redactor.data(envelope(message, status, code=code))
+    if hint is not None:
+        code = TOOL_CHOICE_CODE
+    extra = {} if hint is None else {"hint": hint}
+    text = message if hint is None else f"{message} Hint: {hint}."
+    masked = redactor.data(envelope(text, status, code=code, **extra))
     assert isinstance(masked, dict)
     event = lead + error_event(path, masked, status)
     if obs is not None:
