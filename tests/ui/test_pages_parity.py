@@ -149,7 +149,7 @@ def test_performance_without_a_gpu_and_switched_off(
 
 def models_config() -> str:
     return (
-        f"  tiny:\n    cmd: {fake_cmd()}\n    capabilities: [chat, tools]\n"
+        f"  tiny:\n    cmd: {fake_cmd()}\n    capabilities: {{tools: true}}\n"
         f"  other:\n    cmd: {fake_cmd()}\n"
     )
 
@@ -174,7 +174,7 @@ def test_models_page_switches_profiles_and_lists_selectors_and_peers(
     assert sorted(c.get_attribute("data-model") for c in cards.all()) == ["other", "tiny"]
     assert page.locator("#models-summary").text_content() == "0 of 2 ready"
     tags = page.locator('article[data-model="tiny"] .tags .tag').all_text_contents()
-    assert tags == ["chat", "tools"]
+    assert tags == ["function_calling"]
 
     selector = page.locator('#selectors-list [data-selector="auto"]')
     assert selector.locator('[data-role="strategy"]').text_content() == "warm"

@@ -185,7 +185,8 @@ def test_images_speech_transcription_and_rerank_tabs_fit_a_phone(
 ) -> None:
     gw = gateway(
         f"  echo:\n    cmd: {fake()}\n"
-        f"  painter:\n    cmd: {fake('--serves', 'images')}\n    capabilities: [images]\n"
+        f"  painter:\n    cmd: {fake('--serves', 'images')}\n"
+        "    capabilities: {in: [text], out: [image]}\n"
         f"  chatonly:\n    cmd: {fake('--serves', 'chat')}\n",
         extra_top="activity: {capture: true}\n",
     )

@@ -606,13 +606,15 @@ def test_model_page_unload_all_capture_dialog_and_log_filters(
 
 @ui
 def test_capability_tags_and_settings_theme_and_build(gateway: StartGateway, page: Any) -> None:
-    """llama-swap parity: declared capabilities as tags on the card; Settings switches the
+    """llama-swap parity: declared capabilities as tags on the card (as llama-swap lists them:
+    image input is `vision`, tools `function_calling`); Settings switches the
     theme (kept in the browser) and shows the build and the key in use."""
-    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n    capabilities: [vision, tools]\n")
+    caps = "{in: [text, image], tools: true}"
+    gw = gateway(f"  tiny:\n    cmd: {fake_cmd()}\n    capabilities: {caps}\n")
     page.goto(gw.url("/ui/#/models"))
     tags = card(page, "tiny").locator('[data-role="tags"] .tag')
     tags.first.wait_for()
-    assert tags.all_text_contents() == ["vision", "tools"]
+    assert tags.all_text_contents() == ["vision", "function_calling"]
     page.get_by_role("link", name="Settings").click()
     page.locator('#settings-build [data-role="version"]').wait_for()
     assert "modelswap" in page.locator('#settings-build [data-role="version"]').inner_text()

@@ -9,10 +9,10 @@
 /* Declared capabilities (llama-swap's `capabilities`, shown in /v1/models) that serve each tab.
    A model that declares none is offered everywhere; the backend's refusal is then shown. */
 const TAB_CAPS = {
-  chat: ["chat", "completion", "completions", "text", "vision", "tools", "reasoning"],
-  images: ["images", "image", "image_generation", "txt2img", "text-to-image"],
-  speech: ["speech", "tts", "text-to-speech", "audio.speech"],
-  transcription: ["transcription", "transcriptions", "stt", "asr", "speech-to-text", "audio.transcriptions"],
+  chat: ["chat", "completion", "completions", "text", "vision", "tools", "function_calling", "reasoning"],
+  images: ["images", "image", "image_generation", "image_to_image", "txt2img", "text-to-image"],
+  speech: ["speech", "tts", "text-to-speech", "audio.speech", "audio_speech"],
+  transcription: ["transcription", "transcriptions", "stt", "asr", "speech-to-text", "audio.transcriptions", "audio_transcriptions"],
   rerank: ["rerank", "reranking", "reranker"],
 };
 TAB_CAPS.loadtest = TAB_CAPS.chat;
