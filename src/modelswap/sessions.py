@@ -1,10 +1,12 @@
 """HTTP client sessions to backends and peers whose connections follow llama-swap's
-``timeouts.keepalive`` and ``timeouts.idleConn``: one session per distinct pair, made on first
-use and closed with the runtime. Models that set neither share the runtime's proxy session.
+``timeouts.keepalive``, ``timeouts.idleConn`` and ``disableKeepAlives``: one session per
+distinct set, made on first use and closed with the runtime. Models that set none share the
+runtime's proxy session.
 
 ``keepalive``: SO_KEEPALIVE with TCP_KEEPIDLE and TCP_KEEPINTVL at that many seconds (Go's
 ``Dialer.KeepAlive``), 0 for no probes. ``idleConn``: the pool's keep-alive time of an idle
-connection (Go's ``IdleConnTimeout``), 0 for no limit.
+connection (Go's ``IdleConnTimeout``), 0 for no limit. ``disableKeepAlives``: every request
+on a new connection, closed after it (``Connection: close``; Go's ``DisableKeepAlives``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import aiohttp
 from aiohappyeyeballs import AddrInfoType
 from multidict import CIMultiDict, istr
 
-Pooled = tuple[float | None, float | None]
+Pooled = tuple[float | None, float | None, bool]
 # Relayed requests carry the client's headers only: aiohttp adds none of its own.
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Accept", "Content-Type")
 _SKIP = frozenset(istr(name) for name in SKIP_AUTO_HEADERS)
@@ -56,11 +58,15 @@ def _socket_factory(keepalive: float) -> Callable[[AddrInfoType], socket.socket]
     return make
 
 
-def make_session(keepalive: float | None, idle_conn: float | None) -> aiohttp.ClientSession:
+def make_session(
+    keepalive: float | None, idle_conn: float | None, no_reuse: bool = False
+) -> aiohttp.ClientSession:
     """A session as the proxy's (bytes relayed as they came, no pool limit) with these
     connection settings."""
     options: dict[str, object] = {"limit": 0}
-    if idle_conn is not None:
+    if no_reuse:
+        options["force_close"] = True  # idleConn has nothing to keep
+    elif idle_conn is not None:
         options["keepalive_timeout"] = idle_conn if idle_conn > 0 else None
     if keepalive:
         options["socket_factory"] = _socket_factory(keepalive)
@@ -73,7 +79,8 @@ def make_session(keepalive: float | None, idle_conn: float | None) -> aiohttp.Cl
 
 
 class PooledSessions:
-    """The sessions by (keepalive, idleConn); used on the event loop only."""
+    """The sessions by (keepalive, idleConn, disableKeepAlives); used on the event loop
+    only."""
 
     def __init__(self) -> None:
         self._sessions: dict[Pooled, aiohttp.ClientSession] = {}

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,43 @@ def test_cors_configs_llama_swap_refuses_are_refused_at_startup(
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode != 0, done.stdout
         assert f"security.cors.{where}" in done.stderr + done.stdout
+
+
+# ---- connectivity/proxy-timeouts.md ---------------------------------------------------------
+
+
+def backend_connections(gw: Gateway, model: str) -> int:
+    """The connections open to ``model``'s backend (asked of it directly, not through the
+    gateway; --count-connections does not count the one asking)."""
+    proxy = str(gw.running()[model]["proxy"])
+    with urllib.request.urlopen(f"{proxy}/connections", timeout=10) as resp:
+        return int(json.loads(resp.read())["open"])
+
+
+def test_disable_keep_alives_opens_a_connection_per_request(serve: Serve) -> None:
+    gw = serve("proxy-timeouts.yaml")
+    for model in ("my-model", "pooled", "short-idle"):
+        load_model(gw, model)
+    for _ in range(3):
+        echo = post(gw, "/v1/responses", {"model": "my-model", "input": "x"}).json()
+        assert echo["headers"]["connection"] == "close"  # the backend is told so, each time
+        kept = post(gw, "/v1/responses", {"model": "pooled", "input": "x"}).json()
+        assert kept["headers"].get("connection", "keep-alive") == "keep-alive"
+    # Each request's connection was closed after it; the pooled model's one is kept.
+    gw.wait_for(lambda: backend_connections(gw, "my-model") == 0)
+    assert backend_connections(gw, "pooled") == 1
+    # timeouts.idleConn: an idle kept connection is closed after that many seconds.
+    post(gw, "/v1/responses", {"model": "short-idle", "input": "x"})
+    gw.wait_for(lambda: backend_connections(gw, "short-idle") == 0, timeout=30)
+    assert backend_connections(gw, "pooled") == 1  # idleConn: 90 keeps it
+
+
+def test_response_header_timeout_is_the_wait_for_the_first_byte(serve: Serve) -> None:
+    gw = serve("proxy-timeouts.yaml")
+    load_model(gw, "slow")
+    # The backend never answers: 504 after responseHeader (1 s). With modelswap's default
+    # (600 s) the client's own wait (60 s) would end first.
+    reply = post(gw, "/v1/chat/completions", {"model": "slow", "messages": []})
+    assert reply.status == 504, reply.body
+    assert reply.json()["error"]["code"] == "upstream_timeout"
+    assert "1 s" in reply.json()["error"]["message"]

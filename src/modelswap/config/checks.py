@@ -395,7 +395,9 @@ def _resolve_model(
         name=_expand_optional(model.name, scope, (*base, "name"), problems),
         description=_expand_optional(model.description, scope, (*base, "description"), problems),
         backend=model.backend,
-        timeouts=resolve_timeouts(model.timeouts),
+        timeouts=replace(
+            resolve_timeouts(model.timeouts), disable_keep_alives=model.disable_keep_alives
+        ),
         start_timeout=(
             _start_timeout(model, base, problems)
             or _start_timeout(raw, (), [])

@@ -27,7 +27,6 @@ from modelswap.config.compat_keys import (
     METRICS_WINDOW,
     MODEL_IGNORED,
     MODEL_SAME,
-    NO_TIMEOUT,
     PEER_SAME,
     SOFT_DEFAULT,
     SPL,
@@ -574,15 +573,11 @@ class _Translator:
                 self.problem((*base, "responseHeader"), "firstByte is set too: keep one")
                 return
             timeouts["firstByte"] = timeouts.pop("responseHeader")
-            self.note((*base, "responseHeader"), (*base, "firstByte"), "seconds to the headers")
+            note = "seconds to the response's headers (0: no limit)"
+            self.note((*base, "responseHeader"), (*base, "firstByte"), note)
         if "connect" in timeouts:
             generic = (*_generic(base), "connect")
-            self.note(generic, generic, "seconds to open the connection")
-        for key in ("connect", "firstByte"):
-            if timeouts.get(key) == 0:
-                del timeouts[key]
-                source = "responseHeader" if key == "firstByte" else key
-                self.note((*base, source), (*base, key), NO_TIMEOUT, DIFFERS)
+            self.note(generic, generic, "seconds to open the connection (0: no limit)")
 
     # -- peers -----------------------------------------------------------------------------
 

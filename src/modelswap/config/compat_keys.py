@@ -12,7 +12,6 @@ SPL = "the Swap Policy Language is not implemented; use filters (stripParams, de
 SPL += "setParams) and aliasFilters"
 SOFT_DEFAULT = "a soft default: set only when the body lacks the key (a null counts as sent), "
 SOFT_DEFAULT += "after stripParams and before the hard keys"
-NO_TIMEOUT = "0 disables this timeout in llama-swap; modelswap keeps its default"
 
 # Keys both spell alike -> a note on how modelswap reads them.
 TOP_SAME = {
@@ -62,6 +61,8 @@ MODEL_SAME = {
     "unloadTimeout": TOP_SAME["unloadTimeout"],
     "capabilities": "shown as-is in /v1/models (capabilities)",
     "sendLoadingState": TOP_SAME["sendLoadingState"],
+    "disableKeepAlives": "same meaning: a new connection per request (Connection: close), so "
+    "timeouts.idleConn does nothing for that model",
 }
 PEER_SAME = {
     "proxy": "same meaning",

@@ -15,7 +15,8 @@ from typing import Literal
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Upstream request timeouts in seconds; ``total=None`` means no ceiling."""
+    """Upstream request timeouts in seconds; ``total=None`` means no ceiling, ``connect`` or
+    ``first_byte`` 0 no limit (llama-swap's 0)."""
 
     connect: float = 10.0
     first_byte: float = 600.0
@@ -25,13 +26,15 @@ class Timeouts:
     keepalive: float | None = None  # TCP keep-alive idle/interval seconds (0: none)
     tls_handshake: float | None = None  # added to connect for an https upstream
     idle_conn: float | None = None  # an idle pooled connection's lifetime (0: no limit)
+    # llama-swap's disableKeepAlives (a model's): a new connection per request
+    disable_keep_alives: bool = False
 
     @property
-    def pooled(self) -> tuple[float | None, float | None] | None:
+    def pooled(self) -> tuple[float | None, float | None, bool] | None:
         """The connection-pool settings, when any differs from the shared session's."""
-        if self.keepalive is None and self.idle_conn is None:
+        if self.keepalive is None and self.idle_conn is None and not self.disable_keep_alives:
             return None
-        return self.keepalive, self.idle_conn
+        return self.keepalive, self.idle_conn, self.disable_keep_alives
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,13 +154,16 @@ class RawTimeouts(BaseModel):
     model_config = ConfigDict(**_MODEL_CONFIG, title="Timeouts")
 
     connect: float = Field(
-        10.0, gt=0, description="Seconds to wait for the TCP connection to the backend."
+        10.0,
+        ge=0,
+        description="Seconds to wait for the TCP connection to the backend (0: no limit).",
     )
     first_byte: float = Field(
         600.0,
-        gt=0,
+        ge=0,
         alias="firstByte",
-        description="Seconds to wait for the first byte of the backend's response.",
+        description="Seconds to wait for the first byte of the backend's response (llama-swap's "
+        "responseHeader; 0: no limit).",
     )
     idle_between_chunks: float = Field(
         300.0,
@@ -428,6 +431,12 @@ class RawModel(BaseModel):
     )
     timeouts: RawTimeouts = Field(
         default_factory=RawTimeouts, description="Timeouts for requests sent to this server."
+    )
+    disable_keep_alives: bool = Field(
+        False,
+        alias="disableKeepAlives",
+        description="A new connection to the server for every request (Connection: close), "
+        "for a server that closes kept-alive connections under the gateway (llama-swap's).",
     )
     macros: dict[str, MacroValue] = Field(
         default_factory=dict,

@@ -273,16 +273,16 @@ def test_aliases_written_as_mappings_keep_their_id_and_warn_for_the_rest() -> No
     ]
 
 
-def test_timeouts_are_renamed_and_zero_keeps_the_default() -> None:
+def test_timeouts_are_renamed_and_zero_is_no_limit() -> None:
     config = model(
         f"{SERVER}\ntimeouts: {{connect: 0, responseHeader: 45, keepalive: 30, idleConn: 90}}"
     )
     t = config.models["m"].timeouts
-    assert (t.connect, t.first_byte) == (10.0, 45.0)
+    assert (t.connect, t.first_byte) == (0.0, 45.0)  # 0: no limit, as in llama-swap
     kinds = mapped(config)
     assert kinds["models.m.timeouts.responseHeader"] == ("models.m.timeouts.firstByte", "rewritten")
-    assert kinds["models.m.timeouts.connect"] == ("models.m.timeouts.connect", "differs")
-    assert warned(config) == ["models.m.timeouts.connect"]
+    assert kinds["models.*.timeouts.connect"] == ("models.*.timeouts.connect", "same")
+    assert warned(config) == []
     assert (t.keepalive, t.idle_conn, t.tls_handshake) == (30.0, 90.0, None)  # applied
     assert kinds["models.*.timeouts.keepalive"] == ("models.*.timeouts.keepalive", "same")
 
@@ -541,21 +541,19 @@ def test_explain_lists_keys_by_how_they_were_read() -> None:
         top="logLevel: info\n",
     )
     assert explain(config.compat).splitlines() == [
-        "llama-swap keys: 6 found",
+        "llama-swap keys: 5 found",
         "",
         "read as-is (the same key in modelswap):",
         "  logLevel: same values: debug, info, warn, error",
         "  models.*.cmd: same meaning ('#' lines and '\\' continuations allowed)",
-        "  models.*.timeouts.connect: seconds to open the connection",
+        "  models.*.timeouts.connect: seconds to open the connection (0: no limit)",
         "",
         "rewritten:",
         "  models.m.ttl -> globalTTL: -1: the model uses globalTTL",
         "",
-        "warnings (2):",
+        "warnings (1):",
         "  llama-swap key models.m.compat is not implemented and is ignored: there are no "
         "upstream compatibility switches",
-        "  llama-swap key models.m.timeouts.connect (read as models.m.timeouts.connect): 0 "
-        "disables this timeout in llama-swap; modelswap keeps its default",
         "",
         "not acted on (1 keys, each once):",
         "  models.*.compat: there are no upstream compatibility switches",

@@ -121,7 +121,7 @@ def test_connection_timeouts_are_applied() -> None:
     config = model(f"{SERVER}\ntimeouts: {{keepalive: 30, tlsHandshake: 10, idleConn: 0}}")
     t = config.models["m"].timeouts
     assert (t.keepalive, t.tls_handshake, t.idle_conn) == (30.0, 10.0, 0.0)
-    assert t.pooled == (30.0, 0.0)
+    assert t.pooled == (30.0, 0.0, False)
     assert model(SERVER).models["m"].timeouts.pooled is None  # the shared session
     assert warned(config) == []
 

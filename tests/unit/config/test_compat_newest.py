@@ -14,6 +14,7 @@ from modelswap.cli import main
 from modelswap.config import Config, load_config, load_config_text
 from modelswap.config.security import open_switches, security_report
 from modelswap.errors import ConfigError
+from modelswap.sessions import make_session
 
 REPO = Path(__file__).resolve().parents[3]
 NEWEST = REPO / "tests" / "data" / "llamaswap" / "newest"
@@ -186,3 +187,36 @@ def test_cors_star_with_keys_is_an_open_switch_and_cors_origins_is_one_or_the_ot
     assert security_report(config)["cors_origins"] == ["*"]
     both = "security:\n  corsOrigins: ['https://a.example']\n  cors: {allowedOrigins: ['https://a.example']}\n"
     assert ("security.cors", "security.corsOrigins is set too: keep one") in problems(both + MODEL)
+
+
+# ---- disableKeepAlives and timeouts (connectivity/proxy-timeouts.md) ------------------------
+
+
+def test_disable_keep_alives_and_every_timeout_key_map_onto_the_relay() -> None:
+    config = load(
+        """\
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            disableKeepAlives: true
+            timeouts: {connect: 0, keepalive: 15, responseHeader: 0, tlsHandshake: 5,
+                       expectContinue: 1, idleConn: 60}
+        """
+    )
+    t = config.models["m"].timeouts
+    assert (t.connect, t.first_byte) == (0, 0)  # 0: no limit
+    assert (t.keepalive, t.tls_handshake, t.idle_conn) == (15, 5, 60)
+    assert t.disable_keep_alives is True
+    assert t.pooled == (15, 60, True)  # its own session: force_close
+    warned = {m.source: m.note for m in config.compat if m.warning}
+    assert list(warned) == ["models.m.timeouts.expectContinue"]  # no 100 Continue to wait for
+    assert load("models:\n  m: {cmd: 'srv --port ${PORT}'}\n").models["m"].timeouts.pooled is None
+
+
+async def test_a_session_without_reuse_closes_every_connection() -> None:
+    session = make_session(None, 60.0, True)
+    try:
+        assert session.connector is not None
+        assert session.connector.force_close
+    finally:
+        await session.close()

@@ -130,7 +130,7 @@ def _response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _client_timeout(connect: float) -> aiohttp.ClientTimeout:
+def _client_timeout(connect: float | None) -> aiohttp.ClientTimeout:
     """The connect timeout as aiohttp takes it (built once per value, not per request)."""
     return aiohttp.ClientTimeout(total=None, sock_connect=connect)
 
@@ -151,11 +151,11 @@ async def _open_upstream(
     url = upstream.base_url + path_qs
     timeouts = upstream.timeouts
     label = upstream.label
-    connect = timeouts.connect
-    if timeouts.tls_handshake and url.startswith("https:"):  # aiohttp times both as one
+    connect = timeouts.connect or None  # 0: no limit (llama-swap's)
+    if connect and timeouts.tls_handshake and url.startswith("https:"):  # timed as one
         connect += timeouts.tls_handshake
     try:
-        async with asyncio.timeout(timeouts.first_byte):
+        async with _ceiling(timeouts.first_byte or None):
             return await session.request(
                 method,
                 url,
@@ -166,7 +166,7 @@ async def _open_upstream(
             )
     except TimeoutError as exc:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            raise UpstreamTimeoutError(label, "connection", connect) from exc
+            raise UpstreamTimeoutError(label, "connection", connect or 0.0) from exc
         raise UpstreamTimeoutError(label, "response", timeouts.first_byte) from exc
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamUnreachableError(label, str(exc) or type(exc).__name__) from exc
