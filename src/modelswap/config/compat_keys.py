@@ -59,7 +59,8 @@ MODEL_SAME = {
     "macros": "same meaning: they override top-level macros",
     "metadata": "shown in /v1/models as meta.llamaswap; macros expand, keeping their type",
     "unloadTimeout": TOP_SAME["unloadTimeout"],
-    "capabilities": "shown as-is in /v1/models (capabilities)",
+    "capabilities": "same keys and checks; listed in /v1/models as llama-swap lists them, filled "
+    "from what the backend reported when last ready (unless disableAuto)",
     "sendLoadingState": TOP_SAME["sendLoadingState"],
     "disableKeepAlives": "same meaning: a new connection per request (Connection: close), so "
     "timeouts.idleConn does nothing for that model",
