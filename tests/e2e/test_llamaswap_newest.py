@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -369,3 +370,45 @@ def test_response_header_timeout_is_the_wait_for_the_first_byte(serve: Serve) ->
     assert reply.status == 504, reply.body
     assert reply.json()["error"]["code"] == "upstream_timeout"
     assert "1 s" in reply.json()["error"]["message"]
+
+
+# ---- GET /v1/models as clients read it ------------------------------------------------------
+
+
+def listed(gw: Gateway) -> dict[str, dict[str, Any]]:
+    rows = request(gw, "GET", "/v1/models").json()["data"]
+    return {row["id"]: row for row in rows}
+
+
+def test_models_carry_the_routers_status_beside_modelswaps_state(
+    serve: Serve, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    gw = serve("model-listings.yaml", ("release.flag", str(release)))
+    rows = listed(gw)
+    for model in ("model1", "one", "held", "broken"):
+        assert rows[model]["status"] == {"value": "unloaded"}, rows[model]
+        assert rows[model]["state"] == "stopped"
+    assert chat(gw, "one", max_tokens=1).status == 200
+    gw.wait_for(lambda: "n_ctx" in listed(gw)["model1"].get("meta", {}))
+    rows = listed(gw)
+    for model in ("model1", "one"):  # an alias is served by the same process
+        assert rows[model]["status"] == {"value": "loaded"}
+        assert rows[model]["state"] == "ready"
+        assert rows[model]["meta"]["llamaswap"] == {"family": "fake"}
+        assert rows[model]["meta"]["n_ctx"] == 2048  # what the backend reported
+    assert request(gw, "GET", "/v1/models/one").json()["status"] == {"value": "loaded"}
+    # One model at a time here: each start below stops the one before.
+    starting = threading.Thread(target=load_model, args=(gw, "held"))
+    starting.start()
+    try:
+        gw.wait_for(lambda: listed(gw)["held"]["status"] == {"value": "loading"})
+        assert listed(gw)["held"]["state"] == "starting"
+    finally:
+        release.touch()
+        starting.join()
+    assert listed(gw)["held"]["status"] == {"value": "loaded"}
+    assert chat(gw, "broken", max_tokens=1).status == 503
+    broken = listed(gw)["broken"]
+    assert broken["status"] == {"value": "unloaded", "failed": True}
+    assert broken["state"] == "failed"

@@ -32,6 +32,7 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
             "created": created,
             "owned_by": "modelswap",
             "state": router.processes[model.id].state.value,
+            "status": router_status(router.processes[model.id].state),
         }
         if model.name:
             row["name"] = model.name
@@ -51,6 +52,24 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         if runtime.config.include_aliases_in_list:
             rows += alias_rows(row, model.aliases)
     return rows + selector_rows(runtime, created, key)
+
+
+# llama.cpp's router (llama-server --models-dir) lists each model with ``status.value``; Open
+# WebUI's llama.cpp connection reads it to show which models are loaded.
+_ROUTER_STATUS = {
+    ProcessState.READY: "loaded",
+    ProcessState.STARTING: "loading",
+    ProcessState.SLEEPING: "sleeping",
+}
+
+
+def router_status(state: ProcessState) -> dict[str, Any]:
+    """``state`` as llama.cpp's router says it: loaded, loading, sleeping, else unloaded (a
+    failed start also with ``failed: true``, as the router marks one)."""
+    status: dict[str, Any] = {"value": _ROUTER_STATUS.get(state, "unloaded")}
+    if state is ProcessState.FAILED:
+        status["failed"] = True
+    return status
 
 
 def selector_rows(runtime: Runtime, created: int, key: ApiKey | None) -> list[dict[str, Any]]:
