@@ -240,8 +240,10 @@ class Runtime:
         return frozenset(self._profile_models(self.active_profile))
 
     def _profile_models(self, name: str | None) -> tuple[str, ...]:
+        """The local models ``name`` pins (a selector or a peer's model is only routed to)."""
         pins = self.config.scheduling.profiles.get(name or "", {})
-        return tuple(dict.fromkeys(m for m in pins.values() if m is not None))
+        local = self.config.models
+        return tuple(dict.fromkeys(m for m in pins.values() if m is not None and m in local))
 
     async def switch_profile(self, name: str | None) -> tuple[str, ...]:
         """Make ``name`` the active profile (None: none) and load its models; what the last

@@ -412,3 +412,43 @@ def test_models_carry_the_routers_status_beside_modelswaps_state(
     broken = listed(gw)["broken"]
     assert broken["status"] == {"value": "unloaded", "failed": True}
     assert broken["state"] == "failed"
+
+
+# ---- the August corpus's last refusals ------------------------------------------------------
+
+
+def test_a_models_unload_timeout_zero_is_the_top_levels(serve: Serve) -> None:
+    gw = serve("august-unload-timeout-zero.yaml")
+    assert chat(gw, "model1", max_tokens=1).status == 200
+    assert request(gw, "GET", "/unload").body == b"OK"
+    assert gw.running() == {}
+    logs = request(gw, "GET", "/logs/model1").body.decode()
+    assert "no exit 1.5 s after the stop request: SIGKILL" in logs, logs
+
+
+def test_performance_enable_false_turns_the_monitor_off(serve: Serve) -> None:
+    gw = serve("august-performance-enable.yaml")
+    reply = request(gw, "GET", "/api/performance")
+    assert reply.status == 503
+    assert reply.json() == {
+        "enabled": False,
+        "reason": "performance.disabled is true in the config",
+    }
+    on = serve("august-performance-enable.yaml", ("enable: false", "enable: true"))
+    assert request(on, "GET", "/api/performance").status == 200
+
+
+def test_profile_pins_may_name_a_selector_or_a_peers_model(
+    serve: Serve, peer: Callable[..., Recorder]
+) -> None:
+    far = peer("--models", "far")
+    gw = serve("august-profile-pins.yaml", at(far))
+    gw.wait_for(lambda: set(gw.running()) == {"model1"})  # the active profile's local pin
+    message = [{"role": "user", "content": "hi"}]
+    big = post(gw, "/v1/chat/completions", {"model": "big", "messages": message})
+    assert big.status == 200, big.body
+    assert [json.loads(str(r["body"]))["model"] for r in far.requests()] == ["far"]
+    # the selector chooses a ready target: model1, loaded by the profile
+    assert received(gw, {"model": "chat", "input": "x"})["model"] == "model1"
+    assert received(gw, {"model": "small", "input": "x"})["model"] == "model1"
+    assert set(gw.running()) == {"model1"}

@@ -25,6 +25,7 @@ from modelswap.config.macros import (
 from modelswap.config.metadata import MacroValue, macro_text, resolve_metadata
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.peers import resolve_fallbacks, resolve_peers, resolve_timeouts
+from modelswap.config.policies import resolve_policies
 from modelswap.config.resolved import (
     Capabilities,
     Config,
@@ -100,6 +101,15 @@ def build_config(
     resolve_fallbacks(raw, models, peers, problems)
     selectors = resolve_selectors(raw, models, peers, problems)
     scheduling = resolve_scheduling(raw, models, problems, environ)
+    policies = resolve_policies(
+        raw,
+        macros=macros,
+        top_macros=top_macros,
+        ports=ports,
+        environ=environ,
+        problems=problems,
+        secrets=secrets,
+    )
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -138,6 +148,7 @@ def build_config(
         spare_keeper=raw.spare_keeper,
         upstream_ignore_paths=_ignore_paths(raw.upstream.ignore_paths, problems),
         selectors=MappingProxyType(selectors),
+        policies=policies,
     )
 
 

@@ -185,6 +185,12 @@ class _Translator:
         if isinstance(data.get("selectors"), dict):
             self.selectors(data["selectors"])
         self.activity_keys(data)
+        if data.get("unloadTimeout") == 0:
+            del data["unloadTimeout"]
+            note = "0: the default grace (modelswap's 5 s; llama-swap's is 10 s)"
+            self.note(("unloadTimeout",), ("unloadTimeout",), note)
+        if isinstance(data.get("performance"), dict):
+            self.performance(data["performance"])
         time_format = data.get("logTimeFormat")
         if isinstance(time_format, str) and time_format.strip() and layout(time_format) is None:
             self.note(
@@ -374,6 +380,10 @@ class _Translator:
         for key, reason in MODEL_IGNORED.items():
             if key in model:
                 self.ignore(model, key, base, reason)
+        if model.get("unloadTimeout") == 0:
+            del model["unloadTimeout"]
+            note = "0: the top-level unloadTimeout, as in llama-swap"
+            self.note((*base, "unloadTimeout"), ("unloadTimeout",), note)
         if model.get("ttl") == -1:
             del model["ttl"]
             self.note((*base, "ttl"), ("globalTTL",), "-1: the model uses globalTTL")
@@ -512,6 +522,26 @@ class _Translator:
             alias_filters[name] = entry
             target = ("models", model_id, "aliasFilters", name, "setParams")
             self.note((*base, str(key)), target, "applied when a client names it")
+
+    def performance(self, performance: Data) -> None:
+        """llama-swap's first spelling of the monitor's keys (May 2026): ``enable``, read as
+        ``disabled`` (its later name); ``maxAge`` and ``gc``, fixed since."""
+        base: Path = ("performance",)
+        if "enable" in performance:
+            enable = performance.pop("enable")
+            if "disabled" in performance:
+                self.problem((*base, "enable"), "performance.disabled is set too: keep one")
+            elif not isinstance(enable, bool):
+                self.problem((*base, "enable"), f"expected a boolean, got {type_name(enable)}")
+            else:
+                if not enable:
+                    performance["disabled"] = True
+                note = "llama-swap's first spelling: enable: false is disabled: true"
+                self.note((*base, "enable"), (*base, "disabled"), note)
+        for key in ("maxAge", "gc"):
+            if key in performance:
+                reason = "llama-swap's first performance keys, fixed since (not configurable)"
+                self.ignore(performance, key, base, reason)
 
     def activity_keys(self, data: Data) -> None:
         """``metricsMaxInMemory`` and ``captureBuffer`` become the activity log's bounds,

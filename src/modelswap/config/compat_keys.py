@@ -8,8 +8,8 @@ config.example.yaml.
 
 from __future__ import annotations
 
-SPL = "the Swap Policy Language is not implemented; use filters (stripParams, defaultParams, "
-SPL += "setParams) and aliasFilters"
+SPL = "the Swap Policy Language, the same programs: filters, then hooks.on_request, then the "
+SPL += "model's or peer's filters.policy; a program that cannot be honoured refuses the config"
 SOFT_DEFAULT = "a soft default: set only when the body lacks the key (a null counts as sent), "
 SOFT_DEFAULT += "after stripParams and before the hard keys"
 
@@ -42,6 +42,7 @@ TOP_SAME = {
     "one more gets 429 at once (with Retry-After: 1), never queued; 0: no limit",
     "performance": "disabled, every: same meaning (every also takes seconds, at least 1); "
     "GET /api/performance answers in llama-swap's shape",
+    "policies": SPL,
 }
 MODEL_SAME = {
     "cmd": "same meaning ('#' lines and '\\' continuations allowed)",
@@ -75,7 +76,6 @@ TOP_IGNORED = {
     "ui": "the web UI has no settings",
     "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
     "and resources budgets apply instead)",
-    "policies": SPL,
     "tailcat": "there is no Tailcat listener",
     "selectors": "a selector with other keys than targets, strategy (warm, pin, spillover), "
     "reservations, name, description, unlisted is not read",

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from modelswap.policy import PolicySet
+
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
@@ -345,6 +347,8 @@ class Config:
     # One keeper started ahead of the next backend start (supervisor/spare.py).
     spare_keeper: bool = True
     selectors: Mapping[str, Selector] = field(default_factory=dict, hash=False)
+    # The Swap Policy Language's programs (config/policies.py); None: none configured.
+    policies: PolicySet | None = field(default=None, hash=False)
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

@@ -64,8 +64,15 @@ def _matrix(
 def _profiles(
     raw: RawConfig, models: Mapping[str, ModelConfig], problems: Problems
 ) -> tuple[dict[str, Mapping[str, str | None]], dict[str, str]]:
-    """Each profile's pins as pin name -> model id (an alias read as its model)."""
+    """Each profile's pins as pin name -> model id (an alias read as its model), or as written
+    for a selector or a peer's model (resolved per request, as llama-swap's pins are)."""
     owner = {n: m.id for m in models.values() for n in (m.id, *m.aliases)}
+    routed = set(raw.selectors)  # names a request resolves elsewhere: selectors, peer models
+    discovering: list[str] = []
+    for peer_id, peer in raw.peers.items():
+        routed |= {name for model in peer.models for name in (model, f"{peer_id}/{model}")}
+        if peer.discover:
+            discovering.append(f"{peer_id}/")
     profiles: dict[str, Mapping[str, str | None]] = {}
     descriptions: dict[str, str] = {}
     for name, entry in raw.profiles.items():
@@ -79,8 +86,12 @@ def _profiles(
                 descriptions[name] = entry.description
         pins: dict[str, str | None] = {}
         for path, (pin, target) in zip(where, given.items(), strict=True):
-            if target is not None and target not in owner:
-                problems.append((path, f"{target!r} is not a model id or alias"))
+            if target is not None and not (
+                target in owner or target in routed or target.startswith(tuple(discovering))
+            ):
+                problems.append(
+                    (path, f"{target!r} is not a model id, alias, selector or peer model")
+                )
             pins[pin] = None if target is None else owner.get(target, target)
         profiles[name] = MappingProxyType(pins)
     return profiles, descriptions

@@ -216,6 +216,11 @@ class RawFilters(BaseModel):
         alias="defaultParams",
         description="Keys set to these values when the client did not send them.",
     )
+    policy: str = Field(
+        "",
+        description="llama-swap's Swap Policy Language: a program run after the filters and "
+        "hooks.on_request (default/set/remove/apply/deny ... when ...).",
+    )
 
 
 class RawBreaker(BaseModel):
@@ -749,7 +754,14 @@ class RawConfig(BaseModel):
         description="Where measured start times, memory use and the activity log are kept "
         "(default $XDG_STATE_HOME/modelswap, else ~/.local/state/modelswap).",
     )
-    hooks: RawHooks = Field(default_factory=RawHooks, description="Startup actions.")
+    hooks: RawHooks = Field(
+        default_factory=RawHooks, description="Startup actions; on_request: an SPL program."
+    )
+    policies: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named Swap Policy Language programs, run by `apply <name>` from "
+        "hooks.on_request, a filters.policy or another policy.",
+    )
     default_model: str | None = Field(
         None,
         alias="defaultModel",

@@ -28,6 +28,7 @@ MACRO_PATTERN = r"\$\{[^}]+\}"
 # Names used for a key that only holds anchors (any other unknown key is still a typo).
 ANCHOR_KEYS = r"^(x-.*|\..*|defs|defaults|anchors|templates|common|shared|base)$"
 STRINGS: Schema = {"type": "array", "items": {"type": "string"}}
+BOOLEAN: Schema = {"type": "boolean"}
 ALIAS_OBJECT: Schema = {
     "type": "object",
     "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "unlisted": {}},
@@ -71,6 +72,12 @@ def accept_llamaswap(generated: Schema) -> Schema:
     for key, reason in MODEL_IGNORED.items():
         model.setdefault(key, _ignored(reason))
     model["ttl"] = _widen(model["ttl"], {"const": -1})  # -1: globalTTL
+    for where in (top, model):  # 0: the top level's, then the default (compat drops it)
+        where["unloadTimeout"] = _widen(where["unloadTimeout"], {"const": 0})
+    performance = defs["RawPerformance"]["properties"]
+    performance["enable"] = _llamaswap("its first spelling of disabled (inverted)", BOOLEAN)
+    for key in ("maxAge", "gc"):
+        performance[key] = _ignored("llama-swap's first performance keys, fixed since")
     model["aliases"]["items"] = {"anyOf": [{"type": "string"}, ALIAS_OBJECT]}
     filters = defs["RawFilters"]["properties"]
     filters["stripParams"] = _widen(filters["stripParams"], {"type": "string"})

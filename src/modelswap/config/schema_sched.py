@@ -51,6 +51,11 @@ class RawHooks(BaseModel):
     on_startup: RawPreload = Field(
         default_factory=RawPreload, alias="onStartup", description="Run once at startup."
     )
+    on_request: str = Field(
+        "",
+        description="A Swap Policy Language program (llama-swap's) run on every JSON request, "
+        "after the filters and before the model's or peer's filters.policy.",
+    )
 
 
 class RawMetrics(BaseModel):

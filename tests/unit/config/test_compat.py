@@ -454,23 +454,18 @@ def test_include_aliases_in_list() -> None:
 # --- what warns, and what is still an error -------------------------------------------------
 
 UNSUPPORTED_TOP = (
-    "logRequests: true\nui: {}\n"
-    "matrix: {solver: x}\npolicies: {}\ntailcat: {}\n"
-    "selectors: {s: {models: [m]}}\nhooks: {on_request: 'deny 400 \"x\"'}\n"
+    "logRequests: true\nui: {}\nmatrix: {solver: x}\ntailcat: {}\nselectors: {s: {models: [m]}}\n"
 )
-UNSUPPORTED_MODEL = (
-    "compat: {ignoreWebsockets: true}\nfilters: {policy: remove x}\ntimeouts: {expectContinue: 1}\n"
-)
+UNSUPPORTED_MODEL = "compat: {ignoreWebsockets: true}\ntimeouts: {expectContinue: 1}\n"
 
 
 def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = model(f"{SERVER}\n{UNSUPPORTED_MODEL}", top=UNSUPPORTED_TOP)
     keys = warned(config)
-    top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"hooks", "selectors"}
-    assert top | {"hooks.on_request", "selectors.s"} <= set(keys)
-    for key in ("compat", "filters.policy"):
-        assert f"models.m.{key}" in keys
+    top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"selectors"}
+    assert top | {"selectors.s"} <= set(keys)
+    assert "models.m.compat" in keys
     assert "models.m.timeouts.expectContinue" in keys
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == len(keys) == len(set(keys))
@@ -488,8 +483,9 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     expected = [warning_text(m) for m in config.compat if m.warning]
     # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles,
     # upstream.ignorePaths: read since issue 17; performance since issue 19; logTimeFormat,
-    # logToStdout, metricsMaxInMemory, captureBuffer, timeouts.keepalive|tlsHandshake|idleConn
-    assert len(expected) == 10
+    # logToStdout, metricsMaxInMemory, captureBuffer, timeouts.keepalive|tlsHandshake|idleConn;
+    # policies, hooks.on_request and models.*.filters.policy since issue 29 (SPL)
+    assert len(expected) == 7
     assert [r.getMessage() for r in caplog.records] == expected
 
 

@@ -190,6 +190,6 @@ def test_profiles_are_read_and_checked() -> None:
             "models:\n  m: {cmd: 'srv ${PORT}'}\n"
         )
     assert info.value.problems == [
-        ("profiles.p[1]", "'ghost' is not a model id or alias"),
+        ("profiles.p[1]", "'ghost' is not a model id, alias, selector or peer model"),
         ("hooks.onStartup.profile", "'q' is not a profile"),
     ]

@@ -220,3 +220,62 @@ async def test_a_session_without_reuse_closes_every_connection() -> None:
         assert session.connector.force_close
     finally:
         await session.close()
+
+
+# ---- the August corpus's last refusals ------------------------------------------------------
+
+
+def test_unload_timeout_zero_is_the_top_levels_then_the_default() -> None:
+    config = load(
+        """\
+        unloadTimeout: 0
+        models:
+          a: {cmd: 'srv --port ${PORT}', unloadTimeout: 0}
+          b: {cmd: 'srv --port ${PORT}', unloadTimeout: 3}
+        """
+    )
+    default = load("models:\n  m: {cmd: 'srv --port ${PORT}'}\n").models["m"].stop_grace
+    assert config.models["a"].stop_grace == default
+    assert config.models["b"].stop_grace == 3
+    two = load("unloadTimeout: 2\nmodels:\n  a: {cmd: 'srv --port ${PORT}', unloadTimeout: 0}\n")
+    assert two.models["a"].stop_grace == 2
+    assert not [m for m in two.compat if m.warning]
+
+
+def test_performance_enable_is_read_as_disabled() -> None:
+    off = load("performance: {enable: false, maxAge: 1h, gc: 5m}\n" + MODEL)
+    assert off.observability.performance is False
+    assert sorted(m.source for m in off.compat if m.warning) == [
+        "performance.gc",
+        "performance.maxAge",
+    ]
+    assert load("performance: {enable: true}\n" + MODEL).observability.performance is True
+    found = problems("performance: {enable: true, disabled: true}\n" + MODEL)
+    assert ("performance.enable", "performance.disabled is set too: keep one") in found
+
+
+def test_profile_pins_may_name_selectors_and_peer_models() -> None:
+    config = load(
+        """\
+        selectors:
+          fast: {targets: [m]}
+        peers:
+          remote: {proxy: "http://127.0.0.1:9", models: [far]}
+          found: {proxy: "http://127.0.0.1:8", discover: true}
+        profiles:
+          day: {pins: {chat: fast, big: remote/far, bare: far, any: found/whatever, own: m}}
+        models:
+          m: {cmd: 'srv --port ${PORT}'}
+        """
+    )
+    assert dict(config.scheduling.profiles["day"]) == {
+        "chat": "fast",
+        "big": "remote/far",
+        "bare": "far",
+        "any": "found/whatever",
+        "own": "m",
+    }
+    found = problems("profiles:\n  day: {pins: {x: nowhere}}\n" + MODEL)
+    assert found == [
+        ("profiles.day.pins.x", "'nowhere' is not a model id, alias, selector or peer model")
+    ]
