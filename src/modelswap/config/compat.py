@@ -4,8 +4,8 @@
 spellings -- ``filters.strip_params``, comma-separated ``stripParams``, ``ttl: -1``, aliases as
 ``{id, name, unlisted}``, ``hooks.on_startup``, ``filters.setParamsByID``, ``store.path``, the
 newer ``routing`` block, a peer's ``apiKey: ${env.NAME}`` -- and rewrites them into modelswap's
-vocabulary. Documented llama-swap keys that modelswap does not implement (``matrix``, the Swap
-Policy Language, ``sendLoadingState`` ...) are removed, each with one warning that names it.
+vocabulary. Documented llama-swap keys that modelswap does not implement (``matrix`` spelled
+otherwise, ``tailcat``, ``ui`` ...) are removed, each with one warning that names it.
 Keys that are neither llama-swap's nor modelswap's are left alone, so validation still reports
 them as unknown, with a did-you-mean.
 
@@ -328,7 +328,7 @@ class _Translator:
 
     def hooks(self, hooks: Data, models: Data) -> None:
         if "on_request" in hooks:
-            self.ignore(hooks, "on_request", ("hooks",), SPL)
+            self.note(("hooks", "on_request"), ("hooks", "on_request"), SPL)
         if "on_startup" not in hooks:
             return
         if "onStartup" in hooks:
@@ -429,7 +429,7 @@ class _Translator:
 
     def filters(self, base: Path, filters: Data) -> None:
         if "policy" in filters:
-            self.ignore(filters, "policy", base, SPL)
+            self.note((*_generic(base), "policy"), (*_generic(base), "policy"), SPL)
         if "strip_params" in filters:
             if "stripParams" in filters:
                 self.problem((*base, "strip_params"), "stripParams is set too: keep one")

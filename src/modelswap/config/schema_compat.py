@@ -83,7 +83,6 @@ def accept_llamaswap(generated: Schema) -> Schema:
     filters["stripParams"] = _widen(filters["stripParams"], {"type": "string"})
     filters["strip_params"] = _llamaswap("stripParams", STRINGS, {"type": "string"})
     filters["setParamsByID"] = _llamaswap("aliasFilters by name", {"type": "object"})
-    filters["policy"] = _ignored("the Swap Policy Language is not implemented")
     timeouts = defs["RawTimeouts"]["properties"]
     for key, reason in TIMEOUTS_IGNORED.items():
         timeouts.setdefault(key, _ignored(reason))
@@ -94,7 +93,6 @@ def accept_llamaswap(generated: Schema) -> Schema:
     hooks = defs["RawHooks"]["properties"]
     startup = {"type": "object", "properties": {"preload": STRINGS, "profile": {}}}
     hooks["on_startup"] = _llamaswap("onStartup", startup)
-    hooks["on_request"] = _ignored("the Swap Policy Language is not implemented")
     defs["RawPeer"]["properties"].setdefault("tailcatKey", _ignored(TOP_IGNORED["tailcat"]))
     return schema
 
