@@ -230,6 +230,8 @@ class _Translator:
     def selectors(self, selectors: Data) -> None:
         """Selectors modelswap reads are kept; one spelled otherwise warns and is dropped."""
         for selector_id, entry in list(selectors.items()):
+            if isinstance(entry, dict):
+                self.selector_settings(str(selector_id), entry)
             keys = set(entry) if isinstance(entry, dict) else {"?"}
             strategy = entry.get("strategy", "warm") if isinstance(entry, dict) else None
             if keys <= SELECTOR_KEYS and strategy in ("warm", "pin", "spillover"):
@@ -238,6 +240,24 @@ class _Translator:
                 self.note(("selectors", "*"), ("selectors", "*"), note)
             else:
                 self.ignore(selectors, selector_id, ("selectors",), TOP_IGNORED["selectors"])
+
+    def selector_settings(self, selector_id: str, entry: Data) -> None:
+        """llama-swap's newest selector spellings: ``settings.spillover`` is ``reservations``;
+        ``metadata`` is not listed by modelswap (dropped with a warning, the selector kept)."""
+        base: Path = ("selectors", selector_id)
+        settings = entry.get("settings")
+        if isinstance(settings, dict) and set(settings) <= {"spillover"}:
+            del entry["settings"]
+            if "spillover" in settings:
+                if "reservations" in entry:
+                    self.problem((*base, "settings", "spillover"), "reservations is set too")
+                else:
+                    entry["reservations"] = settings["spillover"]
+                    target = (*base, "reservations")
+                    note = "requests per target before the next (llama-swap's newest name)"
+                    self.note((*base, "settings", "spillover"), target, note)
+        if "metadata" in entry:
+            self.ignore(entry, "metadata", base, "a selector's metadata is not listed")
 
     def matrix(self, data: Data, value: object, source: Path) -> None:
         """A matrix modelswap reads is kept; one spelled otherwise warns and is dropped."""

@@ -279,3 +279,23 @@ def test_profile_pins_may_name_selectors_and_peer_models() -> None:
     assert found == [
         ("profiles.day.pins.x", "'nowhere' is not a model id, alias, selector or peer model")
     ]
+
+
+# ---- selectors as llama-swap's newest schema writes them ------------------------------------
+
+
+def test_selector_settings_spillover_is_reservations_and_metadata_warns() -> None:
+    config = load(
+        """\
+        selectors:
+          fast:
+            strategy: spillover
+            targets: [m]
+            settings: {spillover: 3}
+            metadata: {x: 1}
+        models:
+          m: {cmd: 'srv --port ${PORT}'}
+        """
+    )
+    assert config.selectors["fast"].reservations == 3
+    assert [m.source for m in config.compat if m.warning] == ["selectors.fast.metadata"]
