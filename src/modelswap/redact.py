@@ -5,17 +5,26 @@ Every surface that shows text or data to a person or writes it to a log -- confi
 gateway logs, diagnostics -- passes it through a :class:`Redactor` first. This module is a leaf:
 it imports nothing from modelswap, only the standard library.
 
+Redaction must never damage data: numbers, timings, token counts and field names are never
+masked, and a JSON document stays valid JSON with every non-secret value kept (the property
+test, tests/unit/test_redact_real_data.py, feeds llama.cpp, vLLM and OpenAI bodies and startup
+logs through it). A value is
+masked where it *is* a secret: under a name that holds secrets, in a shape that carries one.
+
 Two kinds of masking, applied together:
 
 1. **Known values.** The caller hands the redactor every secret value it knows (API keys, values
    that came from ``${env.…}``, ``keyEnv``/``keyFile`` contents, upstream keys). Each occurrence
    is replaced by :data:`MASK`, longest secret first so a secret containing another is masked
    whole. Common encodings of each value are masked too: the whitespace-stripped value, its
-   URL-quoted forms and its JSON-escaped form. Values shorter than ``min_length`` are not used as
-   known values (masking ``"0"`` everywhere would destroy every text), but the shape rules below
-   still apply to them.
+   URL-quoted forms and its JSON-escaped form. Not used as known values: values shorter than
+   ``min_length`` (masking ``"0"`` everywhere would destroy every text), and values that are a
+   number (``4096``, ``0.02``, ``-1e-3``) or a JSON literal word (``true``, ``false``, ``null``,
+   ``none``): a ``${env.CTX}`` of ``4096`` would otherwise mask every 4096 in every body and
+   turn ``"n_ctx": 4096`` into invalid JSON. The shape rules below still apply to all of them
+   (``--api-key 1234`` is masked).
 
-2. **Shapes.** Whatever the value, these are masked:
+2. **Shapes.** Wherever they appear, these are masked:
 
    * URL userinfo: ``scheme://user:pass@host`` -> ``scheme://***@host`` (the whole userinfo,
      with or without a password);
@@ -24,39 +33,74 @@ Two kinds of masking, applied together:
    * header lines ``Authorization:``, ``Proxy-Authorization:``, ``x-api-key:``, ``api-key:``,
      ``Cookie:``, ``Set-Cookie:`` and any hyphenated header name that looks secret
      (``X-Auth-Token:``): the value up to the end of the line;
-   * JSON / Python-repr pairs whose key looks secret: ``"api_key": "X"``, ``'token': 'X'``;
    * command-line flags whose name looks secret, ``--api-key X`` and ``--api-key=X`` (also
      ``-hft``, llama.cpp's short ``--hf-token``; single-letter flags are never considered, and
-     ``--no-…``/``--enable-…``/``--disable-…`` switches take no value);
-   * env-style pairs whose name looks secret: ``HF_TOKEN=X``, ``OPENAI_API_KEY=X``;
+     ``--no-…``/``--enable-…``/``--disable-…`` switches take no value; in free text a value
+     that is itself a long flag, ``--x…``, is the next flag, not a value), and flag pairs in a
+     printed list (``'--api-key', 'X'``);
    * ``Bearer``/``Basic``/``Token`` credentials in prose, well-known token formats (``sk-…``,
-     ``hf_…``, ``ghp_…``, ``github_pat_…``, ``xox?-…``, ``AKIA…``, ``AIza…``), and PEM private keys.
+     ``hf_…``, ``ghp_…``, ``github_pat_…``, ``xox?-…``, ``AKIA…``, ``AIza…``), and PEM private keys;
+   * *when the value could be a secret* (the value rule below): JSON / Python-repr pairs whose
+     key looks secret (``"api_key": "X"``, ``'token': 'X'``) and ``name=value`` pairs whose name
+     looks secret (``HF_TOKEN=X``, ``OPENAI_API_KEY=X``, ``hf_token='X'``).
 
 **Secret-looking names** (:func:`is_secret_name`). The name is split into words (camelCase,
-``-``, ``_``, ``.`` and spaces separate words; case is ignored). It looks secret when the words,
-joined, contain ``key``, ``token``, ``secret``, ``password``, ``passwd``, ``credential``,
-``cookie`` or ``auth`` (``authorization`` included), or when the whole name is ``pass``, ``pwd``
-or ``pw``. Words that merely mention a marker are dropped before that check, because what they
-name is not a secret: ``tokens`` (token *counts*: ``max_tokens``, ``prompt_tokens``,
-``kv_cache_tokens``, ``tokens_per_second``), any word containing ``tokeniz`` (``tokenizer``,
-``tokenizer_path``), ``author(s)``, ``keyword(s)``, and the pairs ``key path``, ``key file``,
-``key env`` (a path or an env var *name*; the contents are passed as known values) and
-``token count/counts/id/ids/usage/limit/budget``. In :meth:`Redactor.data`, a ``token`` key
-next to a ``logprob`` key (an OpenAI logprobs entry: generated text) is not a secret either.
+``-``, ``_``, ``.`` and spaces separate words; case is ignored; digits ending the name are
+dropped: ``api_key_2``). A name looks secret, in one of two kinds:
+
+* *secret names*: a word ends in ``password``, ``passwd``, ``passphrase``, ``secret`` or
+  ``credential`` (plural too: ``DB_PASSWORD``, ``client_secret``, ``credentials``), the last word
+  ends in ``auth``, ``authorization`` or ``cookie(s)`` (``Proxy-Authorization``, ``Set-Cookie``),
+  or the whole name is ``pass``, ``pwd`` or ``pw``;
+* *key names*: the last word ends in ``key``, ``keys`` or ``token`` (``api_key``, ``apiKeys``,
+  ``X-Api-Key``, ``access_token``, ``hfToken``, ``key``, ``token``) -- except a token of the
+  vocabulary (``bos``/``eos``/``pad``/``unk``/``sep``/``cls``/``mask``/``eot``/``eog``/``eom``/
+  ``special``/``stop`` before ``token``: ``eos_token``, ``add_bos_token``) and a rate (``per``
+  before it: ``timings_per_token``, ``cost_per_key``). A key name written as an environment
+  variable (upper case with underscores: ``HF_TOKEN``, ``OPENAI_API_KEY``) is a secret name.
+
+Everything else is not secret, in particular a name whose marker is not the *last* word: it
+names something about the secret, not the secret (``prompt_per_token_ms``, ``--token-delay``,
+``token_count``, ``encoder_cudagraph_token_budgets``, ``key_path``, ``keyFile``, ``keyEnv``),
+and ``tokens`` (counts: ``max_tokens``, ``prompt_tokens``, ``tokens_cached``, ``n_tokens``),
+``tokenizer``, ``author``, ``keywords``. A name that ends in something after the marker
+(``api_key_value``) is not recognised: such a value is masked only when it is known or has a
+well-known token format.
+
+**The value rule** (JSON/repr pairs, ``name=value`` pairs, :meth:`Redactor.data`). Under a
+secret-looking name a value is masked only when it is a string that could be a secret:
+
+* numbers, booleans, ``null``/``None`` are never masked, whatever their key, nor the bare words
+  ``true``/``false``/``null``/``none`` after ``NAME=`` (``api_key=None``); objects and lists
+  are never masked whole: their strings are judged one by one, under the same name;
+* a blank string is never masked;
+* under a *secret name* any other string is masked (a password may be a short word);
+* under a *key name* only a *key-like* string is masked: at least 8 characters (after a
+  ``Bearer``/``Basic``/``Token`` prefix), no whitespace, none of ``< > | [ ] { } ( )``
+  (special tokens like ``</s>``, placeholders like ``<your_token>`` and ``${env.KEY}``), and
+  not a plain word -- letters only and shorter than 16 (``"token": "understanding"``). In data
+  and in JSON text, a ``token`` next to a ``logprob`` key (a logprobs entry: generated text) is
+  never masked.
+
+A masked string is replaced by a string (``"***"``, quotes kept), so a masked JSON body stays
+valid JSON. Should a text rule still break a JSON document (a header line quoted inside a
+one-line body is masked to the end of that line), :meth:`Redactor.text` redacts that document
+structurally instead (parse, :meth:`Redactor.data`, serialize): the whole text when it is one
+JSON document, else each line that is one (``data: {…}`` events included).
 
 **Structured input is masked by structure.** :meth:`Redactor.argv` masks the whole element after
 a secret flag and everything after ``=`` in ``--flag=X`` / ``NAME=X`` elements;
-:meth:`Redactor.headers` masks whole values; :meth:`Redactor.data` masks whole values under
-secret-looking keys, whatever their type -- except ``None`` and booleans (they cannot carry a
-secret, and ``allowUnauthenticatedNetwork: true`` is exactly what a security report must show).
-A dict under a secret-looking key is walked rather than flattened, so ``apiKeys`` entries keep
-their ``name``/``scopes``/``models``: inside it, only descriptive keys (see ``_DESCRIPTIVE``) are
-shown, every other scalar is masked.
+:meth:`Redactor.headers` masks whole values; :meth:`Redactor.data` applies the value rule to
+values under secret-looking keys. A dict under a secret-looking key is walked rather than
+flattened, so ``apiKeys`` entries keep their ``name``/``scopes``/``models``: inside it, only
+descriptive keys (see ``_DESCRIPTIVE``) are shown, every other string is judged by the value
+rule of the enclosing key.
 
 **Limits of free text.** In :meth:`Redactor.text` an unquoted flag/env/query value ends at
 whitespace or a quote, so a secret with spaces is only fully masked when it is known, quoted, or
 given structurally (argv element, header, data). Header lines are masked to the end of the line.
-Masking is for display only: never feed redacted output back into a request.
+A short (under 8 characters) or plain-word value under a key name in JSON is shown unless it is
+a known secret. Masking is for display only: never feed redacted output back into a request.
 """
 
 from __future__ import annotations
@@ -75,20 +119,19 @@ MASK = "***"
 # Secret-looking names
 # --------------------------------------------------------------------------------------------
 
-_MARKERS = ("key", "token", "secret", "password", "passwd", "credential", "cookie", "auth")
+# The kinds of name (module docstring): not secret, a key name, a secret name.
+_NOT, _KEY, _SECRET = 0, 1, 2
+
 _EXACT_SECRET = frozenset({"pass", "pwd", "pw"})
-_HARMLESS_WORDS = frozenset({"tokens", "author", "authors", "keyword", "keywords"})
-_HARMLESS_PAIRS = frozenset(
-    {
-        ("key", "path"),
-        ("key", "file"),
-        ("key", "env"),
-        *(
-            ("token", w)
-            for w in ("count", "counts", "id", "ids", "usage", "limit", "budget", "logprob")
-        ),
-    }
+# Every name of either kind contains one of these.
+_MARKERS = ("key", "token", "pass", "secret", "credential", "auth", "cookie", "pw")
+_SECRET_ANYWHERE = ("password", "passwd", "passphrase", "secret", "credential")
+_SECRET_LAST = ("auth", "authorization", "cookie")
+_KEY_LAST = ("key", "keys", "token")
+_VOCABULARY = frozenset(
+    {"bos", "eos", "pad", "unk", "sep", "cls", "mask", "eot", "eog", "eom", "special", "stop"}
 )
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 # Keys shown as-is inside a value that sits under a secret-looking key (``apiKeys`` entries).
 _DESCRIPTIVE = frozenset(
     {
@@ -119,7 +162,6 @@ _SECRET_HEADERS = frozenset(
 _FLAG_ALIASES = frozenset({"hft"})
 _SWITCH_PREFIXES = frozenset({"no", "enable", "disable"})
 _QUERY_EXTRA = frozenset({"sig", "signature"})
-_BARE_KEEP = frozenset({"true", "false", "null", "none", "True", "False", "None"})
 
 _CAMEL_ACRONYM = re.compile(r"([A-Z]+)([A-Z][a-z])")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
@@ -131,24 +173,38 @@ def _words(name: str) -> list[str]:
     return [w for w in _NON_WORD.split(s.lower()) if w]
 
 
+def _ends(word: str, stems: tuple[str, ...]) -> bool:
+    return any(word.endswith(stem) or word.endswith(stem + "s") for stem in stems)
+
+
 @functools.lru_cache(maxsize=4096)
+def _name_kind(name: str) -> int:
+    """``_NOT``, ``_KEY`` or ``_SECRET`` (module docstring, "Secret-looking names")."""
+    lowered = name.lower()
+    if not any(marker in lowered for marker in _MARKERS):
+        return _NOT  # the common case, cheap: most names mention no marker at all
+    words = _words(name)
+    if words:
+        words[-1] = words[-1].rstrip("0123456789")
+        if not words[-1]:
+            words.pop()
+    if not words:
+        return _NOT
+    if "".join(words) in _EXACT_SECRET:
+        return _SECRET
+    last = words[-1]
+    if any(_ends(w, _SECRET_ANYWHERE) for w in words) or _ends(last, _SECRET_LAST):
+        return _SECRET
+    if not last.endswith(_KEY_LAST):
+        return _NOT
+    if len(words) > 1 and (words[-2] == "per" or (last == "token" and words[-2] in _VOCABULARY)):
+        return _NOT
+    return _SECRET if _ENV_NAME.fullmatch(name.strip()) else _KEY
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a key/flag/header/parameter name looks like it holds a secret (module docstring)."""
-    words = _words(name)
-    if "".join(words) in _EXACT_SECRET:
-        return True
-    kept: list[str] = []
-    i = 0
-    while i < len(words):
-        if i + 1 < len(words) and (words[i], words[i + 1]) in _HARMLESS_PAIRS:
-            i += 2
-            continue
-        w = words[i]
-        if w not in _HARMLESS_WORDS and "tokeniz" not in w:
-            kept.append(w)
-        i += 1
-    joined = "".join(kept)
-    return any(m in joined for m in _MARKERS)
+    return _name_kind(name) != _NOT
 
 
 def _is_secret_flag(flag: str) -> bool:
@@ -173,12 +229,49 @@ def _is_descriptive(name: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# The value rule
+# --------------------------------------------------------------------------------------------
+
+_LITERALS = frozenset({"true", "false", "null", "none"})
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_NOT_IN_KEYS = re.compile(r"[\s<>|\[\]{}()]")
+_KEY_MIN = 8
+_WORD_MAX = 16
+_SCHEME_PREFIX = re.compile(r"(?:Bearer|Basic|Token)[ \t]+", re.IGNORECASE)
+
+
+def _key_like(value: str) -> bool:
+    if (prefix := _SCHEME_PREFIX.match(value)) is not None:
+        value = value[prefix.end() :]
+    if len(value) < _KEY_MIN or _NOT_IN_KEYS.search(value) is not None:
+        return False
+    return not (value.isalpha() and len(value) < _WORD_MAX)
+
+
+def _string_secret(kind: int, value: str) -> bool:
+    """Whether a string under a name of ``kind`` is masked (module docstring, value rule)."""
+    if kind == _NOT:
+        return False
+    s = value.strip()
+    if not s:
+        return False
+    return kind == _SECRET or _key_like(s)
+
+
+def _is_plain_data(value: str) -> bool:
+    """A number or a JSON literal word: never used as a known value."""
+    return value.lower() in _LITERALS or _NUMBER.fullmatch(value) is not None
+
+
+# --------------------------------------------------------------------------------------------
 # Shape rules (compiled once)
 # --------------------------------------------------------------------------------------------
 
 _DQ = r'"(?:[^"\\\r\n]|\\.)*"'
 _SQ = r"'(?:[^'\\\r\n]|\\.)*'"
+_QUOTED = re.compile(rf"{_DQ}|{_SQ}")
 _VALUE = rf"(?:{_DQ}|{_SQ}|[^\s\"']+)"
+_FLAT_LIST = r"[\[(][^\[\](){}\r\n]*[\])]"
 
 _PEM = re.compile(
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*\Z)",
@@ -186,7 +279,7 @@ _PEM = re.compile(
 )
 _JSON_PAIR = re.compile(
     r"(?P<pre>(?P<q>[\"'])(?P<name>[^\"'\\\r\n]{1,100})(?P=q)[ \t]*:[ \t]*)"
-    rf"(?P<value>[bru]?{_DQ}|[bru]?{_SQ}|[^\s,;}}\]\"'][^\s,;}}\]\"']*)"
+    rf"(?P<value>[bru]?{_DQ}|[bru]?{_SQ}|{_FLAT_LIST}|[^\s,;}}\]\"'\\]+)"
 )
 _QUOTED_FLAG_PAIR = re.compile(
     r"(?P<pre>(?P<q>[\"'])(?P<name>-{1,2}[A-Za-z][\w.-]*)(?P=q)[ \t]*,[ \t]*)"
@@ -202,9 +295,12 @@ _HEADER = re.compile(
     re.IGNORECASE,
 )
 _FLAG = re.compile(
-    rf"(?P<pre>(?<![\w-])(?P<name>-{{1,2}}[A-Za-z][\w.-]*)(?:=|[ \t]+))(?P<value>{_VALUE})"
+    rf"(?P<pre>(?<![\w-])(?P<name>-{{1,2}}[A-Za-z][\w.-]*)(?P<sep>=|[ \t]+))(?P<value>{_VALUE})"
 )
-_ENV = re.compile(rf"(?P<pre>(?<![\w\-?&#])(?P<name>[A-Za-z_][A-Za-z0-9_.]*)=)(?P<value>{_VALUE})")
+_ENV = re.compile(
+    r"(?P<pre>(?<![\w\-?&#])(?P<name>[A-Za-z_][A-Za-z0-9_.]*)=)"
+    rf"(?P<value>{_DQ}|{_SQ}|{_FLAT_LIST}|[^\s\"']+)"
+)
 _SCHEME_CRED = re.compile(
     r"(?P<pre>\b(?P<name>Bearer|Basic|Token)[ \t]+)(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)"
 )
@@ -221,6 +317,8 @@ _TOKEN_SHAPES = re.compile(
 )
 _ARG_FLAG = re.compile(r"(?P<name>-{1,2}[A-Za-z][\w.-]*)(?:=(?P<value>.*))?", re.DOTALL)
 _ARG_ENV = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.]*)=(?P<value>.*)", re.DOTALL)
+_NEXT_FLAG = re.compile(r"--[A-Za-z]")
+_EVENT_PREFIX = re.compile(r"[ \t]*(?:data:[ \t]?)?")
 
 _Match = re.Match[str]
 
@@ -234,41 +332,116 @@ def _mask_value(value: str) -> str:
     return MASK
 
 
-def _json_secret(m: _Match) -> bool:
-    return m["value"] not in _BARE_KEEP and is_secret_name(m["name"])
+def _unquote(value: str) -> str | None:
+    """The text of a quoted value (JSON escapes decoded where they parse); None if unquoted."""
+    body = value.lstrip("bru") if value[:1] in "bru" and value[1:2] in "\"'" else value
+    if len(body) < 2 or body[0] not in "\"'" or body[-1] != body[0]:
+        return None
+    inner = body[1:-1]
+    if body[0] == '"' and "\\" in inner:
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            return inner
+        return decoded if isinstance(decoded, str) else inner
+    return inner
 
 
-def _flag_secret(m: _Match) -> bool:
-    return _is_secret_flag(m["name"])
+def _judged(kind: int, value: str, *, in_json: bool) -> str | None:
+    """The masked form of ``value`` (quoted, a flat list, or bare) under a name of ``kind``, or
+    None when nothing in it is masked (module docstring, value rule). ``in_json``: a bare
+    number is a JSON/Python number, never masked (after ``NAME=`` it is text)."""
+    inner = _unquote(value)
+    if inner is not None:
+        return _mask_value(value) if _string_secret(kind, inner) else None
+    if value[:1] in "[(" and value[-1:] in "])" and (in_json or _QUOTED.search(value)):
+        masked = _QUOTED.sub(
+            lambda e: _mask_value(e[0]) if _string_secret(kind, _unquote(e[0]) or "") else e[0],
+            value,
+        )
+        return masked if masked != value else None
+    if value.lower() in _LITERALS or (in_json and (value[:1] == "{" or _NUMBER.fullmatch(value))):
+        return None
+    return MASK if _string_secret(kind, value) else None
 
 
-def _env_secret(m: _Match) -> bool:
-    return is_secret_name(m["name"])
+# A logprobs entry (``{"token": " Paris", "bytes": [...], "logprob": -0.01, ...}``): the
+# ``"logprob"`` key a few flat pairs after or before a ``"token"`` pair of the same object.
+# Regular expressions over a bounded window: bounded work per pair, whatever the body.
+_FLAT_VALUE = rf'(?:{_DQ}|[^,{{}}\[\]"\s]+|\[[^\[\]{{}}]*\])'
+_FLAT_PAIR = rf"{_DQ}\s*:\s*{_FLAT_VALUE}"
+_LOGPROB_AFTER = re.compile(rf'(?:\s*,\s*{_FLAT_PAIR}){{0,6}}\s*,\s*"logprob"\s*:')
+_LOGPROB_BEFORE = re.compile(
+    rf'"logprob"\s*:\s*{_FLAT_VALUE}(?:\s*,\s*{_FLAT_PAIR}){{0,6}}\s*,\s*\Z'
+)
+_LOGPROB_WINDOW = 2048
 
 
-def _query_secret(m: _Match) -> bool:
-    return bool(m["value"]) and _is_secret_query(m["name"])
+def _near_logprob(s: str, start: int, end: int) -> bool:
+    """Whether the JSON object holding the pair ``s[start:end]`` has a ``logprob`` key (a
+    logprobs entry, in either key order)."""
+    if _LOGPROB_AFTER.match(s, end, end + _LOGPROB_WINDOW) is not None:
+        return True
+    return _LOGPROB_BEFORE.search(s, max(0, start - _LOGPROB_WINDOW), start) is not None
 
 
-def _cred_secret(m: _Match) -> bool:
+def _json_pair(m: _Match) -> str | None:
+    name = m["name"]
+    kind = _name_kind(name)
+    if kind == _NOT:
+        return None
+    masked = _judged(kind, m["value"], in_json=True)
+    if masked is not None and name == "token" and _near_logprob(m.string, m.start(), m.end()):
+        return None
+    return masked
+
+
+def _env_pair(m: _Match) -> str | None:
+    kind = _name_kind(m["name"])
+    return None if kind == _NOT else _judged(kind, m["value"], in_json=False)
+
+
+def _named(secret: Callable[[str], bool]) -> Callable[[_Match], str | None]:
+    """A replacement masking the whole value when the name is ``secret``."""
+    return lambda m: _mask_value(m["value"]) if secret(m["name"]) else None
+
+
+def _flag_replace(m: _Match) -> str | None:
+    """The value after a secret flag -- unless it is the next long flag, so a switch whose name
+    looks secret (``--timings-per-token --port 1``) does not swallow it."""
+    if not _is_secret_flag(m["name"]):
+        return None
+    if m["sep"] != "=" and _NEXT_FLAG.match(m["value"]):
+        return None
+    return _mask_value(m["value"])
+
+
+def _query_replace(m: _Match) -> str | None:
+    return MASK if m["value"] and _is_secret_query(m["name"]) else None
+
+
+def _cred_replace(m: _Match) -> str | None:
     value = m["value"]
-    return not (value.isalpha() and len(value) < 20)  # prose: "Bearer authentication"
+    if (value.isalpha() and len(value) < 20) or _NUMBER.fullmatch(value):
+        return None  # prose: "Bearer authentication", "Token 12345678"
+    return MASK
 
 
-def _pairs(regex: re.Pattern[str], secret: Callable[[_Match], bool]) -> Callable[[str], str]:
-    """A rule masking group ``value`` where ``secret(match)``.
+def _pairs(regex: re.Pattern[str], replace: Callable[[_Match], str | None]) -> Callable[[str], str]:
+    """A rule putting ``replace(match)`` in place of group ``value`` where it is not None.
 
-    A match that is not secret consumes only up to the end of its ``name``, so whatever its
-    value pattern swallowed (``--verbose --api-key X``) is still examined.
+    A match left alone consumes only up to the end of its ``name``, so whatever its value
+    pattern swallowed (``--verbose --api-key X``) is still examined.
     """
 
     def rule(s: str) -> str:
         out: list[str] = []
         pos = 0
         while (m := regex.search(s, pos)) is not None:
-            if secret(m):
+            new = replace(m)
+            if new is not None:
                 out.append(s[pos : m.start("value")])
-                out.append(_mask_value(m["value"]))
+                out.append(new)
                 pos = m.end()
             else:
                 out.append(s[pos : m.end("name")])
@@ -301,17 +474,29 @@ _Rule = tuple[Callable[[str], bool], Callable[[str], str]]
 # before a free-text rule can cut it.
 _TEXT_RULES: tuple[_Rule, ...] = (
     (lambda s: "-----BEGIN" in s, lambda s: _PEM.sub(MASK, s)),
-    (lambda s: ":" in s and ('"' in s or "'" in s), _pairs(_JSON_PAIR, _json_secret)),
-    (lambda s: "-" in s and "," in s, _pairs(_QUOTED_FLAG_PAIR, _flag_secret)),
+    (lambda s: ":" in s and ('"' in s or "'" in s), _pairs(_JSON_PAIR, _json_pair)),
+    (lambda s: "-" in s and "," in s, _pairs(_QUOTED_FLAG_PAIR, _named(_is_secret_flag))),
     (lambda s: "://" in s, lambda s: _USERINFO.sub(rf"\g<pre>{MASK}@", s)),
-    (lambda s: "=" in s, _pairs(_QUERY, _query_secret)),
+    (lambda s: "=" in s, _pairs(_QUERY, _query_replace)),
     (lambda s: ":" in s, _headers_in_text),
-    (lambda s: "-" in s, _pairs(_FLAG, _flag_secret)),
-    (lambda s: "=" in s, _pairs(_ENV, _env_secret)),
-    (lambda s: "B" in s or "Tok" in s, _pairs(_SCHEME_CRED, _cred_secret)),
+    (lambda s: "-" in s, _pairs(_FLAG, _flag_replace)),
+    (lambda s: "=" in s, _pairs(_ENV, _env_pair)),
+    (lambda s: "B" in s or "Tok" in s, _pairs(_SCHEME_CRED, _cred_replace)),
     (lambda s: True, lambda s: _TOKEN_SHAPES.sub(MASK, s)),
 )
-_URL_QUERY_RULE = _pairs(_QUERY_URL, _query_secret)
+_URL_QUERY_RULE = _pairs(_QUERY_URL, _query_replace)
+
+_NOT_JSON = object()
+
+
+def _json_document(text: str) -> object:
+    """``text`` parsed when it is one JSON object or array, else ``_NOT_JSON``."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return _NOT_JSON
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
 
 
 def _as_str(value: object) -> str:
@@ -346,7 +531,9 @@ class Redactor:
         self._secrets: tuple[str, ...] = tuple(_as_str(s) for s in secrets)
         values: set[str] = set()
         for s in self._secrets:
-            values.update(v for v in _variants(s) if len(v) >= min_length and v)
+            values.update(
+                v for v in _variants(s) if len(v) >= min_length and v and not _is_plain_data(v)
+            )
         self._known_re: re.Pattern[str] | None = None
         if values:
             ordered = sorted(values, key=lambda v: (-len(v), v))
@@ -367,14 +554,43 @@ class Redactor:
         return self._known_re.sub(MASK, s) if self._known_re is not None else s
 
     def text(self, text: str) -> str:
-        """Known secrets, then every shape rule (module docstring)."""
-        s = self._known(_as_str(text))
+        """Known secrets, then every shape rule (module docstring); JSON stays JSON."""
+        raw = _as_str(text)
+        s = self._known(raw)
         if not s:
             return s
         for applies, rule in _TEXT_RULES:
             if applies(s):
                 s = rule(s)
-        return s
+        return s if s == raw else self._still_json(raw, s)
+
+    def _still_json(self, raw: str, masked: str) -> str:
+        """``masked``, where each JSON document of ``raw`` (the whole text, or a line, with or
+        without an event stream's ``data:``) that the rules broke is redacted structurally."""
+        document = _json_document(raw)
+        if document is not _NOT_JSON:
+            if _json_document(masked) is _NOT_JSON:
+                return self._serialized(document)
+            return masked
+        raw_lines, lines = raw.split("\n"), masked.split("\n")
+        if len(raw_lines) != len(lines):
+            return masked
+        for i, (before, after) in enumerate(zip(raw_lines, lines, strict=True)):
+            if before == after:
+                continue
+            head = _EVENT_PREFIX.match(before)
+            prefix = head[0] if head is not None else ""
+            document = _json_document(before[len(prefix) :])
+            if document is _NOT_JSON:
+                continue
+            if after.startswith(prefix) and _json_document(after[len(prefix) :]) is not _NOT_JSON:
+                continue
+            end = "\r" if before.endswith("\r") else ""
+            lines[i] = f"{prefix}{self._serialized(document)}{end}"
+        return "\n".join(lines)
+
+    def _serialized(self, document: object) -> str:
+        return json.dumps(self.data(document), ensure_ascii=False)
 
     def url(self, url: str) -> str:
         """A URL with its userinfo, secret query parameters and known secrets masked."""
@@ -432,37 +648,35 @@ class Redactor:
     def data(self, value: object) -> object:
         """Recursive over dict/list/tuple/set/str (sequences come back as lists).
 
-        Values under secret-looking keys are masked whatever their type, except ``None`` and
-        booleans; other strings go through :meth:`text`; other scalars are unchanged. Dict keys
-        are kept, with known secrets masked in them.
+        Strings under secret-looking keys are masked by the value rule (module docstring);
+        other strings go through :meth:`text`; numbers, booleans and ``None`` are never
+        masked. Dict keys are kept, with known secrets masked in them.
         """
-        return self._data(value, False, set(), 0)
+        return self._data(value, _NOT, set(), 0)
 
-    def _data(self, value: object, secret: bool, active: set[int], depth: int) -> object:
-        if value is None or isinstance(value, bool):
+    def _data(self, value: object, kind: int, active: set[int], depth: int) -> object:
+        if value is None or isinstance(value, bool | int | float):
             return value
         if isinstance(value, str):
-            return MASK if secret else self.text(value)
-        if isinstance(value, int | float):
-            return MASK if secret else value
+            return MASK if _string_secret(kind, value) else self.text(value)
         if depth >= _MAX_DEPTH or id(value) in active:
             return MASK
         if isinstance(value, Mapping):
             active.add(id(value))
             try:
-                return self._mapping(value, secret, active, depth + 1)
+                return self._mapping(value, kind, active, depth + 1)
             finally:
                 active.discard(id(value))
         if isinstance(value, list | tuple | set | frozenset):
             active.add(id(value))
             try:
-                return [self._data(v, secret, active, depth + 1) for v in value]
+                return [self._data(v, kind, active, depth + 1) for v in value]
             finally:
                 active.discard(id(value))
-        return MASK if secret else value
+        return MASK if kind != _NOT else value
 
     def _mapping(
-        self, value: Mapping[object, object], secret: bool, active: set[int], depth: int
+        self, value: Mapping[object, object], kind: int, active: set[int], depth: int
     ) -> dict[object, object]:
         try:
             logprobs = "logprob" in value
@@ -471,13 +685,14 @@ class Redactor:
         out: dict[object, object] = {}
         for k, v in value.items():
             if isinstance(k, str):
-                if is_secret_name(k) and not (logprobs and k == "token"):
-                    child_secret = True
-                elif secret:
-                    child_secret = not _is_descriptive(k)
+                own = _name_kind(k)
+                if own != _NOT and not (logprobs and k == "token"):
+                    child = max(own, kind)
+                elif kind != _NOT and not _is_descriptive(k):
+                    child = kind
                 else:
-                    child_secret = False
-                out[self._known(k)] = self._data(v, child_secret, active, depth)
+                    child = _NOT
+                out[self._known(k)] = self._data(v, child, active, depth)
             else:
-                out[k] = self._data(v, secret, active, depth)
+                out[k] = self._data(v, kind, active, depth)
         return out
