@@ -168,3 +168,20 @@ class AmbiguousModelError(ModelswapError):
         super().__init__(
             f"Model `{model}` is served by several peers; name one of: {', '.join(candidates)}."
         )
+
+
+class PolicyDeniedError(ModelswapError):
+    """A Swap Policy Language ``deny`` fired: the request is refused with the program's own
+    status (400..599) and message, before any backend is started or asked."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class PolicyFailedError(ModelswapError):
+    """A policy's rewrite cannot be done on this body (``set tools.x`` when ``tools`` is a
+    list): the request fails rather than going out half rewritten."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"policy error: {detail}")

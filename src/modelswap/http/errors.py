@@ -19,6 +19,8 @@ from modelswap.errors import (
     ModelNotFoundError,
     ModelswapError,
     PeerUnavailableError,
+    PolicyDeniedError,
+    PolicyFailedError,
     QueueFullError,
     ShuttingDownError,
     StartError,
@@ -173,6 +175,13 @@ def _response_for(error: ModelswapError) -> web.Response:
         response = error_response(str(error), 503, code="peer_unavailable")
         response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
         return response
+    if isinstance(error, PolicyDeniedError):  # the program's status and message, as written
+        kind = _TYPES.get(error.status, "server_error" if error.status >= 500 else "")
+        return error_response(
+            str(error), error.status, code="policy_denied", type=kind or "invalid_request_error"
+        )
+    if isinstance(error, PolicyFailedError):
+        return error_response(str(error), 500, code="policy_error")
     if isinstance(error, AmbiguousModelError):
         return error_response(
             str(error), 400, code="ambiguous_model", param="model", suggestions=error.candidates

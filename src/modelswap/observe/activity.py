@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -101,6 +102,11 @@ def _migrate_to_v8(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_to_v9(conn: sqlite3.Connection) -> None:
+    # The Swap Policy Language's context.<key> values, as a JSON object; older rows have none.
+    conn.execute("ALTER TABLE requests ADD COLUMN metadata TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
@@ -110,6 +116,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v6,
     _migrate_to_v7,
     _migrate_to_v8,
+    _migrate_to_v9,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -139,6 +146,7 @@ _COLUMNS = (
     "request_headers",
     "response_headers",
     "cached_tokens",
+    "metadata",
 )
 _CAPTURED = frozenset({"request_body", "response_body", "request_headers", "response_headers"})
 _INSERT = (
@@ -173,6 +181,7 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.request_headers,
         rec.response_headers,
         rec.cached_tokens,
+        json.dumps(dict(rec.metadata), sort_keys=True) if rec.metadata else None,
     )
 
 
@@ -180,6 +189,10 @@ def _row_dict(row: tuple[object, ...]) -> dict[str, object]:
     out: dict[str, object] = {"id": row[0]}
     for name, value in zip(_COLUMNS, row[1:], strict=True):
         if name in _CAPTURED and value is None:
+            continue
+        if name == "metadata":
+            if isinstance(value, str):
+                out[name] = json.loads(value)
             continue
         out[name] = bool(value) if name == "streamed" else value
     return out

@@ -13,6 +13,7 @@ the backend's first byte after arrival, ``ttft`` the first *token* after the mod
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 OUTCOMES = ("ok", "error")
@@ -64,6 +65,9 @@ class RequestRecord:
     response_headers: str | None = None
     cached_tokens: int | None = None
     """Prompt tokens the backend reported it took from its cache (None: it said nothing)."""
+    metadata: Mapping[str, str] | None = None
+    """The ``context.<key>`` values a Swap Policy Language program wrote (llama-swap's activity
+    metadata); None when none was written."""
 
     @property
     def outcome(self) -> str:
@@ -127,4 +131,6 @@ class RequestRecord:
         for name in ("request_headers", "response_headers"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         return out

@@ -353,8 +353,8 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 8
-    assert schema_version(path) == "8"
+    assert SCHEMA_VERSION == 9
+    assert schema_version(path) == "9"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
@@ -370,7 +370,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "8"
+    assert schema_version(path) == "9"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
@@ -403,7 +403,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "8"
+    assert schema_version(path) == "9"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ class RequestObs:
     error_code: str | None = None  # an error event ended a stream whose 200 had gone out
     request_body: bytes = b""
     response_body: bytearray = field(default_factory=bytearray)
+    metadata: dict[str, str] | None = None  # the Swap Policy Language's context.<key>
 
     def first_byte(self) -> None:
         if self.ttft is None:
@@ -224,5 +225,6 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
                 response_headers=_headers_json(sent.headers, runtime.redactor)
                 if obs.capture_limit and sent is not None
                 else None,
+                metadata={k: redact(v) for k, v in obs.metadata.items()} if obs.metadata else None,
             )
         )

@@ -28,6 +28,7 @@ from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay import proxy
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
 from modelswap.http.relay.filters import apply_layers
+from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.route_classes import upstream_path
 from modelswap.observe.usage import UsageTracker, request_usage_injection
@@ -59,10 +60,13 @@ def hops(request: web.Request) -> int:
     return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else MAX_HOPS
 
 
-def prepare_body(target: Target, request: RequestBody) -> tuple[bytes, Mapping[str, object] | None]:
+def prepare_body(
+    target: Target, request: RequestBody, policy: PolicyRun | None = None
+) -> tuple[bytes, Mapping[str, object] | None]:
     """The body as ``target`` gets it (and its parsed form): its filters applied (JSON only),
-    ``model`` renamed to the name the backend or peer knows — re-serialised only when
-    something changed; otherwise the very bytes the client sent."""
+    ``model`` renamed to the name the backend or peer knows, then the Swap Policy Language's
+    programs (``policy``; a ``deny`` raises) — re-serialised only when something changed;
+    otherwise the very bytes the client sent."""
     if isinstance(target, LocalTarget):
         layers = target.model.filters_for(target.name)
         upstream_name = target.model.upstream_name_for(target.name)  # as llama-swap: as sent
@@ -74,37 +78,43 @@ def prepare_body(target: Target, request: RequestBody) -> tuple[bytes, Mapping[s
         if upstream_name == request.model:
             return request.raw, None
         return replace_model(request.content_type, request.raw, upstream_name), None
-    if not layers and upstream_name == request.model:
+    if not layers and upstream_name == request.model and policy is None:
         return request.raw, request.data
     data = dict(request.data)
     changed = apply_layers(data, layers) if layers else False
     if upstream_name != request.model:
         data["model"] = upstream_name
         changed = True
+    if policy is not None:
+        changed = apply_policies(policy, target, data) or changed
     return (dump_json(data), data) if changed else (request.raw, request.data)
 
 
-def preflight(target: Target, body: RequestBody) -> None:
+def preflight(target: Target, body: RequestBody, policy: PolicyRun | None = None) -> None:
     """Refuse at once what the target's backend is known to refuse only after its start
     (which can take many minutes): automatic tool choice on a vLLM started without a
     tool-call parser. Judged on the body as the backend would get it (filters applied)."""
     if not isinstance(target, LocalTarget) or body.data is None or not body.data.get("tools"):
         return
     hint = auto_tool_choice_unsupported(target.model.cmd, target.model.backend)
-    if hint is not None and asks_for_auto_tool_choice(prepare_body(target, body)[1]):
+    if hint is not None and asks_for_auto_tool_choice(prepare_body(target, body, policy)[1]):
         raise ToolChoiceUnsupportedError(target.label, hint)
 
 
 async def dispatch(
     request: web.Request, runtime: Runtime, targets: list[Target], body: RequestBody
 ) -> web.StreamResponse:
-    preflight(targets[0], body)  # before any start, and before a stream opens: a real 400
+    policy = policy_run(request, runtime.config.policies, body)
+    obs = request.get(OBS)
+    if policy is not None and obs is not None:
+        obs.metadata = policy.context  # context.<key>, as the last attempt left it
+    preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
     waiting = WaitingStream(request) if body.stream else None
     try:
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
             try:
-                return await _attempt(request, runtime, target, body, waiting, has_next)
+                return await _attempt(request, runtime, target, body, waiting, has_next, policy)
             except FALLBACK_ON as exc:
                 if not has_next:
                     raise
@@ -125,8 +135,9 @@ async def _attempt(
     body: RequestBody,
     waiting: WaitingStream | None,
     has_next: bool,
+    policy: PolicyRun | None = None,
 ) -> web.StreamResponse:
-    payload, data = prepare_body(target, body)
+    payload, data = prepare_body(target, body, policy)  # a deny raises: nothing started
     obs = request.get(OBS)
     if obs is not None:
         obs.model, obs.bytes_in = target.label, len(payload)

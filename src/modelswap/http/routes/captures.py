@@ -92,6 +92,8 @@ def activity_entry(row: dict[str, object]) -> dict[str, object]:
     names = ("request_id", "key_name", "requested", "ttft", "load", "bytes_in", "bytes_out")
     for name in (*names, "error_code", "outcome"):
         entry[name] = row.get(name)
+    if row.get("metadata"):  # the Swap Policy Language's context.<key> values
+        entry["metadata"] = row["metadata"]
     return entry
 
 
