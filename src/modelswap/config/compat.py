@@ -191,6 +191,8 @@ class _Translator:
             self.note(("unloadTimeout",), ("unloadTimeout",), note)
         if isinstance(data.get("performance"), dict):
             self.performance(data["performance"])
+        if isinstance(data.get("logToStdout"), str):
+            self.log_to_stdout(data)
         time_format = data.get("logTimeFormat")
         if isinstance(time_format, str) and time_format.strip() and layout(time_format) is None:
             self.note(
@@ -240,6 +242,25 @@ class _Translator:
                 self.note(("selectors", "*"), ("selectors", "*"), note)
             else:
                 self.ignore(selectors, selector_id, ("selectors",), TOP_IGNORED["selectors"])
+
+    def log_to_stdout(self, data: Data) -> None:
+        """llama-swap's newest ``logToStdout``: a comma-separated list of proxy, upstream and
+        http. proxy and upstream together are ``both``; http (an access-log line per request)
+        is not written by modelswap (its activity log holds every request) and warns."""
+        value = data["logToStdout"]
+        items = [item.strip() for item in value.split(",")]
+        if len(items) == 1 and items[0] in ("proxy", "upstream", "both", "none"):
+            data["logToStdout"] = items[0]
+            return
+        if not set(items) <= {"proxy", "upstream", "http"}:
+            return  # validation names it
+        streams = {"proxy", "upstream"} & set(items)
+        data["logToStdout"] = "both" if len(streams) == 2 else streams.pop() if streams else "none"
+        note = f"the list {value!r}: {data['logToStdout']}"
+        self.note(("logToStdout",), ("logToStdout",), note, REWRITTEN)
+        if "http" in items:
+            reason = "no access-log line per request (GET /api/activity lists every request)"
+            self.note(("logToStdout", "http"), None, reason, IGNORED)
 
     def selector_settings(self, selector_id: str, entry: Data) -> None:
         """llama-swap's newest selector spellings: ``settings.spillover`` is ``reservations``;

@@ -73,7 +73,8 @@ PEER_SAME = {
 }
 TOP_IGNORED = {
     "logRequests": "every request is recorded in the activity log (activity.enabled)",
-    "ui": "the web UI has no settings",
+    "ui": "requests are not grouped by session (ui.activity.session_id): the activity log "
+    "lists each request with its own X-Request-Id, and those headers are not read",
     "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
     "and resources budgets apply instead)",
     "tailcat": "there is no Tailcat listener",

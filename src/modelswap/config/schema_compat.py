@@ -63,6 +63,9 @@ def accept_llamaswap(generated: Schema) -> Schema:
     top["captureBuffer"] = _llamaswap(f"activity.captureBytes: {CAPTURE_BUFFER}", integer)
     top["routing"] = _llamaswap("routing.router.settings.groups, scheduler priorities", {})
     top["models"] = _widen(top["models"], {"type": "null"})
+    streams = r"(proxy|upstream|http)"
+    lists = {"type": "string", "pattern": rf"^\s*{streams}(\s*,\s*{streams})*\s*$"}
+    top["logToStdout"] = _widen(top["logToStdout"], lists)  # llama-swap's newest: a list
     top["selectors"]["additionalProperties"] = {
         "anyOf": [{"$ref": "#/$defs/RawSelector"}, {"type": "object"}]  # others warn
     }

@@ -299,3 +299,12 @@ def test_selector_settings_spillover_is_reservations_and_metadata_warns() -> Non
     )
     assert config.selectors["fast"].reservations == 3
     assert [m.source for m in config.compat if m.warning] == ["selectors.fast.metadata"]
+
+
+def test_log_to_stdout_lists_are_read_and_http_warns() -> None:
+    assert load("logToStdout: 'proxy, upstream'\n" + MODEL).log_to_stdout == "both"
+    config = load("logToStdout: 'upstream,http'\n" + MODEL)
+    assert config.log_to_stdout == "upstream"
+    assert [m.source for m in config.compat if m.warning] == ["logToStdout.http"]
+    assert load("logToStdout: http\n" + MODEL).log_to_stdout == "none"
+    assert problems("logToStdout: 'proxy,files'\n" + MODEL)[0][0] == "logToStdout"
