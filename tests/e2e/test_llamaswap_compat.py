@@ -186,8 +186,9 @@ def test_kitchen_sink_runs_with_every_documented_key(serve: Serve) -> None:
         "an_obj": {"a": "1", "b": 2, "c": [0.7, False, "model: gpt-oss-120b"]},
     }
 
-    # useModelName (the fake is --strict-model), stripParams string, setParams, setParamsByID
-    sent = {"input": "x", "temperature": 1.5, "top_p": 0.1, "top_k": 3, "seed": 1}
+    # useModelName (the fake is --strict-model), stripParams string, setParams, setParamsByID;
+    # messages: hooks.on_request denies a request without it (the Swap Policy Language)
+    sent = {"input": "x", "messages": [], "temperature": 1.5, "top_p": 0.1, "top_k": 3, "seed": 1}
     by_name = {
         name: echoed(gw, {**sent, "model": name}, key)["body"]
         for name in ("gpt-oss-120b", "gpt-oss-120b:high", "gpt-4o-mini")
@@ -201,6 +202,11 @@ def test_kitchen_sink_runs_with_every_documented_key(serve: Serve) -> None:
     assert "chat_template_kwargs" not in by_name["gpt-4o-mini"]
     # filters.strip_params (the old spelling) on another model
     assert "seed" not in echoed(gw, {**sent, "model": "llama-3"}, key)["body"]
+    # The Swap Policy Language: the hook's deny, the model's own filters.policy
+    refused = post(gw, "/v1/responses", {"model": "llama-3", "input": "x"}, key)
+    assert (refused.status, refused.json()["error"]["message"]) == (400, "messages is required")
+    effort = {**sent, "model": "gpt-oss-120b", "reasoning_effort": "high"}
+    assert "reasoning_effort" not in echoed(gw, effort, key)["body"]
 
     for model in ("gpt-oss-120b:low", "qwen-unlisted", "docker-llama", "llama-3"):
         reply = chat(gw, model, key)
