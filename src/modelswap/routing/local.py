@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from modelswap.errors import Diagnosis, StartError
 from modelswap.events import Event, EventBus
@@ -22,6 +22,8 @@ from modelswap.routing.swappers import ExclusiveSwapper
 from modelswap.states import ProcessState
 from modelswap.supervisor.prefetch import Prefetch, PrefetchRecord
 from modelswap.supervisor.process import ManagedProcess
+from modelswap.supervisor.promptcache import CacheReport
+from modelswap.supervisor.stops import IDLE, UNLOADED, StopRecord, evicted
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class LocalRouter:
         self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._prefetches: dict[str, Prefetch | PrefetchRecord] = {}  # a record: decided against
         self._due_at: dict[str, float] = {}  # target -> when its swap began to wait (drain)
+        self._stop_why: dict[str, tuple[str, str]] = {}  # model -> its stop's reason, in words
         events.add_listener(self._on_event)
 
     # ---- for request handlers --------------------------------------------------------------
@@ -125,9 +128,14 @@ class LocalRouter:
             self.withdraw(pending)
             raise
 
-    async def unload(self, models: Iterable[str] | None = None) -> list[str]:
-        """Stop these models (all when None) once their in-flight requests finish."""
+    async def unload(
+        self, models: Iterable[str] | None = None, *, why: str = "unloaded"
+    ) -> list[str]:
+        """Stop these models (all when None) once their in-flight requests finish; ``why``
+        is what their ``last_stop`` says."""
         wanted = set(self.processes) if models is None else set(models)
+        for model in wanted & self.scheduler.running:
+            self._stop_why[model] = (UNLOADED, why)
         loop = asyncio.get_running_loop()
         waiters: list[asyncio.Future[None]] = []
         for model in wanted:
@@ -173,7 +181,7 @@ class LocalRouter:
                 continue
             if process.state is ProcessState.SLEEPING:
                 await process.stop()  # asleep: nothing is served, nothing to drain
-            await self.unload([model])
+            await self.unload([model], why="its config changed (live reload)")
             if self.processes[model].state in _IDLE_STATES and not self.scheduler.queued(model):
                 break
         if remove:
@@ -292,6 +300,9 @@ class LocalRouter:
             if evict:
                 self._begin_prefetch(target)
                 await self._stop_processes(evict, sleep=True)
+                for model in evict:
+                    self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
+                    self.processes[model].record_stop(evicted(target))
             stopped = time.monotonic()
             # From here the backend reads its own weights; the prefetch has done its part.
             self._stop_prefetch(target, "the start began")
@@ -307,6 +318,7 @@ class LocalRouter:
             error = exc
         self._swap_tasks.pop(target, None)
         self._aborted.discard(target)
+        self._eviction_outcome(evict, target, error)
         self.scheduler.on_swap_done(target, error)
         ended = time.monotonic()
         if error is None:
@@ -317,6 +329,22 @@ class LocalRouter:
             self._swap_receipt(target, evict, drained, clock, error, prefetched)
         except Exception:
             log.exception("swap to %s: no receipt", target)
+
+    def _eviction_outcome(
+        self, evict: frozenset[str], target: str, error: Exception | None
+    ) -> None:
+        """Each model evicted for ``target`` says how that start went (issue 32 #2): its
+        ``last_stop`` and the last line of its log, before anyone hears the swap is done."""
+        code = None
+        if error is not None:
+            code = error.diagnosis.code if isinstance(error, StartError) else "error"
+        for model in evict:
+            process = self.processes[model]
+            record = process.last_stop
+            if record is None or record.target != target or record.outcome is not None:
+                continue  # started again meanwhile, or another swap's record
+            outcome = "started" if error is None else "failed"
+            process.record_stop(replace(record, outcome=outcome, code=code))
 
     # ---- prefetch: the next model's weights, read while the evicted ones stop --------------
 
@@ -397,6 +425,12 @@ class LocalRouter:
             receipt["error"] = str(error)
         if prefetched is not None:
             receipt["prefetch"] = prefetched.as_dict()
+        saved, restored = self._prompt_caches(target, evict, began, stopped)
+        if saved or restored is not None:
+            receipt["prompt_cache"] = {
+                **({"saved": [r.as_dict() for r in saved]} if saved else {}),
+                **({"restored": restored.as_dict()} if restored is not None else {}),
+            }
         self._events.publish("swap.done", **receipt)
         parts = ", ".join(
             f"{key.removesuffix('_seconds').replace('_', ' ')} {value:.3f} s"
@@ -405,12 +439,34 @@ class LocalRouter:
         )
         outcome = "failed" if error is not None else "done"
         tail = f"; prefetch {prefetched.summary()}" if prefetched is not None else ""
+        for report in (*saved, *([restored] if restored is not None else [])):
+            tail += f"; {report.model}: {report.summary()}"
         log.info("swap to %s %s in %.3f s (%s)%s", target, outcome, now - began, parts, tail)
+
+    def _prompt_caches(
+        self, target: str, evict: frozenset[str], began: float, stopped: float
+    ) -> tuple[list[CacheReport], CacheReport | None]:
+        """What this swap saved of the prompt caches it evicted, and restored of the target's
+        (issue 30): the reports their processes kept, if made during this swap."""
+        saved = [
+            report
+            for model in sorted(evict)
+            if (report := self.processes[model].cache_saved) is not None and report.began >= began
+        ]
+        restored = self.processes[target].cache_restored
+        if restored is not None and restored.began < stopped:
+            restored = None  # the last start's, not this swap's
+        return saved, restored
 
     async def _stop(self, models: frozenset[str]) -> None:
         try:
             await self._stop_processes(models)
+            for model in models:
+                reason, why = self._stop_why.pop(model, (UNLOADED, "unloaded"))
+                self.processes[model].record_stop(StopRecord(reason, time.time(), why))
         finally:
+            for model in models:
+                self._stop_why.pop(model, None)
             self.scheduler.on_stop_done(models)
 
     async def _stop_processes(self, models: frozenset[str], *, sleep: bool = False) -> None:
@@ -466,6 +522,8 @@ class LocalRouter:
         self._idle_timers.pop(model, None)
         if self.scheduler.in_flight(model) == 0:
             log.info("model %s: idle for its ttl, unloading", model)
+            ttl = self.processes[model].config.ttl
+            self._stop_why[model] = (IDLE, f"idle for its ttl ({ttl:g} s)")
             self.scheduler.on_unload({model})
 
     def _cancel_idle_timer(self, model: str) -> None:

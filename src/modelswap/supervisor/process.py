@@ -39,8 +39,10 @@ from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
 from modelswap.supervisor.containment import Containment, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
+from modelswap.supervisor.promptcache import CacheReport, PromptCache
 from modelswap.supervisor.reaper import Reaper
 from modelswap.supervisor.spare import Launcher
+from modelswap.supervisor.stops import StopRecord
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class ManagedProcess:
         record: BackendRecord | None = None,
         containment: Containment | None = None,
         launcher: Launcher | None = None,
+        prompt_cache: PromptCache | None = None,
         stop_grace: float = 5.0,
         log_capacity: int = 500,
         readiness_history: tuple[list[float], list[float]] = ([], []),
@@ -107,6 +110,11 @@ class ManagedProcess:
         # Starts the keeper (the gateway's spare when one is ready) and makes the cgroup.
         self._launcher = launcher or Launcher(containment or subreaper_only())
         self._stop_grace = stop_grace
+        self._prompt_cache = prompt_cache
+        # The prompt cache kept across a swap (issue 30): what the last stop saved and what
+        # this start restored, for the swap receipt.
+        self.cache_saved: CacheReport | None = None
+        self.cache_restored: CacheReport | None = None
         self._lock = asyncio.Lock()
         self._state = S.STOPPED
         self._since = time.time()
@@ -117,6 +125,7 @@ class ManagedProcess:
         self._tree: set[tree.ProcKey] = set()
         self._tag = ""  # the running start's (tree.new_tag)
         self.last_failure: Diagnosis | None = None
+        self.last_stop: StopRecord | None = None  # why it last stopped, set by its owner
         self.started_at: float | None = None
         self.ready_at: float | None = None
         # Monotonic: when this start began, and when the backend's port first accepted a
@@ -260,6 +269,16 @@ class ManagedProcess:
         self.logs.append("[modelswap] the backend did not wake; restarting it")
         await self._stop_locked(S.STOPPED)
 
+    def record_stop(self, record: StopRecord) -> None:
+        """Why the backend was stopped (or put to sleep), as its owner says: kept as
+        ``last_stop`` until the next start, and written to its log. Ignored once it runs
+        again (a stale record)."""
+        if self._state not in (S.STOPPED, S.SLEEPING):
+            return
+        self.last_stop = record
+        word = "asleep" if self._state is S.SLEEPING else "stopped"
+        self.logs.append(f"[modelswap] {word}: {record.summary()}")
+
     async def stop(self) -> None:
         """Stop the backend (``cmdStop`` or SIGTERM to its group, then SIGKILL). Idempotent."""
         async with self._lock:
@@ -272,12 +291,17 @@ class ManagedProcess:
 
     async def _stop_locked(self, final: ProcessState) -> None:
         if self._state in (S.STARTING, S.READY, S.SLEEPING):
+            # A ready backend's prompt cache is saved (a command that changed would never
+            # restore it: its new config waits in _next_config).
+            save = self._state is S.READY and self._next_config is None
             self._set_state(S.STOPPING)
             task = self._start_task
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if save:
+                await self._save_prompt_cache()
             await self._terminate()
             self._set_state(final)
         elif self._state is S.FAILED:
@@ -298,6 +322,7 @@ class ManagedProcess:
         self.last_progress_at = None
         self.last_progress_line = None
         self.last_failure = None
+        self.last_stop = None
         self._start_failed_at = None
         self._start_lost = False
         self.logs.clear()
@@ -306,6 +331,7 @@ class ManagedProcess:
         self.ready_at = None
         self.listening_at = None
         self._listen_to_ready = None
+        self.cache_restored = None
         self._set_state(S.STARTING)
         self._start_task = asyncio.get_running_loop().create_task(
             self._run_start(), name=f"start:{self.model}"
@@ -317,6 +343,7 @@ class ManagedProcess:
         try:
             await self._spawn()
             await self._wait_healthy()
+            await self._restore_prompt_cache()  # before READY: before any request is sent
         except _StartFailed as failed:
             self._start_lost = True  # what it prints while it is ended is no longer progress
             await self._terminate()
@@ -397,6 +424,8 @@ class ManagedProcess:
         # found by, once no snapshot can (tree.end_tagged).
         self._tag = tree.new_tag()
         env = {**os.environ, **cfg.env, tree.TAG_ENV: self._tag}
+        if self._prompt_cache is not None:
+            env.update(self._prompt_cache.environment(cfg))  # its slot save path
         self.logs.append(f"[modelswap] starting {cfg.cmd[0]} ({len(cfg.cmd) - 1} arguments)")
         try:  # the launcher removes the cgroup it made if this raises
             proc = await self._launcher.spawn(self.model, cfg.cmd, env=env)
@@ -547,6 +576,40 @@ class ManagedProcess:
         if url is None or await health.is_healthy(self._session, url):
             return time.monotonic()
         return None
+
+    async def _restore_prompt_cache(self) -> None:
+        """Read back the slots the last stop saved (bounded by restoreTimeout; a problem is a
+        line of the report, never a failed start)."""
+        if self._prompt_cache is None:
+            return
+        try:
+            report = await self._prompt_cache.restore(self.config)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("model %s: the prompt cache restore failed", self.model)
+            return
+        if report is not None:
+            self.cache_restored = report
+            self.logs.append(f"[modelswap] prompt cache: {report.summary()}")
+            self._events.publish("prompt_cache.restored", **report.as_dict())
+
+    async def _save_prompt_cache(self) -> None:
+        """Have the drained backend save its slots before it is stopped (bounded by
+        saveTimeout; a problem is a line of the report, never a failed stop)."""
+        if self._prompt_cache is None:
+            return
+        try:
+            report = await self._prompt_cache.save(self.config)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("model %s: the prompt cache save failed", self.model)
+            return
+        if report is not None:
+            self.cache_saved = report
+            self.logs.append(f"[modelswap] prompt cache: {report.summary()}")
+            self._events.publish("prompt_cache.saved", **report.as_dict())
 
     def _became_healthy(self, at: float) -> None:
         """Remember how long after listening this start's health answered, for the next

@@ -48,6 +48,7 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         configured = runtime.configured[model.id].as_dict()
         if configured:
             row["configured"] = configured
+        row.update(stop_fields(runtime, router.processes[model.id]))
         rows.append(row)
         if runtime.config.include_aliases_in_list:
             rows += alias_rows(row, model.aliases)
@@ -113,6 +114,20 @@ def configured_metadata(runtime: Runtime, model: ModelConfig) -> object:
     return runtime.redactor.data(dict(model.metadata))
 
 
+def stop_fields(runtime: Runtime, process: ManagedProcess) -> dict[str, Any]:
+    """What a model's row says about its last swap and, while it is stopped or asleep, why
+    (issue 32 #2): the receipt of the last swap to it outlives an unload, and an evicted
+    model names the start it made room for and how that went."""
+    out: dict[str, Any] = {}
+    last_swap = runtime.swaps.last(process.model)
+    if last_swap is not None:
+        out["last_swap"] = runtime.redactor.data(last_swap)
+    stopped = process.state in (ProcessState.STOPPED, ProcessState.SLEEPING)
+    if stopped and process.last_stop is not None:
+        out["last_stop"] = process.last_stop.as_dict()
+    return out
+
+
 def reported_context(runtime: Runtime, model_id: str) -> dict[str, Any]:
     """The context the running backend itself reported — only for a ready model whose probe
     succeeded. Otherwise nothing at all: omitted, never null, never a guess from the config."""
@@ -173,9 +188,8 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
             row["start_seconds"] = round(process.ready_at - process.started_at, 3)
         if process.state is ProcessState.STARTING:
             row.update(_start_progress(process))
-        last_swap = runtime.swaps.last(model_id)
-        if last_swap is not None:
-            row["last_swap"] = last_swap  # where the last swap's time went (issue 21)
+        # where the last swap's time went (issue 21); why it sleeps (evicted for …)
+        row.update(stop_fields(runtime, process))
         row.update(reported_context(runtime, model_id))
         if process.state is ProcessState.READY and process.metadata is not None:
             row["reported"] = process.metadata.as_dict()
