@@ -452,3 +452,31 @@ def test_profile_pins_may_name_a_selector_or_a_peers_model(
     assert received(gw, {"model": "chat", "input": "x"})["model"] == "model1"
     assert received(gw, {"model": "small", "input": "x"})["model"] == "model1"
     assert set(gw.running()) == {"model1"}
+
+
+# ---- ui.activity.session_id -----------------------------------------------------------------
+
+
+def test_session_headers_are_recorded_and_filterable(serve: Serve) -> None:
+    gw = serve("ui-activity-session.yaml")
+    body = {"model": "model1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    sent = [
+        {"X-Session-ID": "chat-1"},
+        {"X-Session-ID": "chat-1", "X-Litellm-Session-Id": "ignored: the first header wins"},
+        {"X-Litellm-Session-Id": "lite-7"},
+        {},
+    ]
+    for headers in sent:
+        assert post(gw, "/v1/chat/completions", body, **headers).status == 200
+
+    def rows(query: str = "") -> list[dict[str, Any]]:
+        data = request(gw, "GET", f"/api/activity{query}").json()["data"]
+        assert isinstance(data, list)
+        return data
+
+    gw.wait_for(lambda: len(rows()) == 4)
+    sessions = [row.get("metadata", {}).get("session_id") for row in reversed(rows())]
+    assert sessions == ["chat-1", "chat-1", "lite-7", None]
+    assert len(rows("?session_id=chat-1")) == 2
+    assert [r["metadata"] for r in rows("?session_id=lite-7")] == [{"session_id": "lite-7"}]
+    assert rows("?session_id=nobody") == []

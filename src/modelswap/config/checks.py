@@ -141,6 +141,7 @@ def build_config(
             max_rows=raw.activity.max_rows,
             performance=not raw.performance.disabled,
             performance_every=raw.performance.every,
+            session_headers=tuple(raw.activity.session_headers),
         ),
         compat=compat,
         listen_given="listen" in raw.model_fields_set,

@@ -28,6 +28,7 @@ from modelswap.config.compat_keys import (
     MODEL_IGNORED,
     MODEL_SAME,
     PEER_SAME,
+    SESSION_HEADERS,
     SOFT_DEFAULT,
     SPL,
     TIMEOUTS_IGNORED,
@@ -178,8 +179,10 @@ class _Translator:
             del data["models"]  # llama-swap's `models:` left empty (merged -config-dir files)
             self.note(("models",), ("models",), "null: no models of its own")
         for key, reason in TOP_IGNORED.items():
-            if key in data and key not in ("selectors", "matrix"):
+            if key in data and key not in ("selectors", "matrix", "ui"):
                 self.ignore(data, key, (), reason)
+        if "ui" in data:
+            self.ui(data)
         if "matrix" in data:
             self.matrix(data, data["matrix"], ("matrix",))
         if isinstance(data.get("selectors"), dict):
@@ -242,6 +245,33 @@ class _Translator:
                 self.note(("selectors", "*"), ("selectors", "*"), note)
             else:
                 self.ignore(selectors, selector_id, ("selectors",), TOP_IGNORED["selectors"])
+
+    def ui(self, data: Data) -> None:
+        """``ui.activity.session_id`` (the headers naming a request's session) is
+        ``activity.sessionHeaders``; anything else under ``ui`` warns."""
+        ui = data.pop("ui")
+        if not isinstance(ui, dict):
+            self.note(("ui",), None, TOP_IGNORED["ui"], IGNORED)
+            return
+        activity = ui.get("activity")
+        rest: list[Path] = [(key,) for key in ui if key != "activity"]
+        if not isinstance(activity, dict):
+            rest += [("activity",)] if "activity" in ui else []
+            activity = {}
+        session = activity.pop("session_id", None)
+        if isinstance(session, list) and all(isinstance(name, str) for name in session):
+            settings = data.setdefault("activity", {})
+            if isinstance(settings, dict) and "sessionHeaders" not in settings:
+                settings["sessionHeaders"] = session
+                source, target = ("ui", "activity", "session_id"), ("activity", "sessionHeaders")
+                self.note(source, target, SESSION_HEADERS)
+            elif isinstance(settings, dict):
+                self.problem(("ui", "activity", "session_id"), "activity.sessionHeaders is set too")
+        elif session is not None:
+            self.problem(("ui", "activity", "session_id"), "expected a list of header names")
+        rest += [("activity", key) for key in activity]
+        for path in rest:
+            self.note(("ui", *path), None, TOP_IGNORED["ui"], IGNORED)
 
     def log_to_stdout(self, data: Data) -> None:
         """llama-swap's newest ``logToStdout``: a comma-separated list of proxy, upstream and

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 SPL = "the Swap Policy Language, the same programs: filters, then hooks.on_request, then the "
 SPL += "model's or peer's filters.policy; a program that cannot be honoured refuses the config"
+SESSION_HEADERS = "the first of these headers a request carries is recorded as its session "
+SESSION_HEADERS += "(metadata.session_id in the activity log; GET /api/activity?session_id=)"
 SOFT_DEFAULT = "a soft default: set only when the body lacks the key (a null counts as sent), "
 SOFT_DEFAULT += "after stripParams and before the hard keys"
 
@@ -73,8 +75,7 @@ PEER_SAME = {
 }
 TOP_IGNORED = {
     "logRequests": "every request is recorded in the activity log (activity.enabled)",
-    "ui": "requests are not grouped by session (ui.activity.session_id): the activity log "
-    "lists each request with its own X-Request-Id, and those headers are not read",
+    "ui": "the web UI has no settings but the session headers (ui.activity.session_id)",
     "matrix": "a matrix with keys other than vars, sets, evict_costs is not read (groups "
     "and resources budgets apply instead)",
     "tailcat": "there is no Tailcat listener",

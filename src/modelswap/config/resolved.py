@@ -208,6 +208,8 @@ class Observability:
     max_rows: int = 100_000
     performance: bool = True  # GET /api/performance samples while serving
     performance_every: float = 5.0
+    # request headers naming a request's session (llama-swap's ui.activity.session_id)
+    session_headers: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
 
 
 @dataclass(frozen=True, slots=True)

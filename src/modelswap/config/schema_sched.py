@@ -113,6 +113,9 @@ class RawPerformance(BaseModel):
     )
 
 
+SESSION_HEADERS = ("X-Session-ID", "X-Litellm-Session-Id")  # llama-swap's defaults
+
+
 class RawActivity(BaseModel):
     """The per-request activity log (SQLite)."""
 
@@ -132,6 +135,12 @@ class RawActivity(BaseModel):
         30.0, gt=0, alias="maxAgeDays", description="Records older than this are deleted."
     )
     max_rows: int = Field(100_000, ge=1, alias="maxRows", description="Newest rows kept.")
+    session_headers: list[str] = Field(
+        default_factory=lambda: list(SESSION_HEADERS),
+        alias="sessionHeaders",
+        description="Request headers naming a request's session, first found wins (llama-swap's "
+        "ui.activity.session_id): recorded as metadata.session_id, GET /api/activity?session_id=.",
+    )
 
 
 class RawSelector(BaseModel):

@@ -511,9 +511,11 @@ class ActivityLog:
         outcome: str | None = None,
         limit: int = 100,
         before_id: int | None = None,
+        session_id: str | None = None,
     ) -> list[dict[str, object]]:
         """Stored rows, newest first, as JSON-ready dicts (with ``id``; bodies only if stored).
-        ``outcome`` is ``"ok"`` or ``"error"`` (see :attr:`RequestRecord.outcome`).
+        ``outcome`` is ``"ok"`` or ``"error"`` (see :attr:`RequestRecord.outcome`);
+        ``session_id`` the session a request named (``metadata.session_id``).
 
         Page with ``before_id`` = the smallest ``id`` of the previous page. ``limit`` is capped
         at :data:`MAX_QUERY_LIMIT`. Pending (not yet written) records are not included.
@@ -538,6 +540,9 @@ class ActivityLog:
         if before_id is not None:
             clauses.append("id < ?")
             params.append(before_id)
+        if session_id is not None:
+            clauses.append("json_extract(metadata, '$.session_id') = ?")
+            params.append(session_id)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params.append(max(0, min(limit, MAX_QUERY_LIMIT)))
         with self._conn_lock:

@@ -81,7 +81,7 @@ def readme_examples() -> list[str]:
 
 def test_readme_examples_load_as_documented() -> None:
     examples = readme_examples()
-    assert len(examples) == 2
+    assert len(examples) == 3
     first = load(examples[0])
     assert warned(first) == ["logRequests"]
     assert first.models["qwen3-30b"].send_loading_state is True
@@ -102,6 +102,26 @@ def test_readme_examples_load_as_documented() -> None:
     assert second.models["coder"].priority == 10
     assert second.peers["gpu-box"].api_key == "gpu-box-key"
     assert [g.name for g in second.scheduling.groups] == ["coding"]
+    spl = load(examples[2])  # the Swap Policy Language
+    assert warned(spl) == []
+    assert spl.policies is not None
+    assert list(spl.policies.library) == ["authenticated"]
+    assert spl.policies.on_request is not None
+    assert list(spl.policies.models) == ["qwen-coder"]
+
+
+def test_readme_spl_errors_are_the_real_ones() -> None:
+    text = (REPO / "README.md").read_text()
+    shown = text.split("modelswap: invalid configuration in config.yaml:\n", 1)[1]
+    shown_lines = [line.strip() for line in shown.split("```", 1)[0].strip().splitlines()]
+    broken = (
+        readme_examples()[2]
+        .replace("default max_tokens to 4096", "default max_tokens 4096")
+        .replace("apply authenticated", "apply authenticatd")
+    )
+    with pytest.raises(ConfigError) as info:
+        load(broken)
+    assert [f"{path}: {message}" for path, message in info.value.problems] == shown_lines
 
 
 def test_readme_explain_excerpt_is_the_real_output() -> None:
@@ -454,7 +474,8 @@ def test_include_aliases_in_list() -> None:
 # --- what warns, and what is still an error -------------------------------------------------
 
 UNSUPPORTED_TOP = (
-    "logRequests: true\nui: {}\nmatrix: {solver: x}\ntailcat: {}\nselectors: {s: {models: [m]}}\n"
+    "logRequests: true\nui: {theme: x}\nmatrix: {solver: x}\ntailcat: {}\n"
+    "selectors: {s: {models: [m]}}\n"
 )
 UNSUPPORTED_MODEL = "compat: {ignoreWebsockets: true}\ntimeouts: {expectContinue: 1}\n"
 
@@ -463,8 +484,8 @@ def test_each_unsupported_key_warns_exactly_once(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, logger="modelswap.config.compat"):
         config = model(f"{SERVER}\n{UNSUPPORTED_MODEL}", top=UNSUPPORTED_TOP)
     keys = warned(config)
-    top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"selectors"}
-    assert top | {"selectors.s"} <= set(keys)
+    top = {line.split(":")[0] for line in UNSUPPORTED_TOP.splitlines()} - {"selectors", "ui"}
+    assert top | {"selectors.s", "ui.theme"} <= set(keys)
     assert "models.m.compat" in keys
     assert "models.m.timeouts.expectContinue" in keys
     messages = [r.getMessage() for r in caplog.records]
@@ -484,8 +505,9 @@ def test_warnings_are_logged_once_per_load(caplog: pytest.LogCaptureFixture) -> 
     # unloadTimeout, sendLoadingState (twice each), selectors, capabilities, profiles,
     # upstream.ignorePaths: read since issue 17; performance since issue 19; logTimeFormat,
     # logToStdout, metricsMaxInMemory, captureBuffer, timeouts.keepalive|tlsHandshake|idleConn;
-    # policies, hooks.on_request and models.*.filters.policy since issue 29 (SPL)
-    assert len(expected) == 7
+    # policies, hooks.on_request and models.*.filters.policy since issue 29 (SPL), and
+    # ui.activity.session_id (issue 29)
+    assert len(expected) == 6
     assert [r.getMessage() for r in caplog.records] == expected
 
 

@@ -308,3 +308,17 @@ def test_log_to_stdout_lists_are_read_and_http_warns() -> None:
     assert [m.source for m in config.compat if m.warning] == ["logToStdout.http"]
     assert load("logToStdout: http\n" + MODEL).log_to_stdout == "none"
     assert problems("logToStdout: 'proxy,files'\n" + MODEL)[0][0] == "logToStdout"
+
+
+# ---- ui.activity.session_id -----------------------------------------------------------------
+
+
+def test_session_headers_default_to_llama_swaps_and_ui_names_them() -> None:
+    assert load(MODEL).observability.session_headers == ("X-Session-ID", "X-Litellm-Session-Id")
+    config = load("ui: {activity: {session_id: [X-Conversation]}, theme: dark}\n" + MODEL)
+    assert config.observability.session_headers == ("X-Conversation",)
+    assert [m.source for m in config.compat if m.warning] == ["ui.theme"]
+    found = problems(
+        "ui: {activity: {session_id: [X-A]}}\nactivity: {sessionHeaders: [X-B]}\n" + MODEL
+    )
+    assert found == [("ui.activity.session_id", "activity.sessionHeaders is set too")]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from modelswap.config.resolved import Observability
 from modelswap.errors import echo
 from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of, error_response
 from modelswap.http.keys import RUNTIME, client_key
@@ -133,6 +134,19 @@ def _load_seconds(process: ManagedProcess | None, arrived: float) -> float | Non
     return process.ready_at - arrived
 
 
+def _with_session(
+    metadata: dict[str, str] | None, request: web.Request, config: Observability
+) -> dict[str, str] | None:
+    """The record's metadata with ``session_id``: the first of the configured session headers
+    (llama-swap's ``ui.activity.session_id``) the request carries; a policy's own
+    ``context.session_id`` wins."""
+    for name in config.session_headers:
+        session = request.headers.get(name)
+        if session:
+            return {"session_id": session, **(metadata or {})}
+    return metadata
+
+
 def observed(path: str) -> bool:
     if path in ("/v1/models", "/models") or path.startswith(MODEL_PREFIXES):
         return False
@@ -193,6 +207,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         streamed = bool(usage and usage.streamed)
         first = obs.first_token if streamed else obs.ttft
         sent = request.get(RESPONSE) or response  # a Response returned is prepared after us
+        metadata = _with_session(obs.metadata, request, runtime.config.observability)
         runtime.observer.request_finished(
             RequestRecord(
                 at=obs.at,
@@ -225,6 +240,6 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
                 response_headers=_headers_json(sent.headers, runtime.redactor)
                 if obs.capture_limit and sent is not None
                 else None,
-                metadata={k: redact(v) for k, v in obs.metadata.items()} if obs.metadata else None,
+                metadata={k: redact(v) for k, v in metadata.items()} if metadata else None,
             )
         )

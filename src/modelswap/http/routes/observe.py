@@ -68,8 +68,8 @@ def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> f
 async def activity(request: web.Request) -> web.Response:
     """Newest first; filters ``model``, ``request_id``, ``since`` (unix time), ``status``,
     ``outcome`` (``ok`` or ``error``: an error is a status >= 400 or an error event inside a
-    200 stream); paging with ``limit`` and ``before`` (the smallest ``id`` of the previous
-    page)."""
+    200 stream), ``session_id`` (llama-swap's session headers); paging with ``limit`` and
+    ``before`` (the smallest ``id`` of the previous page)."""
     runtime = request.app[RUNTIME]
     if runtime.activity is None:
         return web.json_response({"object": "list", "data": [], "enabled": False})
@@ -92,6 +92,7 @@ async def activity(request: web.Request) -> web.Response:
             outcome=outcome,
             limit=int(limit) if limit is not None else 100,
             before_id=int(before) if before is not None else None,
+            session_id=request.query.get("session_id"),
         )
 
     rows = await asyncio.to_thread(read)
