@@ -70,3 +70,29 @@ class Progress:
         if self.done is not None and self.total:
             return f"{self.phase} {self.done}/{self.total}"
         return self.phase
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """One llama.cpp slot as ``GET /slots`` lists it (issue 30: the prompt cache kept across a
+    swap). ``tokens``: what its cache holds, None when the server does not say (a slot no task
+    has used since the start, or a restore); ``task``: its last task's id (larger: more recent).
+    """
+
+    id: int
+    processing: bool = False
+    tokens: int | None = None
+    task: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotFileAction:
+    """What ``POST /slots/{id}?action=save|restore`` answered: tokens saved or restored
+    (``n_saved``/``n_restored``), bytes written or read (``n_written``/``n_read``), the server's
+    own milliseconds; ``error`` (the rest then 0) when it refused or could not be asked."""
+
+    slot: int
+    tokens: int = 0
+    bytes: int = 0
+    ms: float | None = None
+    error: str | None = None

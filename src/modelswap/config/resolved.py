@@ -227,6 +227,18 @@ class Capabilities:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptCacheSettings:
+    """The prompt cache kept across a swap (top-level ``promptCache``; issue 30): whether a
+    model's is on unless it says (``enabled``), the bytes its files may take in all, and the
+    most seconds a stop may spend saving and a start restoring."""
+
+    enabled: bool = False
+    disk_budget: int = 20 * 1024**3
+    save_seconds: float = 10.0
+    restore_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """One configured model, fully resolved.
 
@@ -276,6 +288,9 @@ class ModelConfig:
     # While a swap to this model waits for others to drain and stop, read its weight files
     # into the page cache (routing/local.py decides, supervisor/prefetch.py reads).
     prefetch: bool = True
+    # Save llama.cpp's slots before a stop and restore them after the next start (promptCache;
+    # supervisor/promptcache.py).
+    prompt_cache: bool = False
 
     def filters_for(self, name: str) -> tuple[Filters, ...]:
         """The filter layers for a request naming ``name``: the model's, then those given for
@@ -351,6 +366,8 @@ class Config:
     selectors: Mapping[str, Selector] = field(default_factory=dict, hash=False)
     # The Swap Policy Language's programs (config/policies.py); None: none configured.
     policies: PolicySet | None = field(default=None, hash=False)
+    # The prompt cache across a swap: its budget and ceilings (each model says if it is on).
+    prompt_cache: PromptCacheSettings = PromptCacheSettings()
 
     def resolve(self, name: str) -> ModelConfig | None:
         """The model whose id is ``name``, else the model with alias ``name``, else ``None``."""

@@ -440,7 +440,7 @@ class LocalRouter:
         outcome = "failed" if error is not None else "done"
         tail = f"; prefetch {prefetched.summary()}" if prefetched is not None else ""
         for report in (*saved, *([restored] if restored is not None else [])):
-            tail += f"; {report.model}: {report.summary()}"
+            tail += f"; prompt cache of {report.model}: {report.summary()}"
         log.info("swap to %s %s in %.3f s (%s)%s", target, outcome, now - began, parts, tail)
 
     def _prompt_caches(

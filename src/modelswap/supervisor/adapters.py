@@ -9,7 +9,13 @@ from typing import Protocol
 
 from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis
-from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
+from modelswap.receipts import (
+    CapacityReceipt,
+    ModelMetadata,
+    Progress,
+    SlotFileAction,
+    SlotState,
+)
 
 
 class Diagnoser(Protocol):
@@ -44,3 +50,20 @@ class LogReader(Protocol):
 class Prober(Protocol):
     async def probe(self, config: ModelConfig) -> ModelMetadata | None:
         """Ask the ready backend what it serves; None when unavailable (never raises)."""
+
+
+class SlotApi(Protocol):
+    """llama.cpp's slots API (``backends/slots.py``), for the prompt cache kept across a swap.
+    ``base``: the model's proxy URL; ``seconds``: the most each request may take. None of them
+    raises but CancelledError."""
+
+    async def slots(self, base: str, api_key: str | None, seconds: float) -> list[SlotState] | str:
+        """Every slot, or why they could not be listed."""
+
+    async def file_action(
+        self, base: str, api_key: str | None, slot: int, action: str, filename: str, seconds: float
+    ) -> SlotFileAction:
+        """``save`` or ``restore`` one slot to/from ``filename`` in the backend's save path."""
+
+    async def erase(self, base: str, api_key: str | None, slot: int, seconds: float) -> bool:
+        """Empty one slot."""

@@ -1,0 +1,441 @@
+"""A llama.cpp model's prompt cache kept across a swap (issue 30; docs/architecture.md, "The
+prompt cache across a swap").
+
+When a model whose ``promptCache`` is on stops from ready (a swap evicts it, its ttl ends, an
+unload), :meth:`PromptCache.save` asks its backend to save each slot that holds a cached prompt
+(``POST /slots/{id}?action=save``) before it is stopped; when it starts again, after it is
+healthy and before it is ready (so before the first waiting request is sent),
+:meth:`PromptCache.restore` asks the new backend to read them back. The backend writes and reads
+the files itself, in its slot save path: the ``--slot-save-path`` its command names, else
+``<stateDir>/prompt-cache``, handed to it as ``LLAMA_ARG_SLOT_SAVE_PATH`` (llama-server reads its
+flags from ``LLAMA_ARG_*`` too; :meth:`PromptCache.environment`).
+
+Correctness before speed: see :mod:`modelswap.supervisor.slotstore` (a file is restored only into
+the model and command that wrote it, with the size and digest it was saved with; a restore the
+backend refuses drops the file and empties the slot). Bounded: a save never takes more than
+``saveTimeout`` seconds in all — a slot whose size, at the rate measured last time, cannot be
+written in the time left is skipped, and a save still running at the ceiling is abandoned — and
+a restore no more than ``restoreTimeout``. Nothing here fails a start or a stop: every problem
+is a line in the report (:class:`CacheReport`), which the swap receipt, the log and the metrics
+show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from modelswap.config import ModelConfig
+from modelswap.config.resolved import PromptCacheSettings
+from modelswap.receipts import SlotFileAction, SlotState
+from modelswap.supervisor import slotstore
+from modelswap.supervisor.adapters import SlotApi
+from modelswap.supervisor.slotstore import Rates, SavedSlot, SlotStore
+
+log = logging.getLogger(__name__)
+
+SAVE_PATH_ENV = "LLAMA_ARG_SLOT_SAVE_PATH"
+ERASE_SECONDS = 2.0  # emptying a slot after a refused restore: a quick request
+MIN_SECONDS = 0.05  # less time than this left: no request is begun
+
+Result = Literal["saved", "kept", "restored", "skipped", "failed", "dropped"]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotOutcome:
+    """What became of one slot: ``saved``/``restored`` (done), ``kept`` (a slot unused since its
+    restore: the file on disk is its cache still), ``skipped`` (the ceiling or the budget;
+    the file, if any, stays), ``failed`` (the backend refused; nothing was kept), ``dropped``
+    (a saved file that must not be restored: deleted)."""
+
+    slot: int
+    result: Result
+    tokens: int = 0
+    bytes: int = 0
+    ms: float | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"slot": self.slot, "result": self.result}
+        if self.tokens:
+            out["tokens"] = self.tokens
+        if self.bytes:
+            out["bytes"] = self.bytes
+        if self.ms is not None:
+            out["ms"] = round(self.ms, 1)
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(slots=True)
+class CacheReport:
+    """One save or restore of one model's slots. ``began``: monotonic; ``seconds``: how long
+    it took in all; ``error``: why nothing could be done (the slots could not be listed)."""
+
+    action: Literal["save", "restore"]
+    model: str
+    began: float
+    seconds: float = 0.0
+    slots: list[SlotOutcome] = field(default_factory=list)
+    error: str | None = None
+
+    def done(self) -> list[SlotOutcome]:
+        return [s for s in self.slots if s.result in ("saved", "restored")]
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.done())
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.done())
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "model": self.model,
+            "tokens": self.tokens,
+            "slots": len(self.done()),
+            "bytes": self.bytes,
+            "ms": round(self.seconds * 1000, 1),
+        }
+        if self.slots:
+            out["detail"] = [s.as_dict() for s in self.slots]
+        if self.error:
+            out["error"] = self.error
+        return out
+
+    def summary(self) -> str:
+        """``saved 1512 tokens in 1 slot (35.1 MB, 182 ms); slot 1 skipped: …``"""
+        verb = "saved" if self.action == "save" else "restored"
+        done = self.done()
+        count = len(done)
+        text = (
+            f"{verb} {self.tokens} tokens in {count} slot{'' if count == 1 else 's'} "
+            f"({self.bytes / 1e6:.1f} MB, {self.seconds * 1000:.0f} ms)"
+        )
+        notes = [
+            f"slot {s.slot} {s.result}" + (f": {s.reason}" if s.reason else "")
+            for s in self.slots
+            if s.result not in ("saved", "restored")
+        ]
+        if self.error:
+            notes.append(self.error)
+        return "; ".join([text, *notes])
+
+
+class PromptCache:
+    """Saves and restores the slots of llama.cpp backends. Built by the runtime, which gives
+    it the store, the slots API, the command key (:func:`observe.capabilities.command_key`),
+    the reading of ``--slot-save-path`` from a command line and the present settings."""
+
+    def __init__(
+        self,
+        store: SlotStore,
+        api: SlotApi,
+        *,
+        identity: Callable[[ModelConfig], str],
+        save_path_of: Callable[[Sequence[str]], str | None],
+        settings: Callable[[], PromptCacheSettings],
+    ) -> None:
+        self.store = store
+        self._api = api
+        self._identity = identity
+        self._save_path_of = save_path_of
+        self._settings = settings
+
+    # ---- where -----------------------------------------------------------------------------
+
+    def enabled(self, config: ModelConfig) -> bool:
+        return config.prompt_cache and self.store.root is not None
+
+    def folder(self, config: ModelConfig) -> Path | None:
+        """The backend's slot save path: its command's ``--slot-save-path``, else the
+        ``LLAMA_ARG_SLOT_SAVE_PATH`` of the model's ``env``, else ``<stateDir>/prompt-cache``."""
+        named = self._save_path_of(config.cmd) or config.env.get(SAVE_PATH_ENV)
+        if named:
+            return Path(named).expanduser().absolute()
+        return self.store.root
+
+    def environment(self, config: ModelConfig) -> dict[str, str]:
+        """What the backend's environment gains: ``LLAMA_ARG_SLOT_SAVE_PATH`` (the folder,
+        made now) when the cache is on and the model names no save path of its own."""
+        root = self.store.root
+        if not self.enabled(config) or root is None or self.folder(config) != root:
+            return {}
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("model %s: no prompt cache folder %s: %s", config.id, root, exc)
+            return {}
+        return {SAVE_PATH_ENV: str(root)}
+
+    # ---- save ------------------------------------------------------------------------------
+
+    async def save(self, config: ModelConfig) -> CacheReport | None:
+        """Save the slots of ``config``'s ready, drained backend (None: the cache is off)."""
+        folder = self.folder(config)
+        if not self.enabled(config) or folder is None:
+            return None
+        settings = self._settings()
+        report = CacheReport("save", config.id, time.monotonic())
+        deadline = report.began + settings.save_seconds
+        key = self._identity(config)
+        try:
+            listing = await self._api.slots(config.proxy, config.upstream_api_key, _left(deadline))
+            if isinstance(listing, str):
+                report.error = listing
+                return report
+            for slot in _most_recent_first(listing):
+                outcome = await self._save_slot(config, key, folder, slot, deadline, settings)
+                if outcome is not None:
+                    report.slots.append(outcome)
+            self._keep_budget(report, settings.disk_budget)
+        finally:
+            report.seconds = time.monotonic() - report.began
+            self.store.save()
+        return report
+
+    async def _save_slot(
+        self,
+        config: ModelConfig,
+        key: str,
+        folder: Path,
+        slot: SlotState,
+        deadline: float,
+        settings: PromptCacheSettings,
+    ) -> SlotOutcome | None:
+        final = folder / slotstore.file_name(config.id, key, slot.id)
+        existing = self.store.get(final)
+        if slot.processing:
+            return SlotOutcome(slot.id, "skipped", reason="still processing")
+        if slot.tokens == 0:
+            return None  # empty: nothing to keep (a file of an earlier cache stays)
+        if slot.tokens is None and existing is not None:
+            # No task since this start: the slot holds what was restored from that file.
+            return SlotOutcome(slot.id, "kept", existing.tokens, existing.bytes)
+        why_not = self._too_large(config.id, slot.tokens, deadline, settings)
+        if why_not is not None:
+            return SlotOutcome(slot.id, "skipped", slot.tokens or 0, reason=why_not)
+        part = final.with_name(slotstore.part_name(final.name, secrets.token_hex(4)))
+        began = time.monotonic()
+        answer = await self._api.file_action(
+            config.proxy, config.upstream_api_key, slot.id, "save", part.name, _left(deadline)
+        )
+        try:
+            return await self._check_saved(config, key, final, part, answer, deadline, began)
+        finally:
+            slotstore.remove(part)  # renamed when it was kept; else a partial file
+
+    async def _check_saved(
+        self,
+        config: ModelConfig,
+        key: str,
+        final: Path,
+        part: Path,
+        answer: SlotFileAction,
+        deadline: float,
+        began: float,
+    ) -> SlotOutcome | None:
+        slot = answer.slot
+        if answer.error is not None:
+            timed_out = answer.error.startswith("no answer within")
+            result: Result = "skipped" if timed_out else "failed"
+            reason = "not written within saveTimeout" if timed_out else answer.error
+            return SlotOutcome(slot, result, reason=reason)
+        if answer.tokens == 0:
+            return None
+        size = slotstore.file_size(part)
+        if size != answer.bytes:
+            return SlotOutcome(
+                slot,
+                "failed",
+                reason=f"the file has {size} bytes, the backend wrote {answer.bytes}",
+            )
+        try:
+            async with asyncio.timeout(_left(deadline)):
+                found = await asyncio.to_thread(slotstore.digest, part)
+        except TimeoutError:
+            return SlotOutcome(
+                slot, "skipped", answer.tokens, reason="not checked within saveTimeout"
+            )
+        except OSError as exc:
+            return SlotOutcome(slot, "failed", reason=f"cannot read the file: {exc}")
+        os.replace(part, final)  # one folder: a rename
+        now = time.time()
+        seconds = max(time.monotonic() - began, 1e-6)
+        self.store.record(
+            SavedSlot(
+                final.name,
+                str(final.parent),
+                config.id,
+                key,
+                slot,
+                answer.tokens,
+                answer.bytes,
+                found,
+                now,
+                now,
+            )
+        )
+        old = self.store.rates(config.id)
+        self.store.measured(
+            config.id,
+            Rates(
+                answer.bytes / answer.tokens,
+                answer.bytes / seconds,
+                old.read_bytes_per_second if old else None,
+            ),
+        )
+        return SlotOutcome(slot, "saved", answer.tokens, answer.bytes, seconds * 1000)
+
+    def _too_large(
+        self, model: str, tokens: int | None, deadline: float, settings: PromptCacheSettings
+    ) -> str | None:
+        """Why a slot of ``tokens`` is not even begun: too large for the time left (at the rate
+        the last save measured, with its digest read as fast again) or for the disk budget."""
+        left = _left(deadline)
+        if left < MIN_SECONDS:
+            return "saveTimeout was spent on the slots before it"
+        rates = self.store.rates(model)
+        if tokens is None or rates is None:
+            return None
+        size = tokens * rates.bytes_per_token
+        if size > settings.disk_budget:
+            return f"~{size / 1e6:.0f} MB is more than the whole disk budget"
+        if rates.write_bytes_per_second:
+            needed = size / rates.write_bytes_per_second
+            if needed > left:
+                return (
+                    f"~{size / 1e6:.0f} MB needs ~{needed:.1f} s, {left:.1f} s of saveTimeout left"
+                )
+        return None
+
+    def _keep_budget(self, report: CacheReport, budget: int) -> None:
+        dropped = {e.slot for e in self.store.keep_budget(budget) if e.model == report.model}
+        if not dropped:
+            return
+        report.slots = [
+            SlotOutcome(s.slot, "skipped", s.tokens, reason="larger than the disk budget")
+            if s.result == "saved" and s.slot in dropped
+            else s
+            for s in report.slots
+        ]
+
+    # ---- restore ---------------------------------------------------------------------------
+
+    async def restore(self, config: ModelConfig) -> CacheReport | None:
+        """Restore the slots saved by this model and command into its new, healthy backend
+        (None: the cache is off, or nothing was saved)."""
+        if not self.enabled(config):
+            return None
+        key = self._identity(config)
+        entries = self.store.entries(config.id)
+        if not entries:
+            return None
+        report = CacheReport("restore", config.id, time.monotonic())
+        deadline = report.began + self._settings().restore_seconds
+        try:
+            for entry in entries:
+                size = slotstore.file_size(entry.path) if entry.key == key else None
+                why = slotstore.problem_with(entry, config.id, key, size)
+                if why is not None:
+                    self.store.drop(entry, why)
+                    report.slots.append(
+                        SlotOutcome(entry.slot, "dropped", entry.tokens, reason=why)
+                    )
+            wanted = sorted(self.store.entries(config.id), key=lambda e: -e.used_at)
+            if not wanted:
+                return report
+            listing = await self._api.slots(config.proxy, config.upstream_api_key, _left(deadline))
+            if isinstance(listing, str):
+                report.error = listing
+                return report
+            ids = {s.id for s in listing}
+            for entry in wanted:
+                report.slots.append(await self._restore_one(config, entry, ids, deadline))
+        finally:
+            report.seconds = time.monotonic() - report.began
+            self.store.save()
+        return report
+
+    async def _restore_one(
+        self, config: ModelConfig, entry: SavedSlot, ids: set[int], deadline: float
+    ) -> SlotOutcome:
+        slot = entry.slot
+        if slot not in ids:
+            why = f"the backend has no slot {slot}"
+            self.store.drop(entry, why)
+            return SlotOutcome(slot, "dropped", entry.tokens, reason=why)
+        rates = self.store.rates(config.id)
+        left = _left(deadline)
+        if left < MIN_SECONDS:
+            return SlotOutcome(slot, "skipped", entry.tokens, reason="restoreTimeout was spent")
+        if rates is not None and rates.read_bytes_per_second:
+            needed = entry.bytes / rates.read_bytes_per_second  # checked, then read
+            if needed > left:
+                return SlotOutcome(
+                    slot,
+                    "skipped",
+                    entry.tokens,
+                    reason=f"needs ~{needed:.1f} s, {left:.1f} s of restoreTimeout left",
+                )
+        began = time.monotonic()
+        try:
+            async with asyncio.timeout(left):
+                found = await asyncio.to_thread(slotstore.digest, entry.path)
+        except TimeoutError:
+            return SlotOutcome(
+                slot, "skipped", entry.tokens, reason="not checked within restoreTimeout"
+            )
+        except OSError as exc:
+            self.store.drop(entry, f"cannot read it: {exc}")
+            return SlotOutcome(slot, "dropped", entry.tokens, reason=f"cannot read it: {exc}")
+        if found != entry.digest:
+            why = "its bytes differ from those saved (corrupt or replaced)"
+            self.store.drop(entry, why)
+            return SlotOutcome(slot, "dropped", entry.tokens, reason=why)
+        answer = await self._api.file_action(
+            config.proxy, config.upstream_api_key, slot, "restore", entry.name, _left(deadline)
+        )
+        if answer.error is not None and answer.error.startswith("no answer within"):
+            # The backend may still be reading it: a verified file restores whole or not at all.
+            return SlotOutcome(
+                slot, "skipped", entry.tokens, reason="not read within restoreTimeout"
+            )
+        if answer.error is not None or (answer.tokens, answer.bytes) != (entry.tokens, entry.bytes):
+            why = answer.error or (
+                f"the backend restored {answer.tokens} tokens from {answer.bytes} bytes, "
+                f"{entry.tokens} from {entry.bytes} were saved"
+            )
+            await self._api.erase(config.proxy, config.upstream_api_key, slot, ERASE_SECONDS)
+            self.store.drop(entry, f"the restore failed: {why}")
+            return SlotOutcome(slot, "dropped", entry.tokens, reason=f"the restore failed: {why}")
+        seconds = max(time.monotonic() - began, 1e-6)
+        self.store.used(entry, time.time())
+        old = self.store.rates(config.id)
+        self.store.measured(
+            config.id,
+            Rates(
+                entry.bytes / max(entry.tokens, 1),
+                old.write_bytes_per_second if old else None,
+                entry.bytes / seconds,
+            ),
+        )
+        return SlotOutcome(slot, "restored", entry.tokens, entry.bytes, seconds * 1000)
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _most_recent_first(slots: Sequence[SlotState]) -> list[SlotState]:
+    """The slots used last first (a larger task id is more recent), then those never said."""
+    return sorted(slots, key=lambda s: (s.task is None, -(s.task or 0), s.id))
