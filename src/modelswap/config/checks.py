@@ -26,6 +26,7 @@ from modelswap.config.metadata import MacroValue, macro_text, resolve_metadata
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.peers import resolve_fallbacks, resolve_peers, resolve_timeouts
 from modelswap.config.policies import resolve_policies
+from modelswap.config.prompt_cache import resolve_prompt_cache
 from modelswap.config.resolved import (
     Capabilities,
     Config,
@@ -110,6 +111,7 @@ def build_config(
         problems=problems,
         secrets=secrets,
     )
+    prompt_cache = resolve_prompt_cache(raw.prompt_cache, problems)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -150,6 +152,7 @@ def build_config(
         upstream_ignore_paths=_ignore_paths(raw.upstream.ignore_paths, problems),
         selectors=MappingProxyType(selectors),
         policies=policies,
+        prompt_cache=prompt_cache,
     )
 
 
@@ -430,6 +433,7 @@ def _resolve_model(
             raw.send_loading_state if model.send_loading_state is None else model.send_loading_state
         ),
         prefetch=raw.prefetch if model.prefetch is None else model.prefetch,
+        prompt_cache=raw.prompt_cache.enabled if model.prompt_cache is None else model.prompt_cache,
         stop_grace=model.unload_timeout if model.unload_timeout is not None else raw.unload_timeout,
         priority=model.priority,
         concurrency_limit=model.concurrency_limit,

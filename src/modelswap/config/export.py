@@ -51,6 +51,7 @@ def _model(model: ModelConfig, redactor: Redactor) -> dict[str, Any]:
         "metadata": dict(model.metadata) if model.metadata else None,
         "fallback": list(model.fallback) if model.fallback else None,
         "prefetch": model.prefetch,
+        "promptCache": model.prompt_cache,
     }
     return {k: v for k, v in out.items() if v is not None}
 

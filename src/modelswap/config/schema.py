@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import ComputedFieldInfo, FieldInfo
 from pydantic_core import PydanticCustomError
 
+from modelswap.config.schema_cache import RawPromptCache
 from modelswap.config.schema_compat import accept_llamaswap
 from modelswap.config.schema_sched import (
     RawActivity,
@@ -484,6 +485,13 @@ class RawModel(BaseModel):
         description="While a swap to this model waits for others to drain and stop, read its "
         "weight files into the page cache (default: top level).",
     )
+    prompt_cache: bool | None = Field(
+        None,
+        alias="promptCache",
+        description="Save a llama.cpp server's slots (its cached prompts) before it stops and "
+        "restore them when it starts again, so a conversation is not prefilled again after a "
+        "swap (default: top level promptCache.enabled).",
+    )
     capabilities: RawCapabilities | None = Field(
         None,
         description="What the model takes and can do, as llama-swap declares it ({in: [text, "
@@ -819,6 +827,12 @@ class RawConfig(BaseModel):
         description="While a swap waits for the models it evicts to drain and stop, read the "
         "next model's weight files (GGUF, safetensors) into the page cache, never more than "
         "the memory available minus a margin; false: never.",
+    )
+    prompt_cache: RawPromptCache = Field(
+        default_factory=RawPromptCache,
+        alias="promptCache",
+        description="The prompt cache kept across a swap (llama.cpp's slots saved and "
+        "restored): {enabled, diskBudget, saveTimeout, restoreTimeout}.",
     )
     spare_keeper: bool = Field(
         True,
