@@ -21,13 +21,14 @@ from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
+from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
 from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
 from modelswap.measure import MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
-from modelswap.observe.capabilities import CapabilityMemory, observed_from
+from modelswap.observe.capabilities import CapabilityMemory, command_key, observed_from
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
@@ -57,7 +58,9 @@ from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.supervisor.process import LISTEN_HISTORY, ManagedProcess
+from modelswap.supervisor.promptcache import PromptCache
 from modelswap.supervisor.reaper import Reaper
+from modelswap.supervisor.slotstore import SlotStore
 from modelswap.supervisor.spare import Launcher
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,9 @@ class Runtime:
             state_dir / "capabilities.json" if state_dir else None
         )
         self.events.add_listener(self._remember_capabilities)
+        # llama.cpp slots saved before a stop, restored after the next start (issue 30).
+        self.slot_store = SlotStore(state_dir / "prompt-cache" if state_dir else None)
+        self._prompt_cache: PromptCache | None = None  # made by start(): it needs a session
         self.configured: dict[str, ConfiguredLimits] = {}
         self.refresh_configured()
         self.events.add_listener(self._warn_on_context_mismatch)
@@ -169,6 +175,9 @@ class Runtime:
         for model_id, model in self.config.models.items():
             self.configured[model_id] = parse_configured(model.cmd)
         self.capability_memory.forget_changed(self.config.models)
+        self.slot_store.forget_changed(
+            {m.id: command_key(m) for m in self.config.models.values() if m.prompt_cache}
+        )
 
     def spawn(self, coro: Coroutine[object, object, None], name: str) -> None:
         """Run ``coro`` in the background until it ends or the runtime closes."""
@@ -308,6 +317,13 @@ class Runtime:
             skip_auto_headers=SKIP_AUTO_HEADERS,
             request_class=RelayRequest,
         )
+        self._prompt_cache = PromptCache(
+            self.slot_store,
+            SlotClient(self._health_session),
+            identity=command_key,
+            save_path_of=save_path,
+            settings=lambda: self.config.prompt_cache,
+        )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
         self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())
         sampler = MemorySampler(
@@ -351,6 +367,7 @@ class Runtime:
             record=self.backend_record,
             containment=self.containment,
             launcher=self.launcher,
+            prompt_cache=self._prompt_cache,
             stop_grace=self._stop_grace if model.stop_grace is None else model.stop_grace,
             readiness_history=self.stats.readiness(model.id, LISTEN_HISTORY),
         )

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-slots", action="store_true")
     parser.add_argument("--api-key", default=None)
     parser.add_argument(
+        "--slot-save-path",
+        default=os.environ.get("LLAMA_ARG_SLOT_SAVE_PATH") or None,
+        help="a folder for POST /slots/{id}?action=save|restore (as llama-server, also from "
+        "$LLAMA_ARG_SLOT_SAVE_PATH; without it the server answers those 501)",
+    )
+    parser.add_argument(
         "-lv",
         "--verbosity",
         "--log-verbosity",
@@ -88,6 +94,9 @@ def _params(args: argparse.Namespace) -> object:
     params.endpoint_slots = not args.no_slots
     if args.api_key:
         params.api_keys = [args.api_key]
+    if args.slot_save_path:
+        # llama-server appends the separator itself; the server joins folder + file name
+        params.slot_save_path = os.path.join(args.slot_save_path, "")
     return params
 
 
@@ -96,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.path.isfile(args.model):
         print(f"error loading model: file not found: {args.model}", file=sys.stderr, flush=True)
         return 1
+    if args.slot_save_path:
+        try:
+            os.makedirs(args.slot_save_path, exist_ok=True)
+        except OSError as exc:
+            print(f"error: --slot-save-path: {exc}", file=sys.stderr, flush=True)
+            return 1
     try:
         import xllamacpp
     except ImportError as exc:
