@@ -186,6 +186,27 @@ MUTATIONS = (
         'needle = b"\\0" + os.fsencode(f"{TAG_ENV}={tag}")',
         ("tests/unit/supervisor/test_keeper_rules.py",),
     ),
+    Mutation(
+        "spl-deny-ignored",  # a policy's deny let the request through (issue 29: fail closed)
+        "src/modelswap/http/relay/policy.py",
+        "raise PolicyDeniedError(denied.status, denied.message)",
+        "pass",
+        ("tests/unit/http/test_spl_relay.py",),
+    ),
+    Mutation(
+        "spl-hook-not-compiled",  # hooks.on_request accepted but never run (issue 29)
+        "src/modelswap/config/policies.py",
+        'on_request = compile_one(raw.hooks.on_request, shared, ("hooks", "on_request"))',
+        "on_request = None",
+        ("tests/unit/config/test_spl_config.py",),
+    ),
+    Mutation(
+        "spl-not-equal-inverted",  # != read as = (issue 29)
+        "src/modelswap/policy/evaluate.py",
+        "return not _equals(value, condition.value)",
+        "return _equals(value, condition.value)",
+        ("tests/unit/policy/test_spl_eval.py",),
+    ),
 )
 
 
