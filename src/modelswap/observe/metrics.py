@@ -121,6 +121,35 @@ class Metrics:
             buckets=START_BUCKETS,
             registry=r,
         )
+        # The prompt cache kept across a swap (issue 30): per slot saved, restored, kept,
+        # skipped (the ceiling or the budget), failed or dropped; the bytes and tokens saved
+        # and restored; failures (a slot failed or dropped, or the slots could not be listed).
+        self.cache_slots = Counter(
+            "modelswap_prompt_cache_slots",
+            "llama.cpp slots by action (save, restore) and result (saved, restored, kept, "
+            "skipped, failed, dropped)",
+            ["model", "action", "result"],
+            registry=r,
+        )
+        self.cache_bytes = Counter(
+            "modelswap_prompt_cache_bytes",
+            "Bytes of prompt cache saved and restored",
+            ["model", "action"],
+            registry=r,
+        )
+        self.cache_tokens = Counter(
+            "modelswap_prompt_cache_tokens",
+            "Tokens of prompt cache saved and restored",
+            ["model", "action"],
+            registry=r,
+        )
+        self.cache_failures = Counter(
+            "modelswap_prompt_cache_failures",
+            "Slots that failed to save or were dropped at a restore, and saves or restores "
+            "that could not list the slots",
+            ["model", "action"],
+            registry=r,
+        )
         r.register(_LiveCollector(view))
         self._cache: dict[tuple[str, str, int, str | None], tuple[Any, Any]] = {}
         self._ttfb: dict[tuple[str, str, str], Any] = {}
@@ -160,6 +189,23 @@ class Metrics:
         self.starts.labels(model, "ready" if ok else "failed").inc()
         if ok and seconds is not None:
             self.start_duration.labels(model).observe(seconds)
+
+    def prompt_cache(self, action: str, report: Mapping[str, Any]) -> None:
+        """One save or restore report (``prompt_cache.saved``/``.restored`` events)."""
+        model = str(report.get("model") or "")
+        detail = report.get("detail")
+        failures = 1 if report.get("error") else 0
+        for slot in detail if isinstance(detail, list) else []:
+            result = slot.get("result") if isinstance(slot, dict) else None
+            if isinstance(result, str):
+                self.cache_slots.labels(model, action, result).inc()
+                failures += result in ("failed", "dropped")
+        for counter, key in ((self.cache_bytes, "bytes"), (self.cache_tokens, "tokens")):
+            value = report.get(key)
+            if isinstance(value, int) and value > 0:
+                counter.labels(model, action).inc(value)
+        if failures:
+            self.cache_failures.labels(model, action).inc(failures)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

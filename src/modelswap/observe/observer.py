@@ -63,6 +63,10 @@ class Observer:
             log.exception("recording a finished request failed")
 
     def _on_event(self, event: Event) -> None:
+        if event.kind in ("prompt_cache.saved", "prompt_cache.restored"):
+            action = "save" if event.kind == "prompt_cache.saved" else "restore"
+            self.metrics.prompt_cache(action, event.data)
+            return
         if event.kind != "process.state":
             return
         model = str(event.data["model"])

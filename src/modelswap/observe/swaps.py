@@ -38,6 +38,8 @@ class SwapReceipts:
             receipt["first_request_id"] = data.get("request_id")
             if isinstance(data.get("load"), int | float):
                 receipt["first_request_load_seconds"] = round(float(data["load"]), 4)
+            if isinstance(data.get("cached_tokens"), int):  # a restored prompt cache shows here
+                receipt["first_request_cached_tokens"] = data["cached_tokens"]
 
     def last(self, model: str) -> dict[str, Any] | None:
         """The newest swap to ``model`` (a copy), or None."""
