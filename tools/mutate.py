@@ -139,9 +139,9 @@ MUTATIONS = (
     ),
     Mutation(
         "inflight-cancel-read-scope",  # a read key could cancel requests (issue 17)
-        "src/modelswap/http/route_classes.py",
-        '_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/", "/comfyui/")',
-        '_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/comfyui/")',
+        "src/modelswap/http/routes/inflight.py",
+        'declare(app, "POST", "/api/inflight/{id}/cancel", cancel, ADMIN)',
+        'declare(app, "POST", "/api/inflight/{id}/cancel", cancel, "read")',
         ("tests/unit/http/test_auth.py",),
     ),
     Mutation(

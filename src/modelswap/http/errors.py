@@ -61,10 +61,6 @@ def envelope(
     return {"error": error}
 
 
-# Routes whose clients read Anthropic's error shape (the ``anthropic`` SDK and its kin).
-ANTHROPIC_PATHS = frozenset(
-    {"/v1/messages", "/v1/messages/count_tokens", "/v/messages", "/v/messages/count_tokens"}
-)
 # Anthropic's error types by status (its API reference, "Errors").
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",

@@ -1,114 +1,165 @@
-"""Which scope each path needs: the one table that auth, observation and the routes read.
+"""Routes and their scopes: every route states its scope where it is registered, and an app
+with a route that does not cannot be built; the model routes' paths, with what each is (chat,
+Anthropic's shape), are one table.
 
-Classes: ``open`` (``/health``, ``/``, the web UI's files), ``inference`` (model routes, the
+Scopes: ``open`` (``/health``, ``/``, the web UI's files), ``inference`` (model routes, the
 model list), ``read`` (status, logs, events, security report), ``admin`` (load/unload, config
-export, upstream passthrough) and ``any`` (unknown paths: a valid key of any scope, so a 404
-never tells an unauthenticated client which routes exist). Imports nothing of ``http``, so
-every module there may read it without a cycle.
+export, upstream passthrough) and ``any`` (a valid key of any scope: ``/api/whoami``, and every
+path no route serves, so a 404 never tells an unauthenticated client which routes exist).
+:func:`declare` registers a route with its scope; :func:`check_declared` refuses an app that
+holds a route registered another way (fail closed: the default is not ``any``);
+:func:`scope_of` is what authentication asks. Imports nothing of ``http``, so every module there
+may read it without a cycle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+OPEN, INFERENCE, READ, ADMIN, ANY = "open", "inference", "read", "admin", "any"
+SCOPES = frozenset({OPEN, INFERENCE, READ, ADMIN, ANY})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPath:
+    """A path routed by the body's ``model``, and what its answers are."""
+
+    path: str
+    chat: bool = False  # a chat completion: llama-swap's loading chunk (sendLoadingState)
+    usage: bool = False  # streamed answers carry a final usage chunk when asked
+    anthropic: bool = False  # its clients read Anthropic's error shape
+
+
 # Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
-INFERENCE_PATHS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/rerank",
-    "/v1/reranking",
-    "/rerank",
-    "/reranking",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/completion",
-    "/infill",
-    "/v1/audio/{tail:.+}",
-    "/v1/images/{tail:.+}",
-    # llama-swap's pass-through prefixes routed by the body's `model`: stable-diffusion.cpp's
-    # /sdapi, audio.cpp's task API (sent without /audioapi) and the versionless /v/ routes
-    # (sent without /v, for a backend whose proxy URL ends in /v1; llama-swap's issue #728)
-    "/sdapi/v1/txt2img",
-    "/sdapi/v1/img2img",
-    "/audioapi/v1/tasks/run",
-    "/v/chat/completions",
-    "/v/responses",
-    "/v/completions",
-    "/v/messages",
-    "/v/messages/count_tokens",
-    "/v/embeddings",
-    "/v/rerank",
-    "/v/reranking",
+# llama-swap's pass-through prefixes are routed by the body's `model` as well: stable-diffusion
+# .cpp's /sdapi, audio.cpp's task API (sent without /audioapi) and the versionless /v/ routes
+# (sent without /v, for a backend whose proxy URL ends in /v1; llama-swap's issue #728).
+MODEL_PATHS = (
+    ModelPath("/v1/chat/completions", chat=True, usage=True),
+    ModelPath("/v1/completions", usage=True),
+    ModelPath("/v1/embeddings"),
+    ModelPath("/v1/responses"),
+    ModelPath("/v1/rerank"),
+    ModelPath("/v1/reranking"),
+    ModelPath("/rerank"),
+    ModelPath("/reranking"),
+    ModelPath("/v1/messages", anthropic=True),
+    ModelPath("/v1/messages/count_tokens", anthropic=True),
+    ModelPath("/completion"),
+    ModelPath("/infill"),
+    ModelPath("/v1/audio/{tail:.+}"),
+    ModelPath("/v1/images/{tail:.+}"),
+    ModelPath("/sdapi/v1/txt2img"),
+    ModelPath("/sdapi/v1/img2img"),
+    ModelPath("/audioapi/v1/tasks/run"),
+    ModelPath("/v/chat/completions", chat=True, usage=True),
+    ModelPath("/v/responses"),
+    ModelPath("/v/completions", usage=True),
+    ModelPath("/v/messages", anthropic=True),
+    ModelPath("/v/messages/count_tokens", anthropic=True),
+    ModelPath("/v/embeddings"),
+    ModelPath("/v/rerank"),
+    ModelPath("/v/reranking"),
 )
+INFERENCE_PATHS = tuple(p.path for p in MODEL_PATHS)
+CHAT_PATHS = frozenset(p.path for p in MODEL_PATHS if p.chat)
+USAGE_PATHS = frozenset(p.path for p in MODEL_PATHS if p.usage)
+ANTHROPIC_PATHS = frozenset(p.path for p in MODEL_PATHS if p.anthropic)
 # GET routes whose model is the `model` query parameter, as in llama-swap
 QUERY_ROUTED_PATHS = ("/sdapi/v1/loras", "/v1/audio/voices")
 # llama-swap's ComfyUI pass-through: every path below it goes to the model `comfyui_auto`
 COMFYUI_MODEL = "comfyui_auto"
 
-OPEN, INFERENCE, READ, ADMIN = "open", "inference", "read", "admin"
-
 # The model list, and one model of it (GET /v1/models/{id}), need the same scope.
 MODEL_PREFIXES = ("/v1/models/", "/models/")
-_INFERENCE_PREFIXES = (
-    *(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p),
-    *MODEL_PREFIXES,
-)
+_INFERENCE_PREFIXES = tuple(p.split("{", 1)[0] for p in INFERENCE_PATHS if "{" in p)
 _INFERENCE_EXACT = frozenset(p for p in INFERENCE_PATHS if "{" not in p) | {
-    "/v1/models",
-    "/models",
     "/props",  # llama-swap's /props?model=: the model's server's /props
     *QUERY_ROUTED_PATHS,
 }
-_READ_EXACT = frozenset(
-    {
-        "/running",
-        "/api/events",
-        "/api/security",
-        "/metrics",
-        "/api/activity",
-        "/logs",
-        "/api/memory",
-        "/api/plan",
-        "/api/peers",
-        "/api/profiles",
-        "/api/performance",
-        "/api/hardware",
-        "/api/inflight",
-    }
-)
-# llama-swap's /api/captures/{id} and /api/metrics/{activity,stats}: the activity log's rows
-_READ_PREFIXES = ("/logs/", "/api/captures/", "/api/metrics/")
-# /api/inflight/{id}/cancel: llama-swap's cancel of an in-flight request
-# /comfyui/...: any path of a ComfyUI server, as /upstream/ is any path of a model's server
-_ADMIN_PREFIXES = ("/api/models/", "/upstream/", "/api/inflight/", "/comfyui/")
-# llama-swap's: /unload, /upstream, /comfyui and switching the active profile
-_ADMIN_EXACT = frozenset(
-    {"/api/config", "/unload", "/upstream", "/comfyui", "/api/profiles/active"}
-)
+
+# ---- each route's scope, declared where it is registered ------------------------------------
+
+ScopeTable = dict[str, str]  # a resource's canonical path -> the scope it needs
+ROUTE_SCOPES: web.AppKey[ScopeTable] = web.AppKey("route_scopes", dict)
 
 
-def route_class(path: str) -> str:
-    """The scope a path needs. Unknown paths need a valid key of any scope (so a 404 never
-    tells an unauthenticated client which routes exist)."""
-    if path in ("/health", "/", "/ui", "/api/version") or path.startswith("/ui/"):
-        return OPEN  # the web UI's static files: every API call they make carries a key
-    if path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES):
-        return INFERENCE
-    if path in _READ_EXACT or path.startswith(_READ_PREFIXES):
-        return READ
-    if path in _ADMIN_EXACT or path.startswith(_ADMIN_PREFIXES):
-        return ADMIN
-    return "any"
+class UndeclaredRouteError(RuntimeError):
+    """A route was registered without a scope (not through :func:`declare`)."""
+
+
+def declare(
+    app: web.Application, method: str, path: str, handler: Handler, scope: str
+) -> web.AbstractRoute:
+    """Register ``method path`` (``*``: any method; GET also answers HEAD) with the scope a
+    request on it needs."""
+    if method == "GET":
+        route = app.router.add_get(path, handler)
+    else:
+        route = app.router.add_route(method, path, handler)
+    _record(app, route.resource, scope)
+    return route
+
+
+def declare_static(app: web.Application, prefix: str, directory: Path, scope: str) -> None:
+    """Serve ``directory``'s files below ``prefix`` with the scope they need."""
+    _record(app, app.router.add_static(prefix, directory, append_version=False), scope)
+
+
+def _record(app: web.Application, resource: web.AbstractResource | None, scope: str) -> None:
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; one of {sorted(SCOPES)}")
+    if resource is None:
+        raise UndeclaredRouteError("a route without a resource cannot be given a scope")
+    if ROUTE_SCOPES not in app:
+        app[ROUTE_SCOPES] = {}
+    known = app[ROUTE_SCOPES].setdefault(resource.canonical, scope)
+    if known != scope:
+        raise ValueError(
+            f"{resource.canonical} is declared both {known!r} and {scope!r}: one path, one scope"
+        )
+
+
+def check_declared(app: web.Application) -> None:
+    """Refuse an app holding a route whose scope was never declared."""
+    table = app.get(ROUTE_SCOPES, {})
+    missing = sorted({r.canonical for r in app.router.resources()} - set(table))
+    if missing:
+        raise UndeclaredRouteError(
+            "routes registered without a scope (use route_classes.declare): " + ", ".join(missing)
+        )
+
+
+def scope_of(request: web.Request) -> str:
+    """The scope a request needs: its route's, declared; ``any`` where no route serves it (a
+    404 or a 405 asks only for a valid key, whatever its scope); ``admin`` for a route that
+    somehow lacks one (never: :func:`check_declared`)."""
+    return scope_for(request.app, request.match_info)
+
+
+def scope_for(app: web.Application, match_info: web.UrlMappingMatchInfo) -> str:
+    """:func:`scope_of` for a request that ``app``'s router resolved to ``match_info``."""
+    resource = match_info.route.resource
+    if resource is None:
+        return ANY
+    return app.get(ROUTE_SCOPES, {}).get(resource.canonical, ADMIN)
+
+
+def inference_path(path: str) -> bool:
+    """A model route's path (the body's, the query's or /props's model), not the model list."""
+    return path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES)
 
 
 def model_routed(path: str) -> bool:
     """Whether a request on ``path`` goes to a model's server or a peer (inference, ``/props``,
     ``/upstream/``, ``/comfyui/``), not the gateway's own listing or pages."""
-    if path.startswith(("/upstream/", "/comfyui/")):
-        return True
-    if path in ("/v1/models", "/models") or path.startswith(MODEL_PREFIXES):
-        return False
-    return path in _INFERENCE_EXACT or path.startswith(_INFERENCE_PREFIXES)
+    return path.startswith(("/upstream/", "/comfyui/")) or inference_path(path)
 
 
 def upstream_path(path: str) -> str:

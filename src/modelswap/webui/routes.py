@@ -114,10 +114,10 @@ def memory_view(runtime: Runtime) -> dict[str, Any]:
             entry["limits"] = limits
             entry["limit_bytes"] = min(limit["bytes"] for limit in limits)
         resources.append(entry)
-    return {"resources": resources}
+    # Every configured model in the config's order: the page colours each by its place here,
+    # so a model keeps one colour in every basin and at every refresh (issue 32 #7).
+    return {"resources": resources, "model_order": list(config.models)}
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/ui", ui_redirect)
-    app.router.add_get("/ui/", ui_index)
-    app.router.add_static("/ui", STATIC, append_version=False)
+# Declared, with their scope (open: every API call the pages make carries a key), by
+# http/server/app.py: the web UI never imports http.

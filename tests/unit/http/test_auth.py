@@ -1,14 +1,15 @@
-"""Client authentication in isolation: route classes, the three credential forms, constant-time
-matching (asserted on the code path, not on timing), the auth and CORS middlewares on an
-in-process server (with the failure limiter on a fake clock and a recording sleep: a valid key is
-never slowed), client credentials never forwarded upstream, and the /upstream path guard. The
-limiter itself: test_throttle.py."""
+"""Client authentication in isolation: each route's declared scope, the three credential forms,
+constant-time matching (asserted on the code path, not on timing), the auth and CORS middlewares
+on an in-process server (with the failure limiter on a fake clock and a recording sleep: a valid
+key is never slowed), client credentials never forwarded upstream, and the /upstream path guard.
+The limiter itself: test_throttle.py."""
 
 from __future__ import annotations
 
 import base64
 import hmac
 import json
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from modelswap.config import load_config_text
 from modelswap.config.resolved import ApiKey
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import client_key
@@ -24,66 +26,164 @@ from modelswap.http.middleware.auth import auth_middleware, match_key, presented
 from modelswap.http.middleware.cors import ALLOW_HEADERS, Cors
 from modelswap.http.middleware.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
 from modelswap.http.relay.proxy import request_headers
-from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, route_class
+from modelswap.http.route_classes import (
+    ADMIN,
+    ANY,
+    INFERENCE,
+    OPEN,
+    READ,
+    ROUTE_SCOPES,
+    UndeclaredRouteError,
+    check_declared,
+    declare,
+    scope_for,
+)
 from modelswap.http.routes.admin import check_upstream_path
+from modelswap.http.server.app import create_app
+from modelswap.runtime import Runtime
 
 
 def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-# --- route classes --------------------------------------------------------------------------
+# --- each route's scope, declared with it ----------------------------------------------------
+
+# Every route the gateway serves, by its path pattern, and the scope it needs. A route added
+# without its scope cannot be built (test_an_undeclared_route_refuses_the_app); one added with a
+# scope must be added here too, so a scope is always a decision someone saw.
+DECLARED = {
+    "/": OPEN,
+    "/api/activity": READ,
+    "/api/captures/{id}": READ,
+    "/api/config": ADMIN,
+    "/api/events": READ,
+    "/api/hardware": READ,
+    "/api/inflight": READ,
+    "/api/inflight/{id}/cancel": ADMIN,
+    "/api/memory": READ,
+    "/api/metrics/activity": READ,
+    "/api/metrics/stats": READ,
+    "/api/models/load/{model}": ADMIN,
+    "/api/models/unload": ADMIN,
+    "/api/models/unload/{model}": ADMIN,
+    "/api/peers": READ,
+    "/api/performance": READ,
+    "/api/plan": READ,
+    "/api/profiles": READ,
+    "/api/profiles/active": ADMIN,
+    "/api/security": READ,
+    "/api/version": OPEN,
+    "/api/whoami": ANY,
+    "/audioapi/v1/tasks/run": INFERENCE,
+    "/comfyui": ADMIN,
+    "/comfyui/{rest}": ADMIN,
+    "/completion": INFERENCE,
+    "/health": OPEN,
+    "/infill": INFERENCE,
+    "/logs": READ,
+    "/logs/stream": READ,
+    "/logs/stream/{model}": READ,
+    "/logs/{model}": READ,
+    "/metrics": READ,
+    "/models": INFERENCE,
+    "/models/{model_id}": INFERENCE,
+    "/props": INFERENCE,
+    "/rerank": INFERENCE,
+    "/reranking": INFERENCE,
+    "/running": READ,
+    "/sdapi/v1/img2img": INFERENCE,
+    "/sdapi/v1/loras": INFERENCE,
+    "/sdapi/v1/txt2img": INFERENCE,
+    "/ui": OPEN,
+    "/ui/": OPEN,
+    "/unload": ADMIN,
+    "/upstream": ADMIN,
+    "/upstream/{rest}": ADMIN,
+    "/v/chat/completions": INFERENCE,
+    "/v/completions": INFERENCE,
+    "/v/embeddings": INFERENCE,
+    "/v/messages": INFERENCE,
+    "/v/messages/count_tokens": INFERENCE,
+    "/v/rerank": INFERENCE,
+    "/v/reranking": INFERENCE,
+    "/v/responses": INFERENCE,
+    "/v1/audio/voices": INFERENCE,
+    "/v1/audio/{tail}": INFERENCE,
+    "/v1/chat/completions": INFERENCE,
+    "/v1/completions": INFERENCE,
+    "/v1/embeddings": INFERENCE,
+    "/v1/images/{tail}": INFERENCE,
+    "/v1/messages": INFERENCE,
+    "/v1/messages/count_tokens": INFERENCE,
+    "/v1/models": INFERENCE,
+    "/v1/models/{model_id}": INFERENCE,
+    "/v1/rerank": INFERENCE,
+    "/v1/reranking": INFERENCE,
+    "/v1/responses": INFERENCE,
+}
+
+
+def gateway_app() -> web.Application:
+    config = load_config_text(
+        "stateDir: ':memory:'\nactivity: {enabled: false}\n"
+        "models:\n  fake:\n    cmd: x --port ${PORT}\n"
+    )
+    return create_app(Runtime(config, use_reaper=False))
+
+
+def test_every_route_of_the_gateway_declares_the_scope_it_needs() -> None:
+    app = gateway_app()
+    canonical = {resource.canonical for resource in app.router.resources()}
+    assert canonical == set(DECLARED)
+    assert app[ROUTE_SCOPES] == DECLARED
+
+
+def test_an_undeclared_route_refuses_the_app() -> None:
+    app = web.Application()
+    declare(app, "GET", "/declared", _who, READ)
+    check_declared(app)
+    app.router.add_get("/forgotten/{x}", _who)
+    with pytest.raises(UndeclaredRouteError, match=re.escape("/forgotten/{x}")):
+        check_declared(app)
+
+
+def test_one_path_cannot_have_two_scopes() -> None:
+    app = web.Application()
+    declare(app, "GET", "/p", _who, READ)
+    declare(app, "PUT", "/p", _who, READ)  # the same scope again is fine
+    with pytest.raises(ValueError, match="one path, one scope"):
+        declare(app, "POST", "/p", _who, ADMIN)
+    with pytest.raises(ValueError, match="unknown scope"):
+        declare(app, "GET", "/q", _who, "everyone")
 
 
 @pytest.mark.parametrize(
-    ("path", "needed"),
+    ("method", "path", "needed"),
     [
-        ("/health", OPEN),
-        ("/", OPEN),
-        ("/v1/models", INFERENCE),
-        ("/models", INFERENCE),
-        ("/v1/chat/completions", INFERENCE),
-        ("/v1/completions", INFERENCE),
-        ("/v1/embeddings", INFERENCE),
-        ("/v1/messages", INFERENCE),
-        ("/v1/messages/count_tokens", INFERENCE),
-        ("/v1/responses", INFERENCE),
-        ("/v1/audio/transcriptions", INFERENCE),
-        ("/v1/images/generations", INFERENCE),
-        ("/completion", INFERENCE),
-        ("/infill", INFERENCE),
-        ("/running", READ),
-        ("/logs/qwen", READ),
-        ("/logs/org/model", READ),
-        ("/api/events", READ),
-        ("/api/security", READ),
-        ("/metrics", READ),
-        ("/api/config", ADMIN),
-        ("/api/models/unload", ADMIN),
-        ("/api/models/unload/qwen", ADMIN),
-        ("/upstream/qwen/health", ADMIN),
-        ("/upstream/qwen/../../x", ADMIN),
-        ("/api/inflight", READ),
-        ("/api/inflight/7/cancel", ADMIN),
-        ("/sdapi/v1/txt2img", INFERENCE),
-        ("/sdapi/v1/loras", INFERENCE),
-        ("/audioapi/v1/tasks/run", INFERENCE),
-        ("/v/chat/completions", INFERENCE),
-        ("/v/messages", INFERENCE),
-        ("/comfyui", ADMIN),
-        ("/comfyui/api/prompt", ADMIN),
-        ("/sdapi/v1/options", "any"),
-        ("/api/captures/3", READ),
-        ("/api/metrics/activity", READ),
-        ("/api/metrics/stats", READ),
-        ("/nope", "any"),
-        ("/healthz", "any"),
-        ("/api/configs", "any"),
-        ("/v1/modelsx", "any"),
+        ("GET", "/health", OPEN),
+        ("GET", "/ui/app.js", OPEN),
+        ("POST", "/v1/chat/completions", INFERENCE),
+        ("POST", "/v1/audio/transcriptions", INFERENCE),
+        ("GET", "/v1/models/org/model", INFERENCE),
+        ("GET", "/logs/org/model", READ),
+        ("POST", "/api/inflight/7/cancel", ADMIN),
+        ("GET", "/upstream/qwen/../../x", ADMIN),
+        ("PUT", "/comfyui/api/prompt", ADMIN),
+        ("GET", "/api/whoami", ANY),
+        # No route: a valid key of any scope, so a 404 tells nothing to a client without one.
+        ("GET", "/sdapi/v1/options", ANY),
+        ("GET", "/v1/modelsx", ANY),
+        ("GET", "/api/configs", ANY),
+        ("DELETE", "/api/config", ANY),  # a 405 is no more telling than a 404
     ],
 )
-def test_route_class(path: str, needed: str) -> None:
-    assert route_class(path) == needed
+async def test_a_request_needs_the_scope_of_the_route_it_reaches(
+    method: str, path: str, needed: str
+) -> None:
+    app = gateway_app()
+    request = make_mocked_request(method, path, app=app)
+    assert scope_for(app, await app.router.resolve(request)) == needed
 
 
 # --- the credential a client presents ------------------------------------------------------
@@ -243,9 +343,9 @@ async def _who(request: web.Request) -> web.Response:
 class serve:
     def __init__(self, keys: tuple[ApiKey, ...], limiter: FailureLimiter | None = None) -> None:
         app = web.Application(middlewares=[auth_middleware(keys, limiter or FailureLimiter())])
-        for path in ROUTES:
-            app.router.add_route("*", path, _who)
-        app.router.add_route("*", "/somewhere-else", _who)
+        for path, scope in ROUTES.items():
+            declare(app, "*", path, _who, scope)
+        declare(app, "*", "/somewhere-else", _who, ANY)
         self.client = TestClient(TestServer(app))
 
     async def __aenter__(self) -> TestClient[web.Request, web.Application]:
@@ -392,7 +492,7 @@ def cors_app(origins: tuple[str, ...], keys: tuple[ApiKey, ...]) -> web.Applicat
     cors = Cors(origins)
     app = web.Application(middlewares=[cors.preflight, auth_middleware(keys, FailureLimiter())])
     app.on_response_prepare.append(cors.on_prepare)
-    app.router.add_route("*", "/v1/models", _who)
+    declare(app, "*", "/v1/models", _who, INFERENCE)
 
     async def stream(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -401,7 +501,7 @@ def cors_app(origins: tuple[str, ...], keys: tuple[ApiKey, ...]) -> web.Applicat
         await response.write_eof()
         return response
 
-    app.router.add_post("/v1/chat/completions", stream)
+    declare(app, "POST", "/v1/chat/completions", stream, INFERENCE)
     return app
 
 

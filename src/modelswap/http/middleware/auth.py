@@ -1,7 +1,7 @@
 """Client authentication and authorisation: keys with scopes, compared in constant time.
 
-The scope each path needs is :func:`modelswap.http.route_classes.route_class`. With no
-``apiKeys`` configured every route is open — modelswap then listens on loopback only (the
+The scope each route needs is declared with it (:func:`modelswap.http.route_classes.declare`).
+With no ``apiKeys`` configured every route is open — modelswap then listens on loopback only (the
 exposure policy in ``config.security``).
 
 A wrong key is answered 401 after a wait that grows with recent failures
@@ -25,7 +25,7 @@ from modelswap.config.resolved import ApiKey
 from modelswap.http.errors import error_response
 from modelswap.http.keys import AUTHORISED, CLIENT, Client
 from modelswap.http.middleware.throttle import FailureLimiter
-from modelswap.http.route_classes import OPEN, route_class
+from modelswap.http.route_classes import ANY, OPEN, scope_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -68,7 +68,7 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[CLIENT] = Client(None)
-        needed = route_class(request.path)
+        needed = scope_of(request)
         keys = current()
         if not keys:
             request[AUTHORISED] = True
@@ -89,7 +89,7 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
             )
             response.headers["WWW-Authenticate"] = 'Bearer realm="modelswap"'
             return response
-        if needed != "any" and needed not in key.scopes:
+        if needed != ANY and needed not in key.scopes:
             return error_response(
                 f"This key ({key.name}) lacks the `{needed}` scope for {request.path}.",
                 403,

@@ -24,7 +24,7 @@ from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of, error_res
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.middleware.inflight import CANCELLED_CODE, INFLIGHT, RESPONSE
 from modelswap.http.middleware.request_id import request_id
-from modelswap.http.route_classes import INFERENCE, MODEL_PREFIXES, route_class
+from modelswap.http.route_classes import inference_path
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.usage import UsageTracker
 from modelswap.redact import Redactor
@@ -148,9 +148,7 @@ def _with_session(
 
 
 def observed(path: str) -> bool:
-    if path in ("/v1/models", "/models") or path.startswith(MODEL_PREFIXES):
-        return False
-    return route_class(path) == INFERENCE or path.startswith("/upstream/")
+    return inference_path(path) or path.startswith("/upstream/")
 
 
 @web.middleware

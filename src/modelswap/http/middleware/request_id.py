@@ -14,7 +14,7 @@ import uuid
 
 from aiohttp import web
 
-from modelswap.http.errors import ANTHROPIC_PATHS
+from modelswap.http.route_classes import ANTHROPIC_PATHS
 
 HEADER = "X-Request-Id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -30,7 +30,7 @@ from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
 from modelswap.http.relay.filters import apply_layers
 from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
-from modelswap.http.route_classes import upstream_path
+from modelswap.http.route_classes import USAGE_PATHS, upstream_path
 from modelswap.observe.usage import UsageTracker, request_usage_injection
 from modelswap.routing.peers import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 FALLBACK_ON = (StartError, UpstreamError, UpstreamTimeoutError, PeerUnavailableError)
 HOPS_HEADER = "X-Modelswap-Hops"
 MAX_HOPS = 8
-# Streamed answers on these carry a final usage chunk when asked (stream_options).
-USAGE_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v/chat/completions", "/v/completions"}
-)
 
 
 def forwarded_path_qs(request: web.Request) -> str:

@@ -27,6 +27,7 @@ from modelswap.http.errors import error_code_of, response_for
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay.sse import error_event, event_stream
+from modelswap.http.route_classes import CHAT_PATHS
 from modelswap.routing.local import Lease, LocalRouter
 from modelswap.states import ProcessState
 
@@ -71,7 +72,7 @@ class WaitingStream:
         """An SSE comment; with ``sendLoadingState`` on a chat stream, llama-swap's chunk with
         the text as ``reasoning_content`` instead, for chat UIs that show thinking."""
         wanted = router.processes[model].config.send_loading_state
-        if not wanted or self._request.path not in ("/v1/chat/completions", "/v/chat/completions"):
+        if not wanted or self._request.path not in CHAT_PATHS:
             return f": {text}\n\n".encode()
         chunk = {
             "id": f"loading-{model}",

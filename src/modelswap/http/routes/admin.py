@@ -14,6 +14,7 @@ from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay import proxy
+from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, declare
 from modelswap.http.routes.catalog import running_rows
 from modelswap.http.routes.openai import read_body
 from modelswap.http.routes.plan import add_plan_fields
@@ -229,18 +230,19 @@ def check_upstream_path(raw_path: str, decoded: str) -> None:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/", index)
-    app.router.add_get("/health", health)
-    app.router.add_get("/running", running)
-    app.router.add_get("/unload", unload_everything)
-    app.router.add_get("/api/version", version)
-    app.router.add_get("/upstream", upstream_index)
-    app.router.add_get("/props", props)
-    app.router.add_get("/api/profiles", profiles)
-    app.router.add_get("/api/profiles/active", active_profile)
-    app.router.add_put("/api/profiles/active", switch_profile)
-    app.router.add_post("/api/models/unload", unload_all)
-    app.router.add_post("/api/models/unload/{model:.+}", unload_one)
-    app.router.add_post("/api/models/load/{model:.+}", load_one)
-    app.router.add_get("/logs/{model:.+}", logs)
-    app.router.add_route("*", "/upstream/{rest:.+}", upstream)
+    declare(app, "GET", "/", index, OPEN)
+    declare(app, "GET", "/health", health, OPEN)
+    declare(app, "GET", "/running", running, READ)
+    declare(app, "GET", "/unload", unload_everything, ADMIN)  # llama-swap's, a GET that acts
+    declare(app, "GET", "/api/version", version, OPEN)
+    declare(app, "GET", "/upstream", upstream_index, ADMIN)
+    declare(app, "GET", "/props", props, INFERENCE)  # llama-swap's /props?model=
+    declare(app, "GET", "/api/profiles", profiles, READ)
+    # One path, one scope: switching the active profile is admin, so reading it is too.
+    declare(app, "GET", "/api/profiles/active", active_profile, ADMIN)
+    declare(app, "PUT", "/api/profiles/active", switch_profile, ADMIN)
+    declare(app, "POST", "/api/models/unload", unload_all, ADMIN)
+    declare(app, "POST", "/api/models/unload/{model:.+}", unload_one, ADMIN)
+    declare(app, "POST", "/api/models/load/{model:.+}", load_one, ADMIN)
+    declare(app, "GET", "/logs/{model:.+}", logs, READ)
+    declare(app, "*", "/upstream/{rest:.+}", upstream, ADMIN)

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
+from modelswap.http.route_classes import READ, declare
 from modelswap.observe.activity import PageQuery
 from modelswap.observe.histogram import histogram
 
@@ -253,6 +254,6 @@ async def capture(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/captures/{id}", capture)
-    app.router.add_get("/api/metrics/activity", metrics_activity)
-    app.router.add_get("/api/metrics/stats", metrics_stats)
+    declare(app, "GET", "/api/captures/{id}", capture, READ)
+    declare(app, "GET", "/api/metrics/activity", metrics_activity, READ)
+    declare(app, "GET", "/api/metrics/stats", metrics_stats, READ)

@@ -18,7 +18,7 @@ from aiohttp import web
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
 from modelswap.http.relay import proxy
-from modelswap.http.route_classes import COMFYUI_MODEL
+from modelswap.http.route_classes import ADMIN, COMFYUI_MODEL, declare
 from modelswap.http.routes.admin import check_upstream_path
 from modelswap.http.routes.openai import body_limit, read_body
 from modelswap.states import ProcessState
@@ -99,5 +99,5 @@ async def relay_websocket(
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_route("*", "/comfyui", comfyui_root)
-    app.router.add_route("*", "/comfyui/{rest:.*}", comfyui)
+    declare(app, "*", "/comfyui", comfyui_root, ADMIN)
+    declare(app, "*", "/comfyui/{rest:.*}", comfyui, ADMIN)

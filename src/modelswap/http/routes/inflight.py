@@ -15,6 +15,7 @@ from modelswap.http.keys import CLIENT, RUNTIME
 from modelswap.http.middleware.inflight import INFLIGHT, describe
 from modelswap.http.middleware.observing import OBS
 from modelswap.http.middleware.request_id import request_id
+from modelswap.http.route_classes import ADMIN, READ, declare
 
 
 async def inflight(request: web.Request) -> web.Response:
@@ -53,5 +54,5 @@ async def cancel(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/inflight", inflight)
-    app.router.add_post("/api/inflight/{id}/cancel", cancel)
+    declare(app, "GET", "/api/inflight", inflight, READ)
+    declare(app, "POST", "/api/inflight/{id}/cancel", cancel, ADMIN)  # a read key cannot cancel

@@ -13,6 +13,7 @@ from aiohttp import web
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME
 from modelswap.http.relay.sse import event_stream
+from modelswap.http.route_classes import READ, declare
 from modelswap.observe.records import OUTCOMES
 from modelswap.observe.relabel import merge_backend_metrics
 from modelswap.states import ProcessState
@@ -211,11 +212,11 @@ async def memory(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/memory", memory)
-    app.router.add_get("/api/performance", performance)
-    app.router.add_get("/api/hardware", hardware)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/api/activity", activity)
-    app.router.add_get("/logs", gateway_log)
-    app.router.add_get("/logs/stream", log_stream)
-    app.router.add_get("/logs/stream/{model:.+}", log_stream)
+    declare(app, "GET", "/api/memory", memory, READ)
+    declare(app, "GET", "/api/performance", performance, READ)
+    declare(app, "GET", "/api/hardware", hardware, READ)
+    declare(app, "GET", "/metrics", metrics, READ)
+    declare(app, "GET", "/api/activity", activity, READ)
+    declare(app, "GET", "/logs", gateway_log, READ)
+    declare(app, "GET", "/logs/stream", log_stream, READ)
+    declare(app, "GET", "/logs/stream/{model:.+}", log_stream, READ)

@@ -12,7 +12,7 @@ from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay import proxy
 from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.relay.extract import parse_request
-from modelswap.http.route_classes import INFERENCE_PATHS, QUERY_ROUTED_PATHS
+from modelswap.http.route_classes import INFERENCE, INFERENCE_PATHS, QUERY_ROUTED_PATHS, declare
 from modelswap.http.routes.catalog import model_row, model_rows, peer_rows
 from modelswap.runtime import Runtime
 
@@ -92,11 +92,11 @@ async def retrieve_model(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     for path in INFERENCE_PATHS:
-        app.router.add_post(path, inference)
+        declare(app, "POST", path, inference, INFERENCE)
     for path in QUERY_ROUTED_PATHS:
-        app.router.add_get(path, query_routed)
-    app.router.add_get("/v1/models", list_models)
-    app.router.add_get("/models", list_models)
+        declare(app, "GET", path, query_routed, INFERENCE)
+    declare(app, "GET", "/v1/models", list_models, INFERENCE)
+    declare(app, "GET", "/models", list_models, INFERENCE)
     # Ids may hold `/` (peer models, Hugging Face names): the rest of the path is the id.
-    app.router.add_get("/v1/models/{model_id:.+}", retrieve_model)
-    app.router.add_get("/models/{model_id:.+}", retrieve_model)
+    declare(app, "GET", "/v1/models/{model_id:.+}", retrieve_model, INFERENCE)
+    declare(app, "GET", "/models/{model_id:.+}", retrieve_model, INFERENCE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from modelswap.http.keys import RUNTIME
+from modelswap.http.route_classes import READ, declare
 
 
 async def peers(request: web.Request) -> web.Response:
@@ -12,4 +13,4 @@ async def peers(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/peers", peers)
+    declare(app, "GET", "/api/peers", peers, READ)

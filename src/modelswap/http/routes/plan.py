@@ -17,6 +17,7 @@ from aiohttp import web
 
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.route_classes import READ, declare
 from modelswap.planner.configured import plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
@@ -105,4 +106,4 @@ def add_plan_fields(runtime: Runtime, rows: list[dict[str, Any]]) -> list[dict[s
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/plan", plan)
+    declare(app, "GET", "/api/plan", plan, READ)

@@ -16,6 +16,7 @@ from modelswap.config.security import security_report
 from modelswap.events import DROPPED, Event
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.relay.sse import event_stream
+from modelswap.http.route_classes import ADMIN, ANY, READ, declare
 from modelswap.http.routes.catalog import model_rows, running_rows
 
 KEEPALIVE = 15.0
@@ -99,7 +100,7 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/security", security)
-    app.router.add_get("/api/config", config_export)
-    app.router.add_get("/api/events", events)
-    app.router.add_get("/api/whoami", whoami)
+    declare(app, "GET", "/api/security", security, READ)
+    declare(app, "GET", "/api/config", config_export, ADMIN)
+    declare(app, "GET", "/api/events", events, READ)
+    declare(app, "GET", "/api/whoami", whoami, ANY)  # every key may ask what it may do

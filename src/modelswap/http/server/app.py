@@ -10,7 +10,6 @@ from aiohttp import web
 
 from modelswap.errors import ModelswapError
 from modelswap.http.errors import (
-    ANTHROPIC_PATHS,
     GATEWAY_ERROR_HEADER,
     error_response,
     in_anthropic_shape,
@@ -25,6 +24,13 @@ from modelswap.http.middleware.cors import Cors
 from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.middleware.observing import observe_middleware
 from modelswap.http.middleware.throttle import FailureLimiter
+from modelswap.http.route_classes import (
+    ANTHROPIC_PATHS,
+    OPEN,
+    check_declared,
+    declare,
+    declare_static,
+)
 from modelswap.http.routes import admin as admin_routes
 from modelswap.http.routes import captures as capture_routes
 from modelswap.http.routes import comfyui as comfyui_routes
@@ -116,5 +122,8 @@ def create_app(runtime: Runtime) -> web.Application:
     security_routes.add_routes(app)
     plan_routes.add_routes(app)
     peer_routes.add_routes(app)
-    webui_routes.add_routes(app)
+    declare(app, "GET", "/ui", webui_routes.ui_redirect, OPEN)  # its API calls carry a key
+    declare(app, "GET", "/ui/", webui_routes.ui_index, OPEN)
+    declare_static(app, "/ui", webui_routes.STATIC, OPEN)
+    check_declared(app)  # a route without a scope refuses the app: routes fail closed
     return app
