@@ -27,6 +27,11 @@ after SIGTERM before exiting (a server that takes its time to stop).
 For capabilities (issue 30), llama.cpp's ``/props`` says what ``--modalities vision,audio`` and
 ``--template-tools`` (its chat template carries tools) name; without them it has neither key.
 
+For the prompt cache kept across a swap (issue 30), ``--slot-save-path DIR`` (or
+``LLAMA_ARG_SLOT_SAVE_PATH``, as llama-server) serves llama.cpp's slots API over words as
+tokens: ``GET /slots``, ``POST /slots/{id}?action=save|restore|erase``, files of
+``--slot-bytes-per-token`` bytes a token written ``--slot-save-seconds`` late; a chat or
+completion reports the words its slot already held as ``cached_tokens``.
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -120,6 +125,10 @@ class Config:
     cached_tokens: int | None = None
     timestamps: str | None = None
     barrier: int = 0
+    slot_save_path: str | None = None
+    slots: int = 1
+    slot_bytes_per_token: int = 100
+    slot_save_seconds: float = 0.0
 
 
 @dataclasses.dataclass
@@ -134,6 +143,139 @@ class Stats:
 
 class BadRequest(Exception):
     """The body of an inference request cannot be used."""
+
+
+SLOT_MAGIC = b"FAKESLOT1\n"
+
+
+@dataclasses.dataclass
+class FakeSlot:
+    words: list[str] = dataclasses.field(default_factory=list)
+    task: int | None = None  # as llama.cpp: None until a task used it (a restore is no task)
+    used: int = 0
+
+
+class FakeSlots:
+    """llama.cpp's slots API (``--slot-save-path``) over words as tokens. A prompt goes to the
+    slot holding its longest prefix (else the least recently used), which then holds the
+    prompt and the answer; a saved file is ``SLOT_MAGIC``, a JSON line of the words, padded to
+    ``--slot-bytes-per-token`` bytes a word. A file that does not read back whole is refused as
+    llama.cpp refuses it."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.slots = [FakeSlot() for _ in range(max(1, cfg.slots))]
+        self.tasks = 0
+
+    def use(self, words: list[str], answer: list[str]) -> int:
+        """Serve ``words``: the cached tokens (the prefix its slot already held)."""
+
+        def shared(slot: FakeSlot) -> int:
+            n = 0
+            for a, b in zip(slot.words, words, strict=False):
+                if a != b:
+                    break
+                n += 1
+            return n
+
+        best = max(self.slots, key=lambda slot: (shared(slot), -slot.used))
+        cached = shared(best)
+        if cached == 0:
+            best = min(self.slots, key=lambda slot: slot.used)
+        self.tasks += 1
+        best.words, best.task, best.used = [*words, *answer], self.tasks, self.tasks
+        return min(cached, max(0, len(words) - 1))  # llama.cpp evaluates at least one token
+
+    def listing(self) -> list[dict[str, Any]]:
+        rows = []
+        for index, slot in enumerate(self.slots):
+            row: dict[str, Any] = {
+                "id": index,
+                "n_ctx": self.cfg.ctx,
+                "speculative": False,
+                "is_processing": False,
+            }
+            if slot.task is not None:
+                row |= {"id_task": slot.task, "n_prompt_tokens": len(slot.words)}
+            rows.append(row)
+        return rows
+
+    async def action(self, request: web.Request) -> web.Response:
+        if not self.cfg.slot_save_path:
+            return json_response(
+                {
+                    "error": {
+                        "code": 501,
+                        "message": "This server does not support slots action. Start it with "
+                        "`--slot-save-path`",
+                        "type": "not_supported_error",
+                    }
+                },
+                501,
+            )
+        try:
+            index = int(request.match_info.get("tail", "").rpartition("/")[2])
+            slot = self.slots[index]
+        except (ValueError, IndexError):
+            return error_400("Invalid slot id")
+        action = request.query.get("action")
+        if action == "erase":
+            n, slot.words, slot.task = len(slot.words), [], None
+            return json_response({"id_slot": index, "n_erased": n})
+        body = await request.json()
+        name = body.get("filename") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            return error_400("Invalid filename")
+        path = Path(self.cfg.slot_save_path) / name
+        began = time.monotonic()
+        if action == "save":
+            header = SLOT_MAGIC + json.dumps(slot.words).encode() + b"\n"
+            header += self.cfg.model.encode() + b"\n"  # another --model: other bytes
+            size = max(len(header), len(slot.words) * self.cfg.slot_bytes_per_token)
+            with path.open("wb") as fh:
+                fh.write(header)
+                fh.flush()
+                if self.cfg.slot_save_seconds:  # a large slot: written slowly
+                    await asyncio.sleep(self.cfg.slot_save_seconds)
+                fh.write(b"\0" * (size - len(header)))
+            ms = (time.monotonic() - began) * 1000
+            return json_response(
+                {
+                    "id_slot": index,
+                    "filename": name,
+                    "n_saved": len(slot.words),
+                    "n_written": size,
+                    "timings": {"save_ms": ms},
+                }
+            )
+        if action == "restore":
+            try:
+                data = path.read_bytes()
+                if not data.startswith(SLOT_MAGIC):
+                    raise ValueError("no magic")
+                line, _, _ = data[len(SLOT_MAGIC) :].partition(b"\n")
+                words = json.loads(line)
+                if not isinstance(words, list) or len(data) < len(words) * (
+                    self.cfg.slot_bytes_per_token
+                ):
+                    raise ValueError("short")
+            except (OSError, ValueError):
+                return error_400(
+                    "Unable to restore slot, no available space in KV cache or invalid slot save "
+                    "file"
+                )
+            slot.words, slot.task = [str(w) for w in words], None
+            ms = (time.monotonic() - began) * 1000
+            return json_response(
+                {
+                    "id_slot": index,
+                    "filename": name,
+                    "n_restored": len(words),
+                    "n_read": len(data),
+                    "timings": {"restore_ms": ms},
+                }
+            )
+        return error_400("Invalid action")
 
 
 def log(msg: str) -> None:
@@ -199,8 +341,10 @@ class FakeBackend:
         self.pid = os.getpid()
         self.runner: web.AppRunner | None = None  # set once serving (--count-connections)
         self.stats_health_ok = False  # a /health answered 200 (--blackhole-after-ready)
+        self.cached: int | None = None  # the last request's cached tokens (slots)
         self.blackhole_sockets: list[socket.socket] = []
         self.barrier = asyncio.Event()  # --barrier: set once that many requests have arrived
+        self.slots = FakeSlots(cfg) if cfg.slot_save_path is not None else None
 
     # ----------------------------------------------------------------- app
     def make_app(self) -> web.Application:
@@ -256,6 +400,10 @@ class FakeBackend:
             if self.cfg.flavor == "vllm":
                 return web.Response(status=200)
             return json_response({"status": "ok"})
+        if self.slots is not None and path == "/slots" and method == "GET":
+            return json_response(self.slots.listing())
+        if self.slots is not None and path.startswith("/slots/") and method == "POST":
+            return await self.slots.action(request)
         if method == "GET" and path == "/props":
             if self.cfg.flavor == "vllm":
                 return json_response({"detail": "Not Found"}, 404)
@@ -418,6 +566,10 @@ class FakeBackend:
             prompt_tokens = max(1, self.prompt_words(body, kind))
         except BadRequest as exc:
             return error_400(str(exc))
+        self.cached = None
+        if self.slots is not None:  # what its slot held: the prompt cache kept or lost
+            words = self.word_list(body, kind)
+            self.cached = self.slots.use(words, [f"tok{i}" for i in range(n_tokens)])
         if stream:
             return await self.stream(request, body, kind, model, prompt_tokens, n_tokens, crash)
         if self.cfg.tps > 0 and n_tokens > 0:
@@ -461,10 +613,25 @@ class FakeBackend:
         )
 
     def with_cached(self, usage: dict[str, Any]) -> dict[str, Any]:
-        """``--cached-tokens``: OpenAI's ``prompt_tokens_details.cached_tokens``."""
-        if self.cfg.cached_tokens is None:
+        """``--cached-tokens`` (or, with slots, what the prompt's slot held): OpenAI's
+        ``prompt_tokens_details.cached_tokens``."""
+        cached = self.cfg.cached_tokens if self.cfg.cached_tokens is not None else self.cached
+        if cached is None:
             return usage
-        return {**usage, "prompt_tokens_details": {"cached_tokens": self.cfg.cached_tokens}}
+        return {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def word_list(self, body: dict[str, Any], kind: str) -> list[str]:
+        """The prompt as words (the fake's tokens): each message's role and words, in order."""
+        if kind != "chat":
+            prompt = body.get("prompt")
+            return prompt.split() if isinstance(prompt, str) else [json.dumps(prompt)]
+        words: list[str] = []
+        for message in body.get("messages") or []:
+            if isinstance(message, dict):
+                content = message.get("content")
+                text = content if isinstance(content, str) else json.dumps(content)
+                words += [f"<{message.get('role')}>", *text.split()]
+        return words
 
     def completion_tokens(self, body: dict[str, Any]) -> int:
         for key in ("max_completion_tokens", "max_tokens"):
@@ -875,6 +1042,15 @@ def parse_args(argv: list[str] | None) -> Config:
         metavar="N",
         help="hold every inference request until N have arrived (0: none)",
     )
+    p.add_argument(
+        "--slot-save-path",
+        default=os.environ.get("LLAMA_ARG_SLOT_SAVE_PATH"),
+        help="serve llama.cpp's slots API, saving into this folder",
+    )
+    p.add_argument("--slot-bytes-per-token", type=int, default=100, help="a saved slot's size")
+    p.add_argument(
+        "--slot-save-seconds", type=float, default=0.0, help="a save takes S s (a large slot)"
+    )
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -916,6 +1092,10 @@ def parse_args(argv: list[str] | None) -> Config:
         cached_tokens=a.cached_tokens,
         timestamps=a.timestamps,
         barrier=max(0, a.barrier),
+        slot_save_path=a.slot_save_path or None,
+        slots=a.parallel or 1,
+        slot_bytes_per_token=max(1, a.slot_bytes_per_token),
+        slot_save_seconds=max(0.0, a.slot_save_seconds),
     )
 
 

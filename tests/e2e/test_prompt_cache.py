@@ -1,0 +1,192 @@
+"""The prompt cache kept across a swap (issue 30), with the fake backend's slots API: what is
+saved, restored, dropped and skipped, and that every request is answered all the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import Gateway, fake_cmd, request
+
+pytestmark = pytest.mark.e2e
+
+# A conversation of 200 words (the fake's tokens) and its next turn.
+PROMPT = " ".join(f"w{i}" for i in range(200))
+
+
+def turn(gw: Gateway, model: str, *history: str) -> dict[str, Any]:
+    """One chat turn: ``history`` alternates user and assistant texts."""
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": text}
+        for i, text in enumerate(history)
+    ]
+    body = {"model": model, "messages": messages, "max_tokens": 4}
+    reply = request(
+        gw,
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert reply.status == 200, reply.body
+    data = reply.json()
+    assert isinstance(data, dict)
+    return data
+
+
+def cached(answer: dict[str, Any]) -> int:
+    return int(answer["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0))
+
+
+def receipt(gw: Gateway, model: str) -> dict[str, Any]:
+    last = gw.running()[model].get("last_swap")
+    assert isinstance(last, dict), gw.running()[model]
+    return last
+
+
+def saved_files(state: Path) -> list[Path]:
+    return sorted((state / "prompt-cache").glob("modelswap-*.bin"))
+
+
+def models(*names: str, flags: str = "") -> str:
+    return "".join(
+        f"  {name}:\n    cmd: {fake_cmd('--slot-bytes-per-token 1000', flags)}\n" for name in names
+    )
+
+
+def test_a_swap_away_and_back_restores_the_slot(gateway: Any, tmp_path: Path) -> None:
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    first = turn(gw, "a", PROMPT)
+    assert cached(first) == 0
+    answer = first["choices"][0]["message"]["content"]
+    turn(gw, "b", "hello")  # evicts a: its slot is saved first
+    saved = receipt(gw, "b")["prompt_cache"]["saved"]
+    assert [(s["model"], s["slots"]) for s in saved] == [("a", 1)]
+    assert saved[0]["tokens"] >= 200
+    assert len(saved_files(tmp_path / "state")) == 1
+    again = turn(gw, "a", PROMPT, answer, "and then?")  # swaps back: restored before it is sent
+    assert cached(again) >= 200
+    restored = receipt(gw, "a")["prompt_cache"]["restored"]
+    assert restored["slots"] == 1
+    assert restored["tokens"] == saved[0]["tokens"]
+
+
+def test_a_corrupt_file_is_dropped_and_the_request_served(gateway: Any, tmp_path: Path) -> None:
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    answer = turn(gw, "a", PROMPT)["choices"][0]["message"]["content"]
+    turn(gw, "b", "hello")
+    (saved,) = saved_files(tmp_path / "state")
+    data = bytearray(saved.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: the size is right, the bytes are not
+    saved.write_bytes(bytes(data))
+    again = turn(gw, "a", PROMPT, answer, "and then?")
+    assert cached(again) == 0  # prefilled again, as if nothing had been saved
+    restored = receipt(gw, "a")["prompt_cache"]["restored"]
+    assert restored["slots"] == 0
+    (dropped,) = restored["detail"]
+    assert dropped["result"] == "dropped"
+    assert "differ" in dropped["reason"]
+    assert not saved.exists()
+
+
+def test_a_truncated_file_is_dropped(gateway: Any, tmp_path: Path) -> None:
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")
+    (saved,) = saved_files(tmp_path / "state")
+    saved.write_bytes(saved.read_bytes()[:-1000])
+    assert cached(turn(gw, "a", PROMPT)) == 0
+    (dropped,) = receipt(gw, "a")["prompt_cache"]["restored"]["detail"]
+    assert "truncated" in dropped["reason"]
+    assert not saved.exists()
+
+
+def test_a_file_from_another_command_is_never_restored(gateway: Any, tmp_path: Path) -> None:
+    # a and b differ only in their commands' flags: their files have the same size
+    gw = gateway(
+        models("a", flags="--model x") + models("b", flags="--model y"),
+        extra_top="promptCache: {enabled: true}\n",
+    )
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", PROMPT)  # a saved
+    turn(gw, "a", PROMPT)  # b saved (a restored)
+    state = tmp_path / "state"
+    index = json.loads((state / "prompt-cache" / "index.json").read_text())
+    by_model = {f["model"]: state / "prompt-cache" / f["name"] for f in index["files"]}
+    assert by_model["a"].stat().st_size == by_model["b"].stat().st_size
+    shutil.copyfile(by_model["a"], by_model["b"])  # b's name, a's bytes
+    assert cached(turn(gw, "b", PROMPT)) == 0
+    (dropped,) = receipt(gw, "b")["prompt_cache"]["restored"]["detail"]
+    assert dropped["result"] == "dropped"
+    assert not by_model["b"].exists()
+    assert by_model["a"].exists()  # a's own file is untouched
+
+
+def test_a_changed_command_removes_its_files(gateway: Any, tmp_path: Path) -> None:
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")
+    (saved,) = saved_files(tmp_path / "state")
+    assert gw.config_path is not None
+    text = gw.config_path.read_text().replace("1000", "1000 --tokens 3", 1)  # a's command
+    gw.config_path.write_text(text)
+    os.kill(gw.proc.pid, signal.SIGHUP)
+    gw.wait_for(lambda: not saved.exists())
+    assert cached(turn(gw, "a", PROMPT)) == 0
+    assert "restored" not in receipt(gw, "a").get("prompt_cache", {})
+
+
+def test_a_full_disk_budget_drops_the_oldest_file(gateway: Any, tmp_path: Path) -> None:
+    # each save is 200+ words x 1000 bytes; the budget holds one; c keeps no cache
+    c = f"  c:\n    promptCache: false\n    cmd: {fake_cmd()}\n"
+    gw = gateway(
+        models("a", "b") + c, extra_top="promptCache: {enabled: true, diskBudget: 300000}\n"
+    )
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", PROMPT)  # a saved
+    turn(gw, "c", "hi")  # b saved: a's older file is dropped to make room
+    files = json.loads((tmp_path / "state" / "prompt-cache" / "index.json").read_text())["files"]
+    assert [f["model"] for f in files] == ["b"]
+    assert len(saved_files(tmp_path / "state")) == 1
+    assert cached(turn(gw, "b", PROMPT)) >= 200  # b's file was kept
+    assert cached(turn(gw, "a", PROMPT)) == 0  # a's was not: served, prefilled again
+
+
+def test_a_slot_larger_than_the_budget_is_skipped(gateway: Any, tmp_path: Path) -> None:
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true, diskBudget: 1000}\n")
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")
+    (saved,) = receipt(gw, "b")["prompt_cache"]["saved"]
+    assert saved["slots"] == 0
+    (slot,) = saved["detail"]
+    assert slot["result"] == "skipped"
+    assert "budget" in slot["reason"]
+    assert saved_files(tmp_path / "state") == []
+    assert cached(turn(gw, "a", PROMPT)) == 0
+
+
+def test_a_save_past_the_ceiling_is_skipped_and_the_swap_goes_on(
+    gateway: Any, tmp_path: Path
+) -> None:
+    gw = gateway(
+        models("a", flags="--slot-save-seconds 30") + models("b"),
+        extra_top="promptCache: {enabled: true, saveTimeout: 0.5}\n",
+    )
+    turn(gw, "a", PROMPT)
+    assert turn(gw, "b", "hello")["choices"]  # b serves: the save did not hold the swap
+    (saved,) = receipt(gw, "b")["prompt_cache"]["saved"]
+    (slot,) = saved["detail"]
+    assert slot["result"] == "skipped"
+    assert "saveTimeout" in slot["reason"]
+    assert saved_files(tmp_path / "state") == []  # the partial file is gone
+    assert cached(turn(gw, "a", PROMPT)) == 0
+    metrics = request(gw, "GET", "/metrics").body.decode()
+    assert re.search(
+        r'modelswap_prompt_cache_slots_total\{action="save",model="a",result="skipped"\} 1', metrics
+    ), metrics
