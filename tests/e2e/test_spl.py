@@ -185,7 +185,7 @@ def test_filters_then_hook_then_the_models_policy_reach_the_backend(serve: Serve
 
 def test_context_is_written_into_the_activity_record(serve: Serve) -> None:
     gw = serve()
-    ok = post(gw, "/v1/responses", {"model": "qwen-coder", "input": "x"}, **{"X-Session-Id": "s"})
+    ok = post(gw, "/v1/responses", {"model": "qwen-coder", "input": "x"}, **{"X-Team": "t"})
     assert ok.status == 200, ok.body
     refused = post(gw, "/v1/chat/completions", CHAT)
     assert refused.status == 401
@@ -199,7 +199,7 @@ def test_context_is_written_into_the_activity_record(serve: Serve) -> None:
     denied, served = rows()[:2]
     assert served["metadata"] == {
         "workload": "coding",
-        "session": "tagged",
+        "team": "tagged",
         "model_id": "qwen-coder",
     }
     assert (served["status"], served["model"]) == (200, "qwen-coder")
@@ -218,7 +218,7 @@ def test_a_peers_policy_runs_for_its_models(serve: Serve, peer: Recorder) -> Non
     gw = serve(peer)
     chat = {"model": "far", "messages": [{"role": "user", "content": "hi"}]}
     assert post(gw, "/v1/chat/completions", chat).status == 200
-    refused = post(gw, "/v1/chat/completions", {**chat, "tier": "free"}, **{"X-Session-Id": "s"})
+    refused = post(gw, "/v1/chat/completions", {**chat, "tier": "free"}, **{"X-Team": "t"})
     assert refused.status == 402, refused.body
     assert refused.json()["error"]["message"] == "payment required"
     [row] = peer.requests()  # the refused one never reached the peer
@@ -229,7 +229,7 @@ def test_a_peers_policy_runs_for_its_models(serve: Serve, peer: Recorder) -> Non
     # What the hook wrote before the peer's policy refused is in the refused request's row.
     gw.wait_for(lambda: len(gw.get_json("/api/activity")["data"]) >= 2)  # type: ignore[arg-type]
     newest = gw.get_json("/api/activity")["data"][0]  # type: ignore[index]
-    assert (newest["status"], newest["metadata"]) == (402, {"session": "tagged"})
+    assert (newest["status"], newest["metadata"]) == (402, {"team": "tagged"})
 
 
 def test_multipart_bodies_pass_as_they_are(serve: Serve) -> None:
