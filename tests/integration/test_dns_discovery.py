@@ -78,7 +78,7 @@ async def test_a_nameserver_that_is_not_there_is_an_error_not_a_hang() -> None:
         port = probe.getsockname()[1]  # released: nothing answers there (ICMP: unreachable)
     # Bounded by DNS_TIMEOUT: a refused datagram may arrive before the resolver listens for it,
     # so the resolver asks again until its lifetime ends, then it is an error, not a hang.
-    with pytest.raises(DnsError, match="x.test"):
+    with pytest.raises(DnsError, match=r"x\.test"):
         await resolve_addresses(DnsDiscovery("x.test", 80, nameserver=("127.0.0.1", port)))
 
 
