@@ -412,7 +412,9 @@ class Runtime:
         if self.activity is not None:
             await self.activity.close()
         if self._router is not None:
-            await self._router.close()
+            await self._router.close()  # a ready llama.cpp model's slots saved on the way
+        if self._prompt_cache is not None:
+            await self._prompt_cache.close()  # their digests taken, the index written
         for session in (self._health_session, self._proxy_session):
             if session is not None:
                 await session.close()

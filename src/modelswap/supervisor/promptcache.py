@@ -23,12 +23,13 @@ show.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -150,6 +151,7 @@ class PromptCache:
         self._identity = identity
         self._save_path_of = save_path_of
         self._settings = settings
+        self._digests: dict[str, asyncio.Task[None]] = {}  # by path: being taken
 
     # ---- where -----------------------------------------------------------------------------
 
@@ -259,32 +261,23 @@ class PromptCache:
                 "failed",
                 reason=f"the file has {size} bytes, the backend wrote {answer.bytes}",
             )
-        try:
-            async with asyncio.timeout(_left(deadline)):
-                found = await asyncio.to_thread(slotstore.digest, part)
-        except TimeoutError:
-            return SlotOutcome(
-                slot, "skipped", answer.tokens, reason="not checked within saveTimeout"
-            )
-        except OSError as exc:
-            return SlotOutcome(slot, "failed", reason=f"cannot read the file: {exc}")
         os.replace(part, final)  # one folder: a rename
         now = time.time()
         seconds = max(time.monotonic() - began, 1e-6)
-        self.store.record(
-            SavedSlot(
-                final.name,
-                str(final.parent),
-                config.id,
-                key,
-                slot,
-                answer.tokens,
-                answer.bytes,
-                found,
-                now,
-                now,
-            )
+        entry = SavedSlot(
+            final.name,
+            str(final.parent),
+            config.id,
+            key,
+            slot,
+            answer.tokens,
+            answer.bytes,
+            slotstore.PENDING,
+            now,
+            now,
         )
+        self.store.record(entry)
+        self._take_digest(entry)
         old = self.store.rates(config.id)
         self.store.measured(
             config.id,
@@ -295,6 +288,46 @@ class PromptCache:
             ),
         )
         return SlotOutcome(slot, "saved", answer.tokens, answer.bytes, seconds * 1000)
+
+    def _take_digest(self, entry: SavedSlot) -> None:
+        """Read the saved file's SHA-256 in a thread, off the swap's path: the backend is
+        stopped meanwhile. Until it is recorded the file is not restored (a restore waits for
+        it, bounded), and an index saved without it drops the file when next read."""
+        path = str(entry.path)
+
+        async def take() -> None:
+            try:
+                found = await asyncio.to_thread(slotstore.digest, entry.path)
+            except OSError as exc:
+                if self.store.get(entry.path) is entry:
+                    self.store.drop(entry, f"cannot read it: {exc}")
+                return
+            finally:
+                if self._digests.get(path) is task:
+                    del self._digests[path]
+            if self.store.get(entry.path) is entry:  # not replaced or dropped meanwhile
+                self.store.record(replace(entry, digest=found))
+                self.store.save()
+
+        task = asyncio.get_running_loop().create_task(take(), name=f"digest:{entry.name}")
+        self._digests[path] = task
+
+    async def _digest_of(self, entry: SavedSlot, deadline: float) -> SavedSlot | None:
+        """``entry`` with its digest, waiting for one still being taken (until ``deadline``);
+        None when there is none to trust."""
+        task = self._digests.get(str(entry.path))
+        if task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), _left(deadline))
+        found = self.store.get(entry.path)
+        return found if found is not None and found.digest != slotstore.PENDING else None
+
+    async def close(self, seconds: float = 10.0) -> None:
+        """Let the digests still being taken finish (bounded), then save the index."""
+        pending = list(self._digests.values())
+        if pending:
+            await asyncio.wait(pending, timeout=seconds)
+        self.store.save()
 
     def _too_large(
         self, model: str, tokens: int | None, deadline: float, settings: PromptCacheSettings
@@ -388,8 +421,17 @@ class PromptCache:
                     reason=f"needs ~{needed:.1f} s, {left:.1f} s of restoreTimeout left",
                 )
         began = time.monotonic()
+        checked = await self._digest_of(entry, deadline)
+        if checked is None:
+            why = "its digest was not taken"
+            if self.store.get(entry.path) is not None:
+                if str(entry.path) in self._digests:  # still being taken: it may serve later
+                    return SlotOutcome(slot, "skipped", entry.tokens, reason=why + " in time")
+                self.store.drop(entry, why)
+            return SlotOutcome(slot, "dropped", entry.tokens, reason=why)
+        entry = checked
         try:
-            async with asyncio.timeout(left):
+            async with asyncio.timeout(_left(deadline)):
                 found = await asyncio.to_thread(slotstore.digest, entry.path)
         except TimeoutError:
             return SlotOutcome(

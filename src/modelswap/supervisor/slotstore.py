@@ -38,6 +38,7 @@ FILE_VERSION = 1
 PREFIX = "modelswap-"
 SUFFIX = ".bin"
 PART = ".part-"  # a save under way: renamed to its final name once checked
+PENDING = ""  # the digest of a file just saved, while it is being read
 
 
 def file_name(model: str, key: str, slot: int) -> str:
@@ -303,6 +304,8 @@ def _entry(raw: object) -> SavedSlot | None:
         return None
     if not ours(entry.name) or "/" in entry.name or not os.path.isabs(entry.folder):
         return None
+    if not entry.digest.startswith("sha256:"):
+        return None  # saved while its digest was being taken: it cannot be trusted
     return entry
 
 

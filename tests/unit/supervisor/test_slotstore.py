@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from modelswap.supervisor.slotstore import (
+    PENDING,
     SavedSlot,
     SlotStore,
     digest,
@@ -113,3 +114,17 @@ def test_keep_budget_deletes_the_oldest_files(tmp_path: Path) -> None:
     assert [e.slot for e in dropped] == [1]
     assert not (root / file_name("a", "k1", 1)).exists()
     assert store.total_bytes() == 100
+
+
+def test_a_file_saved_while_its_digest_was_taken_is_not_trusted_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "prompt-cache"
+    root.mkdir()
+    store = SlotStore(root)
+    path = root / file_name("a", "k1", 0)
+    path.write_bytes(b"x" * 100)
+    store.record(entry(root, digest=PENDING))  # the gateway stopped before the digest came
+    store.save()
+    assert SlotStore(root).entries() == []
+    assert not path.exists()
