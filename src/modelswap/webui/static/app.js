@@ -45,7 +45,20 @@ function notice(text, owner = null) {
   noticeState.owner = text ? owner : null;
 }
 function clearNoticeFor(model) { if (noticeState.owner === model) notice(""); }
-function clock(epochSeconds) { return new Date(epochSeconds * 1000).toLocaleTimeString(); }
+/* One time format on every page: local time, 24-hour HH:MM:SS; the full date (and the time
+   zone) on hover, through ``timeEl`` or a title of ``fullDate``. */
+function clock(epochSeconds) {
+  return new Date(epochSeconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+}
+function fullDate(epochSeconds) {
+  const d = new Date(epochSeconds * 1000);
+  const two = (n) => String(n).padStart(2, "0");
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${clock(epochSeconds)} ${zone}`;
+}
+function timeEl(epochSeconds) {
+  return el("time", { datetime: new Date(epochSeconds * 1000).toISOString(), title: fullDate(epochSeconds), text: clock(epochSeconds) });
+}
 
 /* ---- auth + fetch -------------------------------------------------------------------- */
 
@@ -84,7 +97,7 @@ function setOffline(offline) {
   document.body.classList.toggle("offline", offline);
   const banner = $("#offline");
   banner.hidden = !offline;
-  if (offline) banner.textContent = `Gateway unreachable since ${new Date().toLocaleTimeString()} — what is shown is stale; retrying…`;
+  if (offline) banner.textContent = `Gateway unreachable since ${clock(Date.now() / 1000)} — what is shown is stale; retrying…`;
   for (const b of document.querySelectorAll("button[data-needs-link]")) b.disabled = offline || b.dataset.blocked === "1";
 }
 
@@ -344,7 +357,7 @@ function rememberedTag(model, tag) {
   return (TAG_KEYS[tag] || []).some((k) => fills.includes(k));
 }
 function observedTitle(o) {
-  return `remembered from the last run (${o.backend}${o.endpoint ? " " + o.endpoint : ""}, ${new Date(o.at).toLocaleString()}), not written in the config`;
+  return `remembered from the last run (${o.backend}${o.endpoint ? " " + o.endpoint : ""}, ${fullDate(Date.parse(o.at) / 1000)}), not written in the config`;
 }
 function observedText(o) {
   const parts = [];
@@ -353,7 +366,7 @@ function observedText(o) {
   if (o.out) parts.push(`out ${o.out.join("+")}`);
   if (o.tools !== undefined) parts.push(o.tools ? "tools" : "no tools");
   if (o.total_slots !== undefined) parts.push(`${o.total_slots} slot${o.total_slots === 1 ? "" : "s"}`);
-  return `${parts.join(" · ")} — last run, ${new Date(o.at).toLocaleString()}`;
+  return `${parts.join(" · ")} — last run, ${fullDate(Date.parse(o.at) / 1000)}`;
 }
 
 function renderContext(dd, model, run) {
@@ -735,11 +748,14 @@ pages.model = async (state) => {
     const rows = data.data || [];
     rowsBox.replaceChildren(rows.length ? el("table", {},
       el("thead", {}, el("tr", {}, ...["time", "status", "tokens", "TTFT", "tok/s"].map((h) => el("th", { text: h })))),
-      el("tbody", {}, ...rows.map((r) => el("tr", { "data-id": r.id },
-        el("td", { text: new Date(r.at * 1000).toLocaleTimeString() }), el("td", { text: String(r.status) }),
+      // A failed request is red, as in Activity, and has no TTFT or speed unless a token came.
+      el("tbody", {}, ...rows.map((r) => { const bad = failed(r), none = tokenless(r); return el("tr", { "data-id": r.id, "data-outcome": bad ? "error" : "ok" },
+        el("td", {}, timeEl(r.at)),
+        el("td", { class: bad ? "status-bad" : "", "data-role": "status", title: r.error_code || "",
+          text: String(r.status) + (bad && r.error_code ? ` ${r.error_code}` : "") }),
         el("td", { class: "num", text: r.completion_tokens == null ? "" : String(r.completion_tokens) }),
-        el("td", { class: "num", text: r.ttft == null ? "" : (r.ttft * 1000).toFixed(0) + " ms" }),
-        el("td", { class: "num", text: r.tokens_per_second == null ? "" : r.tokens_per_second.toFixed(1) })))))
+        el("td", { class: "num", "data-role": "ttft", text: none || r.ttft == null ? "" : (r.ttft * 1000).toFixed(0) + " ms" }),
+        el("td", { class: "num", text: none || r.tokens_per_second == null ? "" : r.tokens_per_second.toFixed(1) })); })))
       : el("p", { class: "muted", text: "No requests recorded for this model yet." }));
   };
   await loadRows();
@@ -1071,8 +1087,7 @@ pages.logs = async (state) => {
 
 /* ``wide``: hidden below 600 px, so a phone sees status, tokens and speed without scrolling. */
 const COLUMNS = [
-  { key: "at", label: "time", fmt: (v) => new Date(v * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false }),
-    title: "arrival (local time)" },
+  { key: "at", label: "time", fmt: clock, title: "arrival (local time; the full date on hover)" },
   { key: "model", label: "model" },
   { key: "route", label: "route", wide: true },
   { key: "status", label: "status", num: true },
@@ -1218,16 +1233,35 @@ function modelCell(r) {
 
 /* One request in a dialog: its fields, and the bodies only when activity.capture recorded them
    (already bounded and redacted by the gateway). */
+const SECOND_FIELDS = new Set(["ttft", "first_byte", "load", "duration"]);
+/* A field as a person reads it: a time as the page's clock (the full date beside it), seconds
+   as ms or s, other fractions to three decimals, objects as JSON — never a raw Unix time or
+   sixteen digits. */
+function fieldNode(k, v) {
+  if ((k === "at" || k.endsWith("_at")) && typeof v === "number") return el("dd", { "data-field": k }, timeEl(v), ` · ${fullDate(v)}`);
+  let text;
+  if (typeof v === "number" && SECOND_FIELDS.has(k)) text = v < 1 ? `${(v * 1000).toFixed(v < 0.01 ? 1 : 0)} ms` : `${v.toFixed(2)} s`;
+  else if (typeof v === "number" && !Number.isInteger(v)) text = String(+v.toFixed(3));
+  else if (typeof v === "object") text = JSON.stringify(v);
+  else text = String(v);
+  return el("dd", { "data-field": k, text });
+}
+/* A captured body: JSON pretty-printed (two spaces); anything else (a stream, a cut body) as
+   it was captured. */
+function prettyBody(text) {
+  if (!text) return "";
+  try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
+}
 function showCapture(r) {
   const dlg = $("#capture");
   const fields = el("dl", { class: "kv" });
   for (const [k, v] of Object.entries(r)) {
     if (k === "request_body" || k === "response_body" || v === null || v === undefined) continue;
-    fields.append(el("dt", { text: k }), el("dd", { text: String(v) }));
+    fields.append(el("dt", { text: k }), fieldNode(k, v));
   }
   const bodies = r.request_body !== undefined || r.response_body !== undefined
-    ? [el("h3", { text: "request body (redacted)" }), el("pre", { class: "body", "data-role": "request-body", text: r.request_body || "" }),
-       el("h3", { text: "response body (redacted)" }), el("pre", { class: "body", "data-role": "response-body", text: r.response_body || "" })]
+    ? [el("h3", { text: "request body (redacted)" }), el("pre", { class: "body", "data-role": "request-body", text: prettyBody(r.request_body) }),
+       el("h3", { text: "response body (redacted)" }), el("pre", { class: "body", "data-role": "response-body", text: prettyBody(r.response_body) })]
     : [el("p", { class: "muted", "data-role": "no-capture", text: "No bodies: they are recorded only with activity.capture: true in the config (bounded by captureBytes, redacted)." })];
   $("#capture-body").replaceChildren(fields, ...bodies);
   dlg.showModal();
@@ -1236,6 +1270,9 @@ function showCapture(r) {
 /* An error: the gateway's ``outcome`` (a status of 400 or more, or an error event inside a 200
    stream, e.g. a start that failed after the loading comments); rows without it, by status. */
 function failed(r) { return r.outcome ? r.outcome === "error" : r.status >= 400; }
+/* A failed request that generated nothing: its "TTFT" would be the error's first byte. */
+function tokenless(r) { return failed(r) && !r.completion_tokens; }
+const TOKEN_TIMES = new Set(["ttft", "tokens_per_second"]);
 function activityFiltered() {
   const outcome = $("#activity-outcome").value;
   return activity.rows.filter((r) => !outcome || (outcome === "error") === failed(r));
@@ -1263,18 +1300,21 @@ function renderActivity() {
   });
   $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status, "data-outcome": failed(r) ? "error" : "ok" },
     ...columns.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
-      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && failed(r) ? " status-bad" : ""),
-      text: c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
+      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, title: fullDate(r.at), onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && failed(r) ? " status-bad" : ""),
+      text: TOKEN_TIMES.has(c.key) && tokenless(r) ? "" : c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
   $("#activity-empty").hidden = rows.length > 0;
   $("#activity-older").disabled = !activity.more;
-  $("#activity-range").textContent = activity.rows.length ? `${activity.rows.length} requests shown${activity.more ? " · older ones on the next page" : " · that is all"}` : "";
+  // The footer, the stats and the charts count the same rows: those the filters let through.
+  const loaded = activity.rows.length, more = activity.more ? " · older ones on the next page" : " · that is all";
+  $("#activity-range").textContent = !loaded ? "" : rows.length === loaded ? `${loaded} requests shown${more}`
+    : `${rows.length} of ${loaded} loaded requests shown (filtered)${more}`;
   renderStats();
   renderCharts();
 }
 
 function renderCharts() {
   const byModel = {};
-  for (const r of activity.rows) {
+  for (const r of activityFiltered()) {
     if (r.tokens_per_second == null || !r.model) continue;
     (byModel[r.model] = byModel[r.model] || []).push(r);
   }
@@ -1286,17 +1326,16 @@ function renderCharts() {
     const vmax = Math.max(...rs.map((r) => r.tokens_per_second)) || 1;
     const pts = rs.map((r) => [L + (t1 > t0 ? (r.at - t0) / (t1 - t0) : 0.5) * (W - L - R),
       H - B - (r.tokens_per_second / vmax) * (H - T - B), r]);
-    const time = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
     const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${model} tokens per second over time` },
       svg("path", { class: "axis", d: `M${L} ${T} V${H - B} H${W - R}` }),
       svg("text", { class: "axis-label", x: L - 3, y: T + 8, "text-anchor": "end" }, vmax.toFixed(0)),
       svg("text", { class: "axis-label", x: L - 3, y: H - B, "text-anchor": "end" }, "0"),
       svg("text", { class: "axis-label", x: 2, y: (H - B) / 2 + 4 }, "tok/s"),
-      svg("text", { class: "axis-label", x: L, y: H - 4 }, time(t0)),
-      svg("text", { class: "axis-label", x: W - R, y: H - 4, "text-anchor": "end" }, time(t1)),
+      svg("text", { class: "axis-label", x: L, y: H - 4 }, clock(t0)),
+      svg("text", { class: "axis-label", x: W - R, y: H - 4, "text-anchor": "end" }, clock(t1)),
       svg("polyline", { class: "spark", points: pts.map((p) => `${p[0].toFixed(1)},${p[1].toFixed(1)}`).join(" ") }),
       ...pts.map(([x, y, r]) => svg("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 2.5 },
-        svg("title", {}, `${new Date(r.at * 1000).toLocaleTimeString()}: ${r.tokens_per_second.toFixed(1)} tok/s`))));
+        svg("title", {}, `${fullDate(r.at)}: ${r.tokens_per_second.toFixed(1)} tok/s`))));
     const last = rs[rs.length - 1].tokens_per_second;
     return el("figure", { class: "chart", "data-model": model, style: "margin:0" },
       el("figcaption", { class: "small" }, el("strong", { text: model }),
