@@ -774,13 +774,15 @@ pages.model = async (state) => {
 
 /* ---- Memory ------------------------------------------------------------------------------ */
 
-/* Colours by position among the models shown (never a hash: two models never share one). */
+/* Colours by position among every configured model (the gateway's ``model_order``), never a
+   hash: two models never share one, and a model keeps its colour in every basin and at every
+   refresh, whichever others are loaded. */
 const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#dc2626", "#4f46e5", "#0d9488"];
 const colors = {};
 function colorFor(model) { return colors[model] || "#6b7280"; }
 function assignColors(names) {
   for (const k of Object.keys(colors)) delete colors[k];
-  [...new Set(names)].sort().forEach((name, i) => {
+  [...new Set(names)].forEach((name, i) => {
     colors[name] = i < PALETTE.length ? PALETTE[i] : `hsl(${(i * 137.508) % 360} 65% 45%)`;
   });
 }
@@ -852,7 +854,8 @@ function drawBasin(res) {
     const names = (res.limits || []).map((l) => `${l.model} ${l.fraction}`).join(", ");
     root.append(svg("line", { class: "limit", x1: x - 4, x2: x + BASIN.width + 4, y1: ly, y2: ly, "data-bytes": res.limit_bytes },
       svg("title", {}, `utilisation limit ${gib(res.limit_bytes)} (--gpu-memory-utilization ${names})`)));
-    root.append(svg("text", { class: "limit-label", x: x - 6, y: ly + 4, "text-anchor": "end" }, `limit ${gib(res.limit_bytes)}`));
+    // Inside the basin, right-aligned above its line: never cut off by the left margin.
+    root.append(svg("text", { class: "limit-label", x: x + BASIN.width - 4, y: ly - 4, "text-anchor": "end" }, `limit ${gib(res.limit_bytes)}`));
   }
   root.append(svg("path", { class: "wall", d: `M${x} ${totalTop} V${floor} H${x + BASIN.width} V${totalTop}` }));
   return root;
@@ -876,7 +879,7 @@ function renderMemory(data) {
       el("code", { text: "resources:" }), " in the config), so there is nothing to draw."));
     return;
   }
-  assignColors(data.resources.flatMap((r) => r.models.map((m) => m.model)));
+  assignColors([...(data.model_order || []), ...data.resources.flatMap((r) => r.models.map((m) => m.model))]);
   box.replaceChildren(...data.resources.map((res) => {
     // A starting model's memory is spoken for: it is not free.
     const used = res.models.reduce((s, m) => s + m.bytes, 0);
@@ -895,12 +898,25 @@ function renderMemory(data) {
 }
 
 pages.memory = async (state) => {
+  // While the gateway cannot be reached, say so in place of the basins (never a blank page);
+  // the last basins drawn stay, marked stale, with the note above them.
   const load = async () => {
-    const data = await apiJSON("/api/memory");
-    if (current === state) renderMemory(data);
+    try {
+      const data = await apiJSON("/api/memory");
+      if (current !== state) return;
+      $("#memory-offline").hidden = true;
+      renderMemory(data);
+    } catch (err) {
+      if (current !== state || err instanceof AuthError) return;
+      const note = $("#memory-offline");
+      note.hidden = false;
+      note.textContent = err instanceof OfflineError
+        ? `The gateway is unreachable (since ${clock(link.since / 1000)}): no memory figures until it answers; retrying every 2 s.`
+        : `The memory view could not be read: ${err.message || err}`;
+    }
   };
   await load();
-  const timer = setInterval(() => load().catch(() => {}), 2000);
+  const timer = setInterval(load, 2000);
   state.leave = () => clearInterval(timer);
 };
 
