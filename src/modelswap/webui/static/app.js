@@ -296,6 +296,7 @@ function modelCard(id) {
       </span>
     </div>
     <div class="tags" data-role="tags" hidden></div>
+    <p class="stop-note small" data-role="last-stop" hidden></p>
     <div class="progress" data-role="progress" hidden>
       <div><span data-role="phase"></span> · <span data-role="elapsed" class="muted"></span></div>
       <div class="progress-track"><div class="progress-fill" data-role="fill"></div></div>
@@ -327,14 +328,24 @@ function modelCard(id) {
 }
 
 async function modelAction(kind, id) {
+  // Busy while the action runs (for assistive technology, and for tests to wait on).
+  const busy = [...document.querySelectorAll("article.card")].filter((c) => c.dataset.model === id);
+  for (const c of busy) c.setAttribute("aria-busy", "true");
   try {
     const resp = await api(`/api/models/${kind}/${encodeURIComponent(id)}`, { method: "POST" });
     if (!resp.ok) {
       const body = await resp.json().catch(() => ({}));
-      notice(`${kind} ${id}: ${(body.error && body.error.message) || resp.status}`, id);
+      // A start that failed is on the model's card (its failure box): not said again above.
+      await fetchModels().catch(() => {});
+      const run = models.running[id];
+      if (!(kind === "load" && run && run.state === "failed" && run.last_failure)) {
+        notice(`${kind} ${id}: ${(body.error && body.error.message) || resp.status}`, id);
+      }
     }
   } catch (err) {
     if (!(err instanceof AuthError) && !(err instanceof OfflineError)) notice(`${kind} ${id}: ${err.message || err}`, id);
+  } finally {
+    for (const c of busy) c.removeAttribute("aria-busy");
   }
   scheduleModelsRefresh(0);
 }
@@ -402,12 +413,13 @@ function renderContext(dd, model, run) {
   if (!dd.childNodes.length) dd.append(el("span", { class: "muted", text: "—" }));
 }
 
-/* The last swap to this model (issue 21): where its time went, the largest part in bold. */
-function renderSwap(card, receipt) {
+/* The last swap to this model (issue 21): where its time went, the largest part in bold. A
+   failed one says "failed" only: the failure box below says why (issue 32: once, not thrice). */
+function renderSwap(card, receipt, failureShown) {
   const dd = role(card, "swap");
   dd.hidden = role(card, "swap-dt").hidden = !receipt;
   if (!receipt) return;
-  const shown = JSON.stringify(receipt);
+  const shown = JSON.stringify([receipt, !!failureShown]);
   if (dd.dataset.shown === shown) return;
   dd.dataset.shown = shown;
   const evicted = (receipt.evict || []).join(", ");
@@ -422,8 +434,8 @@ function renderSwap(card, receipt) {
   const slowest = phases.length ? phases.reduce((a, b) => (b[1] > a[1] ? b : a))[0] : null;
   const fmt = (v) => (v < 1 ? `${Math.round(v * 1000)} ms` : secs(v));
   dd.replaceChildren(
-    el("span", { "data-part": "total", text: `${fmt(receipt.total_seconds || 0)} at ${clock(receipt.at)}` + (evicted ? ` · evicted ${evicted}` : "") }),
-    receipt.error ? el("span", { class: "error small", text: ` · failed: ${receipt.error}` }) : "",
+    el("span", { "data-part": "total", title: fullDate(receipt.at), text: `${fmt(receipt.total_seconds || 0)} at ${clock(receipt.at)}` + (evicted ? ` · evicted ${evicted}` : "") }),
+    receipt.error ? el("span", { class: "error small", "data-role": "swap-error", text: failureShown ? " · failed (why: below)" : ` · failed: ${receipt.error}` }) : "",
     el("ul", { class: "receipt" }, ...parts.map(([k, v, why]) => el("li", { "data-part": k, title: why, class: k === slowest ? "slowest" : "" },
       `${k} `, el("strong", { text: fmt(v) })))));
 }
@@ -451,6 +463,9 @@ function renderSummary() {
   all.dataset.blocked = !can("admin") || !busy ? "1" : "0";
   all.disabled = link.offline || all.dataset.blocked === "1";
   all.title = can("admin") ? (busy ? "stop every running model" : "nothing is running") : `Unload all ${needs("admin")}`;
+  const perm = $("#models-perm");
+  perm.hidden = can("admin");
+  perm.textContent = can("admin") ? "" : `Load, Unload and Unload all ${needs("admin")}.`;
 }
 
 function renderModels() {
@@ -476,6 +491,23 @@ function renderModels() {
     if (!seen.has(id)) { card.remove(); delete models.cards[id]; }
   }
   for (const child of [...list.children]) if (!child.classList.contains("card")) child.remove();
+}
+
+/* Why a stopped (or sleeping) model is not running (issue 32 #2): "stopped: evicted to start X
+   at 18:04:05 (X then failed: utilization_guard)", from the gateway's ``last_stop``. */
+function renderLastStop(box, state, stop) {
+  const shown = (state === "stopped" || state === "sleeping") && stop && stop.at !== undefined;
+  box.hidden = !shown;
+  if (!shown) { box.dataset.shown = ""; return; }
+  const key = JSON.stringify([state, stop]);
+  if (box.dataset.shown === key) return;
+  box.dataset.shown = key;
+  box.dataset.reason = stop.reason || "";
+  const then = !stop.target ? null : stop.outcome === "failed"
+    ? el("span", { class: "error", "data-role": "stop-outcome", text: `${stop.target} then failed: ${stop.code || "error"}` })
+    : el("span", { "data-role": "stop-outcome", text: stop.outcome === "started" ? `${stop.target} then started` : `${stop.target} starting` });
+  box.replaceChildren(`${state === "sleeping" ? "asleep" : "stopped"}: ${stop.detail || stop.reason} at `, timeEl(stop.at),
+    ...(then ? [" (", then, ")"] : []));
 }
 
 function updateCard(card, model, run) {
@@ -504,8 +536,10 @@ function updateCard(card, model, run) {
   unload.disabled = link.offline || unload.dataset.blocked === "1";
   const why = admin ? null : `Load and Unload ${needs("admin")}`;
   for (const b of [load, unload]) if (why) b.title = why; else b.removeAttribute("title");
-  role(card, "perm").hidden = !why;
+  // Said once: on the model's own page by its card, on the list above the cards (renderSummary).
+  role(card, "perm").hidden = !why || !card.dataset.single;
   role(card, "perm").textContent = why || "";
+  renderLastStop(role(card, "last-stop"), state, (run && run.last_stop) || model.last_stop);
 
   const progress = role(card, "progress");
   progress.hidden = state !== "starting";
@@ -525,7 +559,8 @@ function updateCard(card, model, run) {
   }
 
   renderContext(role(card, "context"), model, run);
-  renderSwap(card, run && run.last_swap);
+  const failure = state === "failed" && run && run.last_failure;
+  renderSwap(card, (run && run.last_swap) || model.last_swap, !!failure);
   const cap = capacityText(run && run.capacity);
   role(card, "capacity").textContent = cap;
   role(card, "capacity").hidden = role(card, "capacity-dt").hidden = !cap;
@@ -537,13 +572,13 @@ function updateCard(card, model, run) {
   role(card, "ttl").hidden = role(card, "ttl-dt").hidden = !ttl;
 
   // A failure is shown only while it is the model's state: an unload or a new start clears it.
-  const failure = state === "failed" && run && run.last_failure;
   role(card, "failure").hidden = !failure;
   if (failure) {
     role(card, "fail-code").textContent = failure.code || "failed";
     role(card, "fail-summary").textContent = failure.summary || "";
     const at = failure.at !== undefined ? failure.at : run.since ? Date.parse(run.since) / 1000 : undefined;
     role(card, "fail-when").textContent = at !== undefined ? `failed at ${clock(at)} (${secs(Date.now() / 1000 - at)} ago)` : "";
+    if (at !== undefined) role(card, "fail-when").title = fullDate(at);
     const ev = role(card, "fail-evidence");
     ev.textContent = failure.evidence || "";
     ev.hidden = !failure.evidence;
@@ -726,6 +761,7 @@ pages.model = async (state) => {
   const model = models.list.find((m) => m.id === id);
   if (!model) { box.replaceChildren(el("p", { class: "muted", text: `No model named “${id}” is listed for this key.` })); return; }
   const card = modelCard(id);
+  card.dataset.single = "1"; // its scope note is said here, once
   box.replaceChildren(card);
   const details = el("dl", { class: "kv", "data-role": "details" });
   const add = (k, v) => { if (v !== undefined && v !== null && v !== "") details.append(el("dt", { text: k }), el("dd", { text: String(v) })); };
