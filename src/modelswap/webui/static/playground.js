@@ -23,26 +23,84 @@ function capNames(caps) {
   return caps ? [String(caps).toLowerCase()] : [];
 }
 
-function servesTab(model, tab) {
+/* What each tab asks for, in words, and the modalities (a row's ``architecture``, written or
+   remembered: issue 30) that serve it. */
+const TAB_WHAT = { chat: "chat", loadtest: "chat", images: "image generation", speech: "speech (text to audio)",
+  transcription: "transcription (audio to text)", rerank: "reranking" };
+const TAB_MODALITIES = {
+  chat: (i, o) => i.includes("text") && o.includes("text"),
+  images: (i, o) => o.includes("image"),
+  speech: (i, o) => o.includes("audio"),
+  transcription: (i, o) => i.includes("audio") && o.includes("text"),
+  rerank: () => false,
+};
+TAB_MODALITIES.loadtest = TAB_MODALITIES.chat;
+
+/* Whether a /v1/models row serves ``tab`` by what it lists: "yes" (a capability or modality
+   that serves it), "no" (it lists what it can do, and this is not among it) or "unknown" (it
+   lists nothing: only its backend can say). */
+function tabFit(model, tab) {
   const names = capNames(model.capabilities);
-  return !names.length || names.some((n) => TAB_CAPS[tab].includes(n));
+  const arch = model.architecture || {};
+  const ins = arch.input_modalities || [], outs = arch.output_modalities || [];
+  if (names.some((n) => TAB_CAPS[tab].includes(n)) || TAB_MODALITIES[tab](ins, outs)) return "yes";
+  return names.length || ins.length || outs.length ? "no" : "unknown";
+}
+function servesTab(model, tab) { return tabFit(model, tab) !== "no"; }
+
+/* What a model lists, for "cannot" notes: "in text, out image" or its capability names. */
+function listsText(model) {
+  const arch = model.architecture || {};
+  if (arch.input_modalities || arch.output_modalities) return `in ${(arch.input_modalities || []).join("+") || "?"}, out ${(arch.output_modalities || []).join("+") || "?"}`;
+  return capNames(model.capabilities).join(", ");
 }
 
-/* Fill ``select`` with the catalog's models that serve ``tab``; keep the choice. */
+const FIT_ORDER = { yes: 0, unknown: 1, no: 2 };
+const FIT_WORDS = { unknown: "capabilities not listed", no: "cannot, by its capabilities" };
+
+/* Fill ``select`` for ``tab``: the models whose capabilities fit first, then those that list
+   none, then (except for chat) those that list others, marked so; keep the choice. */
 function fillPicker(select, rows, tab, running) {
   const chosen = select.value;
-  const fit = rows.filter((m) => servesTab(m, tab));
-  const label = (m) => `${m.id} · ${running[m.alias_for || m.id] || m.state || "stopped"}`;
+  const fit = rows.filter((m) => tab !== "loadtest" || servesTab(m, tab))
+    .map((m, i) => ({ m, i, fit: tabFit(m, tab) }))
+    .sort((a, b) => FIT_ORDER[a.fit] - FIT_ORDER[b.fit] || a.i - b.i);
+  // A chat model that lists nothing is the usual case: only the other tabs say so.
+  const words = (f) => (tab === "loadtest" && f === "unknown" ? "" : FIT_WORDS[f]);
+  const label = ({ m, fit: f }) => `${m.id} · ${running[m.alias_for || m.id] || m.state || "stopped"}` + (words(f) ? ` · ${words(f)}` : "");
   const options = [...select.options];
   // The same models: only their states change (a rebuilt list would close an open picker).
-  if (fit.length && options.length === fit.length && fit.every((m, i) => options[i].value === m.id)) {
-    fit.forEach((m, i) => { options[i].textContent = label(m); });
-    return fit;
+  if (fit.length && options.length === fit.length && fit.every((f, i) => options[i].value === f.m.id)) {
+    fit.forEach((f, i) => { options[i].textContent = label(f); options[i].dataset.fit = f.fit; });
+    return fit.map((f) => f.m);
   }
-  select.replaceChildren(...fit.map((m) => el("option", { value: m.id, text: label(m) })));
-  if (!fit.length) select.append(el("option", { value: "", text: "no model declares this capability" }));
-  if (chosen && fit.some((m) => m.id === chosen)) select.value = chosen;
-  return fit;
+  select.replaceChildren(...fit.map((f) => el("option", { value: f.m.id, "data-fit": f.fit, text: label(f) })));
+  if (!fit.length) select.append(el("option", { value: "", text: "no model is listed" }));
+  if (chosen && fit.some((f) => f.m.id === chosen)) select.value = chosen;
+  return fit.map((f) => f.m);
+}
+
+/* Under a tab's picker: whether the chosen model can serve the tab, in words, before sending. */
+function fitNote(tab) {
+  const note = $(`#pg-${tab}-fit`);
+  const id = $(`#pg-${tab}-model`).value;
+  const model = pg.rows.find((m) => m.id === id);
+  const fit = !model || (tab === "loadtest" && tabFit(model, tab) === "unknown") ? "yes" : tabFit(model, tab);
+  note.hidden = fit === "yes";
+  note.dataset.fit = fit;
+  note.textContent = fit === "no" ? `${id} cannot serve ${TAB_WHAT[tab]} by its capabilities (it lists ${listsText(model)}); its backend will most likely refuse.`
+    : fit === "unknown" ? `${id} lists no capabilities: whether it serves ${TAB_WHAT[tab]} only its backend can say.` : "";
+}
+
+/* A refusal that means "this model does not serve this kind of request" (no such route on its
+   backend), said as that first, with the models that list the capability. */
+function cannotServe(tab, model, err) {
+  if (![404, 405, 501].includes(err.status)) return null;
+  const row = pg.rows.find((m) => m.id === model);
+  if (row && tabFit(row, tab) === "yes") return null; // it says it can: the backend's words stand
+  const can = pg.rows.filter((m) => m.id !== model && tabFit(m, tab) === "yes").map((m) => m.id);
+  return `${model} cannot serve ${TAB_WHAT[tab]}: its backend has no ${err.path} (${err.status}).`
+    + (can.length ? ` Models that list it: ${can.join(", ")}.` : ` No model lists ${TAB_WHAT[tab]} among its capabilities.`);
 }
 
 /* A refusal in the API's own shape: status, type and message, and the body as sent. */
@@ -55,13 +113,17 @@ async function apiFailure(resp) {
   const kind = e && e.type ? ` · ${e.type}` : "";
   const err = new Error(`${resp.status}${kind}: ${message}`);
   err.body = body ? JSON.stringify(body, null, 2) : raw;
+  err.status = resp.status;
+  err.path = new URL(resp.url, location.href).pathname;
   return err;
 }
 
-function showFailure(box, err) {
+function showFailure(box, err, hint = null) {
   const reason = err instanceof OfflineError ? "gateway unreachable" : String(err.message || err);
   box.replaceChildren(el("div", { class: "msg error", "data-role": "error" },
-    el("span", { class: "role", text: "error" }), el("span", { class: "content", text: reason }),
+    el("span", { class: "role", text: "error" }),
+    hint ? el("strong", { class: "content cannot", "data-role": "cannot", text: hint }) : null,
+    el("span", { class: "content", text: reason }),
     err.body ? el("pre", { class: "body", text: err.body }) : null));
 }
 
@@ -144,6 +206,7 @@ function renderMarkdown(target, text) { target.replaceChildren(...mdBlocks(text)
    tokens after the first over the time after it. The browser's estimate is replaced by what the
    gateway recorded for the same request when this key may read the activity log. */
 const chat = { messages: [], abort: null, model: null, states: {}, attachments: [], turn: 0 };
+const pg = { rows: [] }; // the catalog's rows, as the pickers last listed them
 const FINISH = {
   stop: "finished (stop)",
   length: "length — cut by max_tokens",
@@ -429,15 +492,19 @@ async function refreshPicker() {
   });
   if (chosen && [...select.options].some((o) => o.value === chosen)) select.value = chosen;
   if (!chat.model) chat.model = select.value;
+  pg.rows = found.list;
   for (const tab of Object.keys(TABS)) {
     const picker = $(`#pg-${tab}-model`);
     if (picker) fillPicker(picker, found.list, tab, running);
+    if ($(`#pg-${tab}-fit`)) fitNote(tab);
   }
 }
 
 function newThread(note) {
   if (chat.abort) chat.abort.abort();
   chat.messages = [];
+  $("#pg-attach-note").hidden = true; // an old refusal does not belong to the new chat
+  $("#pg-attach-note").textContent = "";
   $("#pg-chat").replaceChildren();
   $("#pg-stats").textContent = "";
   if (note) $("#pg-chat").append(el("p", { class: "muted small", "data-role": "thread-note", text: note }));
@@ -452,12 +519,13 @@ function field(label, control) {
 
 /* A tab's panel: a model picker, its fields, one action button, and where the result goes. */
 function tabPanel(tab, title, fields, action, run) {
-  const picker = el("select", { id: `pg-${tab}-model` });
+  const picker = el("select", { id: `pg-${tab}-model`, onchange: () => fitNote(tab) });
+  const fit = el("p", { class: "perm-note small", id: `pg-${tab}-fit`, "data-role": "fit-note", hidden: true });
   const go = el("button", { type: "submit", id: `pg-${tab}-go`, class: "primary", text: action });
   const status = el("span", { class: "muted small", id: `pg-${tab}-status`, "data-role": "status" });
   const result = el("div", { class: "pg-result", id: `pg-${tab}-out`, "aria-live": "polite" });
   const form = el("form", { class: "stack wide" },
-    el("div", { class: "controls" }, field("Model", picker)), ...fields,
+    el("div", { class: "controls" }, field("Model", picker)), fit, ...fields,
     el("div", { class: "controls" }, go, status));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -471,7 +539,7 @@ function tabPanel(tab, title, fields, action, run) {
     } catch (err) {
       if (err instanceof AuthError) return;
       status.textContent = "failed";
-      showFailure(result, err);
+      showFailure(result, err, cannotServe(tab, picker.value, err));
     } finally {
       go.disabled = !can("inference");
       refreshPicker().catch(() => {});
@@ -603,10 +671,10 @@ async function measuredStream(body, signal, id) {
       chunks += 1;
     }
   }, (comment) => { if (first === null && comment) ready = performance.now(); });
-  if (first === null) return { ttft: null, tps: null };
+  if (first === null) return { ttft: null, tps: null, tokens: 0 };
   const tokens = usage && usage.completion_tokens != null ? usage.completion_tokens : chunks;
   const gen = (last - first) / 1000;
-  return { ttft: (first - ready) / 1000, tps: gen > 0 && tokens > 1 ? (tokens - 1) / gen : null };
+  return { ttft: (first - ready) / 1000, tps: gen > 0 && tokens > 1 ? (tokens - 1) / gen : null, tokens };
 }
 
 function percentile(values, p) {
@@ -644,7 +712,7 @@ function loadTab() {
   stop.addEventListener("click", () => { if (load.ctl) { load.ctl.stopped = true; load.ctl.abort.abort(); } });
   const panel = tabPanel("loadtest", "Load test", [el("label", { for: prompt.id, text: "Prompt (every request)" }), prompt,
     el("div", { class: "controls" }, field("Requests (N)", n), field("Concurrency (C)", c), field("Tokens each", maxTokens)),
-    el("p", { class: "muted small", text: `At most ${LOAD_MAX_N} requests, ${LOAD_MAX_C} at a time. TTFT and tok/s as in the chat: the first token after the model was ready; the tokens after the first over the time after it. A browser opens at most 6 connections to one gateway (HTTP/1.1), so above C = 6 requests also wait in the browser: the final p50/p95 come from the gateway's activity log when this key may read it, which leaves that wait out.` }),
+    el("p", { class: "muted small", text: `At most ${LOAD_MAX_N} requests, ${LOAD_MAX_C} at a time. TTFT and tok/s as in the chat: the first token after the model was ready; the tokens after the first over the time after it. A browser opens at most 6 connections to one gateway (HTTP/1.1), so above C = 6 requests also wait in the browser: the final percentiles come from the gateway's activity log when this key may read it, which leaves that wait out.` }),
   ], "Start", async (model, out, status) => {
     const total = Number(n.value), width = Number(c.value);
     if (!Number.isInteger(total) || total < 1 || total > LOAD_MAX_N) throw new Error(`Requests (N) must be a whole number from 1 to ${LOAD_MAX_N}`);
@@ -652,7 +720,7 @@ function loadTab() {
     const ctl = { stopped: false, abort: new AbortController() };
     load.ctl = ctl;
     stop.disabled = false;
-    const res = { started: 0, ok: 0, errors: 0, stopped: 0, ttft: [], tps: [], lastError: "", source: "this browser" };
+    const res = { started: 0, ok: 0, errors: 0, stopped: 0, ttft: [], tps: [], tokens: 0, lastError: "", source: "this browser" };
     const body = { model, stream: true, max_tokens: Number(maxTokens.value) || 32, stream_options: { include_usage: true },
       messages: [{ role: "user", content: prompt.value }] };
     const prefix = `loadtest-${Date.now().toString(36)}-`;
@@ -668,6 +736,7 @@ function loadTab() {
           res.ok += 1;
           if (m.ttft != null) res.ttft.push(m.ttft);
           if (m.tps != null) res.tps.push(m.tps);
+          res.tokens += m.tokens || 0;
         } catch (err) {
           if (err.name === "AbortError") res.stopped += 1;
           else if (err instanceof AuthError) { ctl.stopped = true; res.errors += 1; }
@@ -692,7 +761,8 @@ function loadTab() {
       const served = (rows || []).filter((r) => r.status === 200 && r.ttft != null);
       if (served.length) {
         Object.assign(res, { ttft: served.map((r) => r.ttft), source: "the gateway's activity log (as Activity shows)",
-          tps: served.map((r) => r.tokens_per_second).filter((v) => v != null) });
+          tps: served.map((r) => r.tokens_per_second).filter((v) => v != null),
+          tokens: served.reduce((t, r) => t + (r.completion_tokens || 0), 0) });
         render(state, ended);
       }
     } catch (err) { /* the browser's numbers stay */ }
@@ -701,18 +771,28 @@ function loadTab() {
   return panel;
 }
 
+/* The run as a whole (requests and tokens per second of wall time), then per request: the
+   median and the slow tail — for TTFT the 95th percentile (slower is higher), for tok/s the 5th
+   (slower is lower: the speed 95 % of requests beat). */
 function renderLoad(out, res, total, state, elapsed) {
   const ms = (v) => (v == null ? "–" : `${(v * 1000).toFixed(0)} ms`);
   const rate = (v) => (v == null ? "–" : `${v.toFixed(1)} tok/s`);
+  const per = (n, unit) => (elapsed > 0 && res.ok ? `${(n / elapsed).toFixed(n / elapsed >= 100 ? 0 : 2)} ${unit}` : "–");
   const rows = [
     ["state", state], ["sent", `${res.started} of ${total}`], ["ok", res.ok], ["errors", res.errors],
-    ["stopped", res.stopped], ["TTFT p50", ms(percentile(res.ttft, 50))], ["TTFT p95", ms(percentile(res.ttft, 95))],
-    ["tok/s p50", rate(percentile(res.tps, 50))], ["tok/s p95", rate(percentile(res.tps, 95))],
+    ["stopped", res.stopped],
+    ["requests/s", per(res.ok, "req/s"), "requests-per-s", "answers finished per second of the run's wall time (all requests together)"],
+    ["tokens/s, all", per(res.tokens, "tok/s"), "total-tok-s", "completion tokens of every answer per second of the run's wall time"],
+    ["TTFT p50", ms(percentile(res.ttft, 50)), "TTFT-p50"],
+    ["TTFT p95 (slow tail)", ms(percentile(res.ttft, 95)), "TTFT-p95", "95 % of requests had their first token sooner"],
+    ["tok/s p50", rate(percentile(res.tps, 50)), "tok-s-p50"],
+    ["tok/s p5 (slow tail)", rate(percentile(res.tps, 5)), "tok-s-p5", "the per-request speed 95 % of requests beat: the slowest 5 % were at or below it"],
     ["measured by", res.source], ["elapsed", secs(elapsed)],
   ];
   if (res.lastError) rows.push(["last error", res.lastError]);
   out.replaceChildren(el("dl", { class: "kv", "data-role": "load-result", "data-state": state },
-    ...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-role": k.replace(/\W+/g, "-"), text: String(v) })])));
+    ...rows.flatMap(([k, v, id, why]) => [el("dt", { text: k, title: why }),
+      el("dd", { "data-role": id || k.replace(/\W+/g, "-"), title: why, text: String(v) })])));
 }
 
 /* ---- tabs ------------------------------------------------------------------------------- */
@@ -785,7 +865,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("#pg-stop").addEventListener("click", () => { if (chat.abort) chat.abort.abort(); });
   $("#pg-regen").addEventListener("click", regenerate);
-  $("#pg-clear").addEventListener("click", () => newThread(""));
+  $("#pg-clear").addEventListener("click", () => { chat.attachments = []; renderAttachments(); newThread(""); });
   $("#pg-attach").addEventListener("change", (e) => attachImages(e.target).catch((err) => {
     $("#pg-attach-note").textContent = String(err.message || err);
     $("#pg-attach-note").hidden = false;
