@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import sys
 import threading
@@ -381,8 +382,8 @@ def test_logs_show_a_model_beside_the_gateway_with_a_font_size(
 def receipt_duration(seconds: float) -> str:
     """A receipt part as the models page writes it (app.js: ms under 1 s, else ``secs``;
     a loaded machine's spawn takes over a second)."""
-    if seconds < 1:
-        return f"{round(seconds * 1000)} ms"
+    if seconds < 1:  # Math.round: half up (Python's round() is half to even: 918.5 -> 918)
+        return f"{math.floor(seconds * 1000 + 0.5)} ms"
     if seconds < 60:
         return f"{seconds:.{1 if seconds < 10 else 0}f} s"
     return f"{int(seconds // 60)} min {round(seconds % 60)} s"
