@@ -537,6 +537,13 @@ class _Translator:
         Returns the hard keys; the soft ones go into ``defaults``. The hard spelling of a key
         wins over its soft one, as in llama-swap; ``model`` is never set."""
         hard = {k: v for k, v in params.items() if not (isinstance(k, str) and k.endswith("?"))}
+        for key in params:
+            if isinstance(key, str) and "." in key:  # llama-swap's path: said, never silent
+                note = (
+                    "llama-swap reads a dotted key as a path into nested objects; modelswap "
+                    f"sets one top-level key named {key.rstrip('?')!r}: write the nested object"
+                )
+                self.note((*base, key), (*base, key), note, DIFFERS)
         for key, value in params.items():
             if not (isinstance(key, str) and key.endswith("?")):
                 continue

@@ -64,6 +64,29 @@ def test_soft_keys_become_default_params_and_hard_spellings_win() -> None:
     assert not [m for m in config.compat if m.warning]
 
 
+def test_a_dotted_param_key_is_sent_as_written_and_said_to_differ() -> None:
+    """llama-swap reads `a.b` as a path into nested objects; modelswap sends one key named
+    `a.b` — never silently: the load warns, hard and soft spellings alike."""
+    config = load(
+        """\
+        models:
+          m:
+            cmd: srv --port ${PORT}
+            filters:
+              setParams: {"chat_template_kwargs.enable_thinking": false, "a.b?": 1, seed: 2}
+        """
+    )
+    filters = config.models["m"].filters
+    assert dict(filters.set_params) == {"chat_template_kwargs.enable_thinking": False, "seed": 2}
+    assert dict(filters.default_params) == {"a.b": 1}
+    warned = {m.source: m.note for m in config.compat if m.warning}
+    assert set(warned) == {
+        'models.m.filters.setParams["chat_template_kwargs.enable_thinking"]',
+        'models.m.filters.setParams["a.b?"]',
+    }
+    assert all("nested object" in note for note in warned.values())
+
+
 def test_soft_keys_by_name_are_that_names_defaults() -> None:
     config = load(
         """\
