@@ -123,11 +123,13 @@ def file_size(path: Path) -> int | None:
 
 
 def remove(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        try:
-            path.unlink()
-        except OSError as exc:
-            log.warning("cannot remove %s: %s", path, exc)
+    """Delete ``path`` if it is there (a failure is logged, never raised)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot remove %s: %s", path, exc)
 
 
 @dataclass(frozen=True, slots=True)
