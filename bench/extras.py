@@ -6,7 +6,9 @@
   first token, alone and through modelswap (SmolLM2);
 * ``swap``: a swap A→B under load, with its receipt (bench/swap_load.py);
 * ``prefetch``: B's cold start after A with the page cache dropped, prefetch on/off
-  (bench/prefetch.py; root only, skipped with a message otherwise).
+  (bench/prefetch.py; root only, skipped with a message otherwise);
+* ``promptcache``: a conversation's next turn after A was swapped out and back, its prompt
+  cache kept or not, against A never swapped (bench/prompt_cache.py; llama.cpp + SmolLM2).
 
 Each returns a JSON-able dict (kept in the results under ``extras``) and renders its own
 section. ``--quick`` runs them only when named in ``--scenarios``, with the smallest sizes.
@@ -20,15 +22,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from bench import cold_start, prefetch, silent_start, swap_load
+from bench import cold_start, prefetch, prompt_cache, silent_start, swap_load
 from bench.targets import llamacpp_gguf
 
-EXTRAS = ("silent", "llamacpp", "swap", "prefetch")
+EXTRAS = ("silent", "llamacpp", "swap", "prefetch", "promptcache")
 TITLES = {
     "silent": "7. Cold start of a backend that prints nothing when it binds",
     "llamacpp": "8. llama.cpp's own cold start, alone and through modelswap",
     "swap": "9. A swap A→B under load, and its receipt",
     "prefetch": "10. Weight prefetch: B's cold start with the page cache dropped",
+    "promptcache": "11. A conversation's prompt cache across a swap (llama.cpp)",
 }
 
 
@@ -62,11 +65,18 @@ def _prefetch(quick: bool) -> dict[str, Any]:
     return prefetch.run(["smollm2", "synthetic"], rounds=3, stop_delay=3.0, layers=12)
 
 
+def _promptcache(quick: bool) -> dict[str, Any]:
+    if quick:  # ~600 prompt tokens, one round: a check that it runs, not the figures
+        return prompt_cache.measure(rounds=1, sentences=20)
+    return prompt_cache.measure(rounds=3, sentences=52)
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "silent": _silent,
     "llamacpp": _llamacpp,
     "swap": _swap,
     "prefetch": _prefetch,
+    "promptcache": _promptcache,
 }
 
 
@@ -158,6 +168,8 @@ def render(extras: dict[str, dict[str, Any]]) -> list[str]:
             ]
         elif name == "swap":
             lines += swap_load.render(data)
+        elif name == "promptcache":
+            lines += prompt_cache.render(data)
         elif name == "prefetch":  # its table says the load itself
             lines += [*prefetch.render(data).splitlines(), ""]
             continue

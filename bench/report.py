@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from bench import extras
+from bench import extras, prompt_cache
 
 MiB = 1024 * 1024
 MS = 1000.0
@@ -181,7 +181,20 @@ def goals(results: dict[str, Any]) -> list[Goal]:
 
 
 def _extra_goals(extras: dict[str, Any]) -> list[Goal]:
-    """Issue 21's goals, from the scenarios that bring their own gateway."""
+    """Issue 21's and issue 30's goals, from the scenarios that bring their own gateway."""
+    cache = extras.get("promptcache", {})
+    kept = (
+        [
+            Goal(goal, "modelswap", value, _verdict(met))
+            for goal, value, met in prompt_cache.goals(cache)
+        ]
+        if "rounds" in cache
+        else []
+    )
+    return kept + _issue21_goals(extras)
+
+
+def _issue21_goals(extras: dict[str, Any]) -> list[Goal]:
     silent = extras.get("silent", {})
     if "share" not in silent:
         return []

@@ -46,9 +46,12 @@ def test_a_swap_away_and_back_restores_the_slot_and_the_same_answer(
 ) -> None:
     # a keeps its prompt cache; twin is the same server never swapped away (the reference);
     # b is any other model (the fake: it only has to evict a).
+    # disableKeepAlives: llama-server drops a kept-alive connection after an answer longer than
+    # 5 s (a prefill on busy cores), and the next request on it would fail (bench/prompt_cache.py)
+    fresh = "disableKeepAlives: true"
     gw = gateway(
-        f"  a:\n    promptCache: true\n    cmd: {llamacpp_cmd(2048)}\n"
-        f"  twin:\n    cmd: {llamacpp_cmd(2048)}\n"
+        f"  a:\n    promptCache: true\n    {fresh}\n    cmd: {llamacpp_cmd(2048)}\n"
+        f"  twin:\n    {fresh}\n    cmd: {llamacpp_cmd(2048)}\n"
         f"  b:\n    cmd: {fake_cmd()}\n"
     )
     first = [{"role": "user", "content": STORY + " What did the keeper write?"}]
