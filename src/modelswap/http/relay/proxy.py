@@ -129,6 +129,12 @@ def _response_headers(upstream: aiohttp.ClientResponse) -> CIMultiDict[str]:
     return out
 
 
+# How often a request is asked again when the backend closed its connection before answering
+# (a stale pooled one). Each try discards the connection it used; a pool seldom holds more than
+# a few that the backend closed at once, and a fresh connection is never stale.
+STALE_RETRIES = 2
+
+
 @functools.lru_cache(maxsize=64)
 def _client_timeout(connect: float | None) -> aiohttp.ClientTimeout:
     """The connect timeout as aiohttp takes it (built once per value, not per request)."""
@@ -156,14 +162,26 @@ async def _open_upstream(
         connect += timeouts.tls_handshake
     try:
         async with _ceiling(timeouts.first_byte or None):
-            return await session.request(
-                method,
-                url,
-                data=body if body else None,
-                headers=headers,
-                allow_redirects=False,
-                timeout=_client_timeout(connect),
-            )
+            for attempt in range(STALE_RETRIES + 1):
+                try:
+                    return await session.request(
+                        method,
+                        url,
+                        data=body if body else None,
+                        headers=headers,
+                        allow_redirects=False,
+                        timeout=_client_timeout(connect),
+                    )
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError):
+                    # Closed before a byte of answer came: a pooled connection the backend had
+                    # given up on (llama.cpp's server closes one past its keep-alive time). The
+                    # request was not answered, so it goes again, on another connection, as
+                    # Go's transport (llama-swap's) does. A backend that really died is refused
+                    # on the next connect, which the callers handle.
+                    if attempt == STALE_RETRIES:
+                        raise
+                    log.debug("%s closed a kept-alive connection unanswered: asking again", label)
+        raise AssertionError("unreachable")
     except TimeoutError as exc:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             raise UpstreamTimeoutError(label, "connection", connect or 0.0) from exc
