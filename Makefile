@@ -110,6 +110,7 @@ test-vllm: $(STAMP) $(VLLM_VENV)/.installed
 # installs nginx and wrk (apt-get, as root), LiteLLM's proxy, py-spy and uvloop into build/ —
 # never into .venv; a piece that cannot be installed skips its target, the run goes on.
 # ARGS passes options, e.g. make bench ARGS="--targets direct,floor,modelswap --scenarios latency".
+# BENCH_LLAMA_SWAP=/path/to/llama-swap adds llama-swap as a target (skipped without it).
 BENCH_JSON ?= build/bench/results.json
 .PHONY: bench
 
