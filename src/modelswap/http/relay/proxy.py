@@ -162,6 +162,7 @@ async def _open_upstream(
         connect += timeouts.tls_handshake
     try:
         async with _ceiling(timeouts.first_byte or None):
+            closed: aiohttp.ClientError | None = None
             for attempt in range(STALE_RETRIES + 1):
                 try:
                     return await session.request(
@@ -172,15 +173,20 @@ async def _open_upstream(
                         allow_redirects=False,
                         timeout=_client_timeout(connect),
                     )
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError):
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as exc:
                     # Closed before a byte of answer came: a pooled connection the backend had
                     # given up on (llama.cpp's server closes one past its keep-alive time). The
-                    # request was not answered, so it goes again, on another connection, as
-                    # Go's transport (llama-swap's) does. A backend that really died is refused
-                    # on the next connect, which the callers handle.
+                    # request was not answered, so it goes again, on another connection.
                     if attempt == STALE_RETRIES:
                         raise
-                    log.debug("%s closed a kept-alive connection unanswered: asking again", label)
+                    closed = closed or exc
+                    log.debug("%s closed a connection unanswered: asking again", label)
+                except aiohttp.ClientConnectorError:
+                    if closed is not None:
+                        # Not a stale connection: the backend itself is gone (it crashed on this
+                        # request). Said as the first failure said; never a restart and replay.
+                        raise closed from None
+                    raise
         raise AssertionError("unreachable")
     except TimeoutError as exc:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
