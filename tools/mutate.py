@@ -133,7 +133,7 @@ MUTATIONS = (
     Mutation(
         "receipt-unchecked",  # an absurd figure from a log line reported as the receipt
         "src/modelswap/backends/capacity.py",
-        "if math.isfinite(value) and 0 < size <= limit:",
+        "if math.isfinite(value) and 0 < value <= limit:",
         "if True:",
         ("tests/unit/backends/test_capacity.py",),
     ),
