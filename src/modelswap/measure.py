@@ -12,15 +12,14 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
 import statistics
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
 
+from modelswap.statefile import write_json
 from modelswap.states import ProcessState
 
 log = logging.getLogger(__name__)
@@ -87,11 +86,7 @@ class StatsStore:
             models[m] = entry
         data = {"version": 1, "models": models}
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".stats-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, indent=1)
-            os.replace(tmp, self._path)
+            write_json(self._path, data, prefix=".stats-")
         except OSError as exc:
             log.warning("cannot save %s: %s", self._path, exc)
 

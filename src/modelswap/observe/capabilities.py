@@ -20,13 +20,10 @@ listed in llama-swap's shape (``architecture``, ``capabilities``, ``supported_pa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from typing import Any
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import Capabilities
 from modelswap.receipts import ModelMetadata
+from modelswap.statefile import write_json
 
 log = logging.getLogger(__name__)
 
@@ -175,16 +173,7 @@ class CapabilityMemory:
         }
         data = {"version": FILE_VERSION, "models": models}
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".capabilities-")
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(data, fh, indent=1)
-                os.replace(tmp, self._path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_json(self._path, data, prefix=".capabilities-")
         except OSError as exc:
             if not self._warned:  # said once: it serves anyway, remembering in memory
                 log.warning("cannot save %s (kept in memory until exit): %s", self._path, exc)

@@ -21,15 +21,15 @@ file operations, synchronously, none of them slow but :func:`digest` (run in a t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from modelswap.statefile import write_json
 
 log = logging.getLogger(__name__)
 
@@ -226,16 +226,7 @@ class SlotStore:
             "rates": {m: asdict(r) for m, r in sorted(self._rates.items())},
         }
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".index-")
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(data, fh, indent=1)
-                os.replace(tmp, self.root / INDEX)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_json(self.root / INDEX, data, prefix=".index-")
         except OSError as exc:
             if not self._warned:
                 log.warning("cannot save %s: %s", self.root / INDEX, exc)
