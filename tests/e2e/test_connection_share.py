@@ -18,8 +18,12 @@ import concurrent.futures
 import contextlib
 import http.client
 import json
+import os
 import resource
+import select
+import signal
 import socket
+import time
 from collections.abc import Iterator
 
 import aiohttp
@@ -217,3 +221,44 @@ def test_with_keys_a_connection_is_at_work_only_with_a_valid_key(gateway: type[G
     finally:
         for sock in opened:
             sock.close()
+
+
+def test_a_burst_of_connects_while_the_gateway_is_busy_waits_in_the_accept_queue(
+    gateway: type[Gateway],
+) -> None:
+    """While the gateway's loop cannot accept (here: stopped outright), the kernel completes
+    the handshakes of a burst of connects in the listener's accept queue. With a short queue
+    (aiohttp's 128) the SYNs past it are dropped and each such client waits out a 1 s
+    retransmit, then another; the listener asks for the longest queue the kernel allows."""
+    burst = 400
+    with open("/proc/sys/net/core/somaxconn") as f:
+        if int(f.read()) < burst:
+            pytest.skip(f"net.core.somaxconn is under {burst}")
+    gw = gateway(f"  fake:\n    cmd: {fake_cmd()}\n")  # type: ignore[call-arg]
+    socks: list[socket.socket] = []
+    os.kill(gw.proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(burst):
+            sock = socket.socket()
+            sock.setblocking(False)
+            socks.append(sock)
+            with contextlib.suppress(BlockingIOError):
+                sock.connect(("127.0.0.1", gw.port))
+        # Established (writable, no error) once the kernel has queued it; a dropped SYN stays
+        # pending for as long as the gateway cannot accept, here past the ceiling.
+        pending = {sock.fileno(): sock for sock in socks}
+        poller = select.poll()
+        for fd in pending:
+            poller.register(fd, select.POLLOUT)
+        deadline = time.monotonic() + HANG
+        while pending and time.monotonic() < deadline:
+            for fd, _ in poller.poll(500):
+                assert pending[fd].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                poller.unregister(fd)
+                del pending[fd]
+        assert not pending, f"{len(pending)} of {burst} connects not queued by the kernel"
+    finally:
+        os.kill(gw.proc.pid, signal.SIGCONT)
+        for sock in socks:
+            sock.close()
+    assert post(gw, "/health", method="GET")[0] == 200

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -420,8 +421,12 @@ class GuardedSite(web.TCPSite):
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
+        # The kernel's accept queue as long as it allows (it caps SOMAXCONN at
+        # net.core.somaxconn), as Go's and nginx's listeners ask: with aiohttp's 128, a burst of
+        # connects overflows it while the loop is busy, and each SYN dropped costs its client a
+        # 1 s retransmit; over-cap connections are answered by the ledger, not by the kernel.
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Doorman(self._place), self._host, self._port, backlog=self._backlog
+            lambda: _Doorman(self._place), self._host, self._port, backlog=socket.SOMAXCONN
         )
 
     async def stop(self) -> None:
