@@ -315,7 +315,10 @@ def test_one_address_with_1100_slow_connections_does_not_shut_out_another(
 ) -> None:
     count, share = 1100, 64  # the defaults: maxConnections 1024, maxConnectionsPerClient 64
     with descriptors(2 * count + 500):
-        gw = launch(f"  a:\n    cmd: {fake_cmd()}\n")
+        # headerTimeout (10 s by default) lengthened: on a busy machine the refusals of the
+        # rest (each after waiting REFUSAL_READ_TIMEOUT for a place) could otherwise outlast
+        # the slow heads of the share, which this test finishes after them.
+        gw = launch(f"  a:\n    cmd: {fake_cmd()}\n", extra_top="limits: {headerTimeout: 300}")
         gateway = psutil.Process(gw.proc.pid)
         baseline = gateway.num_fds()
         drips = Drips(gw.port, "127.0.0.1")
@@ -343,9 +346,7 @@ def test_one_address_with_1100_slow_connections_does_not_shut_out_another(
             drips.send(within, b"Host: x\r\nConnection: close\r\n\r\n")  # they finish
             drips.read_until(lambda: set(within) <= drips.ended, 60)
             answered = Counter(drips.status(s) for s in within)
-            # 200; or nothing where a very busy machine let headerTimeout drop one first
-            assert set(answered) <= {200, None}, answered
-            assert answered[200] > 0, answered
+            assert answered == {200: share}, answered
         finally:
             drips.close()
 
