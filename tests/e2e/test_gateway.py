@@ -423,6 +423,8 @@ def test_upstream_passthrough_starts_the_model(gateway: StartGateway) -> None:
     assert echo["method"] == "PUT"
     assert echo["path"] == "/some/path"
     assert echo["query"] == "q=1"
+    escaped = request(gw, "GET", "/upstream/lc/some/path?q=a%26b%0A%1F").json()
+    assert escaped["query"] == "q=a%26b%0A%1F"  # as the client escaped it
     assert base64.b64decode(echo["body_b64"]) == b"abc"
     assert echo["headers"]["x-custom"] == "v"
 

@@ -192,6 +192,9 @@ def test_pass_through_prefixes_route_by_model(serve: Serve) -> None:
     assert reply.json()["choices"][0]["message"]["content"]
     echoed = echo_of(post(gw, "/v/embeddings?x=1", {"model": "image", "input": "x"}))
     assert (echoed["path"], echoed["query"]) == ("/embeddings", "x=1")
+    # The query goes on as the client escaped it: %26 stays data, not a separator.
+    escaped = echo_of(post(gw, "/v/embeddings?x=a%26b%20c", {"model": "image", "input": "x"}))
+    assert escaped["query"] == "x=a%26b%20c"
 
     missing = request(gw, "GET", "/sdapi/v1/loras")
     assert missing.status == 400
@@ -208,6 +211,10 @@ def test_comfyui_is_the_comfyui_auto_model(serve: Serve) -> None:
     gw = serve("passthrough.yaml")
     root = request(gw, "GET", "/comfyui?tab=1")
     assert (root.status, root.headers["Location"]) == (301, "/comfyui/?tab=1")
+    # Escapes stay escaped: decoded, %1F would be a control character in Location (the fuzz
+    # suite's find: the connection was dropped without an answer) and %26 a separator.
+    escaped = request(gw, "POST", "/comfyui?a=%1F%26b")
+    assert (escaped.status, escaped.headers["Location"]) == (308, "/comfyui/?a=%1F%26b")
     assert request(gw, "POST", "/comfyui", b"{}").status == 308
     early = request(gw, "GET", "/comfyui/api/queue")  # only the root may start it
     assert early.status == 409
@@ -230,6 +237,8 @@ def test_comfyui_is_the_comfyui_auto_model(serve: Serve) -> None:
         "client=7",
         {"prompt": {}},
     )
+    history = echo_of(request(gw, "GET", "/comfyui/api/history?q=a%26b%0A"))
+    assert history["query"] == "q=a%26b%0A"
     assert request(gw, "GET", "/comfyui/../api").status in (400, 404)
 
 

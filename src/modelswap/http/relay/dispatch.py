@@ -42,12 +42,22 @@ HOPS_HEADER = "X-Modelswap-Hops"
 MAX_HOPS = 8
 
 
+def raw_query(request: web.Request) -> str:
+    """``?`` and the query as the client sent it, percent-escapes kept (``""`` without one).
+    aiohttp's ``query_string`` is decoded: forwarded, ``%26`` would become a separator and
+    ``%0A`` a line break in a header."""
+    query = request.rel_url.raw_query_string
+    return "?" + query if query else ""
+
+
 def forwarded_path_qs(request: web.Request) -> str:
-    """The path and query the target gets (llama-swap's /v/ and /audioapi/ dropped)."""
-    path = upstream_path(request.path)
-    if path is request.path:
+    """The path and query the target gets (llama-swap's /v/ and /audioapi/ dropped), both as
+    the client escaped them."""
+    raw_path = request.rel_url.raw_path
+    path = upstream_path(raw_path)
+    if path is raw_path:
         return request.path_qs
-    return path + ("?" + request.query_string if request.query_string else "")
+    return path + raw_query(request)
 
 
 def hops(request: web.Request) -> int:

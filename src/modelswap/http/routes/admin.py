@@ -14,6 +14,7 @@ from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
 from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay import proxy
+from modelswap.http.relay.dispatch import raw_query
 from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, declare
 from modelswap.http.routes.catalog import running_rows
 from modelswap.http.routes.openai import read_body
@@ -194,8 +195,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
             503,
             code="model_not_ready",
         )
-    if request.query_string:
-        path += "?" + request.query_string
+    path += raw_query(request)
     body = await read_body(request, runtime.config.max_request_body_bytes)
     obs = request.get(OBS)
     if obs is not None:

@@ -18,6 +18,7 @@ from aiohttp import web
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
 from modelswap.http.relay import proxy
+from modelswap.http.relay.dispatch import raw_query
 from modelswap.http.route_classes import ADMIN, COMFYUI_MODEL, declare
 from modelswap.http.routes.admin import check_upstream_path
 from modelswap.http.routes.openai import body_limit, read_body
@@ -25,7 +26,7 @@ from modelswap.states import ProcessState
 
 
 async def comfyui_root(request: web.Request) -> web.Response:
-    location = "/comfyui/" + ("?" + request.query_string if request.query_string else "")
+    location = "/comfyui/" + raw_query(request)
     moved = request.method in ("GET", "HEAD")
     return web.Response(status=301 if moved else 308, headers={"Location": location})
 
@@ -44,7 +45,7 @@ async def comfyui(request: web.Request) -> web.StreamResponse:
                 409,
                 code="conflict",
             )
-    path = "/" + rest + ("?" + request.query_string if request.query_string else "")
+    path = "/" + rest + raw_query(request)
     if rest and _is_websocket(request):  # ComfyUI's /ws: progress and queue updates
         base = runtime.router.processes[model.id].config.proxy
         return await relay_websocket(request, runtime.proxy_session, base + path)
