@@ -160,6 +160,11 @@ _SECRET_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"}
 )
 _FLAG_ALIASES = frozenset({"hft"})
+# Secret flags that always take a value (llama.cpp, vLLM, SGLang, huggingface-cli): the word
+# after one is its value even when it looks like a flag (an API key may begin with "--").
+_VALUE_FLAGS = frozenset(
+    {"api-key", "hf-token", "hft", "token", "password", "secret", "access-token", "auth-token"}
+)
 _SWITCH_PREFIXES = frozenset({"no", "enable", "disable"})
 _QUERY_EXTRA = frozenset({"sig", "signature"})
 
@@ -408,10 +413,12 @@ def _named(secret: Callable[[str], bool]) -> Callable[[_Match], str | None]:
 
 def _flag_replace(m: _Match) -> str | None:
     """The value after a secret flag -- unless it is the next long flag, so a switch whose name
-    looks secret (``--timings-per-token --port 1``) does not swallow it."""
+    looks secret (``--timings-per-token --port 1``) does not swallow it; after a flag known to
+    take a value (``--api-key``), whatever follows is its value."""
     if not _is_secret_flag(m["name"]):
         return None
-    if m["sep"] != "=" and _NEXT_FLAG.match(m["value"]):
+    takes_value = m["name"].lstrip("-").lower() in _VALUE_FLAGS
+    if m["sep"] != "=" and not takes_value and _NEXT_FLAG.match(m["value"]):
         return None
     return _mask_value(m["value"])
 

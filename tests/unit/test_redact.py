@@ -163,6 +163,9 @@ TEXT_CASES = [
     ),
     # flags
     ("srv --api-key abc --port 8080", "srv --api-key *** --port 8080"),
+    # --api-key always takes a value, even one that looks like a flag (Hypothesis found it)
+    ("srv --api-key --A00000 --port 8080", "srv --api-key *** --port 8080"),
+    ("srv --timings-per-token --port 8080", "srv --timings-per-token --port 8080"),
     ("srv --api-key=abc", "srv --api-key=***"),
     ("srv --hf-token hf1 --token t2", "srv --hf-token *** --token ***"),
     ("srv --admin-api-key a --password p", "srv --admin-api-key *** --password ***"),
