@@ -79,6 +79,13 @@ test-stress: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not ui and not vllm and not reliability"
 
+# docs/configuration.md, the configuration reference, generated from the config's schema
+# (src/modelswap/config/reference.py); tests/unit/config/test_reference.py fails when the
+# checked-in page differs from what this writes, or when a key has no description.
+.PHONY: config-reference
+config-reference: $(STAMP)
+	$(BIN)/python -m modelswap.config.reference --write docs/configuration.md
+
 # One-line bugs the fast tier must catch (tools/mutate.py lists each and the tests that must
 # fail); each runs on a temporary copy of the tree, never on the checkout. Exit 1 if any survives.
 mutate: $(STAMP)
