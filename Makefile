@@ -79,6 +79,22 @@ test-stress: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not ui and not vllm and not reliability"
 
+# The documentation site (mkdocs.yml, docs/): a strict build (broken links, missing pages and
+# anchors fail) into build/site, then served on 127.0.0.1:DOCS_PORT until interrupted. `make
+# test` runs the same strict build (tests/unit/test_docs_site.py), into a temporary folder.
+DOCS_PORT ?= 8001
+.PHONY: docs
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir build/site
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# docs/configuration.md, the configuration reference, generated from the config's schema
+# (src/modelswap/config/reference.py); tests/unit/config/test_reference.py fails when the
+# checked-in page differs from what this writes, or when a key has no description.
+.PHONY: config-reference
+config-reference: $(STAMP)
+	$(BIN)/python -m modelswap.config.reference --write docs/configuration.md
+
 # One-line bugs the fast tier must catch (tools/mutate.py lists each and the tests that must
 # fail); each runs on a temporary copy of the tree, never on the checkout. Exit 1 if any survives.
 mutate: $(STAMP)

@@ -1,6 +1,6 @@
 """``deploy/systemd/modelswap.service``: ``systemd-analyze verify`` accepts it (where systemd is
-installed; skipped, with the reason, elsewhere), it carries the hardening the README lists, and
-the command it runs is modelswap's serve with the reload signal modelswap handles.
+installed; skipped, with the reason, elsewhere), it carries the hardening docs/deploying.md lists,
+and the command it runs is modelswap's serve with the reload signal modelswap handles.
 
 ``verify`` also checks that ExecStart's program exists, so it runs on a copy whose ExecStart
 is this checkout's ``modelswap`` instead of ``/opt/modelswap/bin/modelswap``."""

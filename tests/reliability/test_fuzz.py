@@ -212,7 +212,8 @@ class Client:
             raise
 
 
-# Routes that speak the Anthropic API answer in Anthropic's error shape (README, Errors).
+# Routes that speak the Anthropic API answer in Anthropic's error shape (docs/endpoints.md,
+# "Errors").
 # llama-swap's versionless /v/messages routes speak it too (issue 17).
 ANTHROPIC_PATHS = frozenset(
     {"/v1/messages", "/v1/messages/count_tokens", "/v/messages", "/v/messages/count_tokens"}

@@ -1,7 +1,7 @@
 """The Kubernetes manifests (``deploy/kubernetes``): the base and the GPU overlay, rendered as
 kustomize would (the part of it they use: resources, ``$patch: delete``, generators, images,
 labels — kustomize itself is not installed here), validate against the schemas of a current
-Kubernetes (``kubernetes-validate``, bundled schemas, strict); and they mean what the README
+Kubernetes (``kubernetes-validate``, bundled schemas, strict); and they mean what docs/deploying.md
 says: non-root pods probed on ``/health``, Services that select them, a config that loads and
 whose peer pool is the headless Service, a GPU each in the overlay.
 

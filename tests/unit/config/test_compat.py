@@ -1,7 +1,7 @@
 """llama-swap compatibility (issue 9): llama-swap's spellings are read into modelswap's, its keys
 modelswap does not implement warn exactly once, and unknown keys are still errors. No sockets,
-no processes: every fixture in tests/data/llamaswap/ and every YAML example of the README's
-"Coming from llama-swap" section is loaded here."""
+no processes: every fixture in tests/data/llamaswap/ and every YAML example of docs/llamaswap.md
+("Coming from llama-swap") is loaded here."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def warned(config: Config) -> list[str]:
     return [m.source for m in config.compat if m.warning]
 
 
-# --- fixtures and README examples load -----------------------------------------------------
+# --- fixtures and the llama-swap page's examples load ---------------------------------------
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.yaml")), ids=lambda p: p.name)
@@ -73,10 +73,12 @@ def test_every_fixture_loads_and_maps(path: Path) -> None:
     assert all(m.kind in ("same", "rewritten", "ignored", "differs") for m in config.compat)
 
 
+LLAMASWAP_PAGE = REPO / "docs" / "llamaswap.md"  # "Coming from llama-swap"
+
+
 def readme_examples() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Coming from llama-swap\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```yaml\n(.*?)```", section, re.S)
+    """The YAML examples of docs/llamaswap.md (the README's "Coming from llama-swap" once)."""
+    return re.findall(r"```yaml\n(.*?)```", LLAMASWAP_PAGE.read_text(), re.S)
 
 
 def test_readme_examples_load_as_documented() -> None:
@@ -111,7 +113,7 @@ def test_readme_examples_load_as_documented() -> None:
 
 
 def test_readme_spl_errors_are_the_real_ones() -> None:
-    text = (REPO / "README.md").read_text()
+    text = LLAMASWAP_PAGE.read_text()
     shown = text.split("modelswap: invalid configuration in config.yaml:\n", 1)[1]
     shown_lines = [line.strip() for line in shown.split("```", 1)[0].strip().splitlines()]
     broken = (
@@ -125,8 +127,7 @@ def test_readme_spl_errors_are_the_real_ones() -> None:
 
 
 def test_readme_explain_excerpt_is_the_real_output() -> None:
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Coming from llama-swap\n", 1)[1]
+    section = LLAMASWAP_PAGE.read_text()
     excerpt = section.split("`modelswap check --explain` on it ends with:\n\n```\n", 1)[1]
     excerpt = excerpt.split("```", 1)[0].rstrip("\n")
     assert explain(load(readme_examples()[0]).compat).endswith(excerpt)

@@ -1,5 +1,6 @@
 """The JSON schema (``modelswap schema``) accepts every config ``check`` accepts (issue 17):
-each fixture under tests/data/llamaswap/ and each README YAML example that loads is validated
+each fixture under tests/data/llamaswap/ and each YAML example of README.md and docs/*.md that
+loads is validated
 with a real JSON Schema validator; and it still catches typos and bad sizes."""
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def test_every_fixture_is_valid(validator: jsonschema.Draft202012Validator, path
 
 
 def readme_configs() -> list[str]:
-    """README YAML blocks that are whole configs check accepts."""
-    text = (REPO / "README.md").read_text()
+    """YAML blocks of README.md and the docs/ pages that are whole configs check accepts."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text() for page in pages)
     found = []
     for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
         try:

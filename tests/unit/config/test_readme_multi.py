@@ -1,5 +1,6 @@
-"""The README's "Multiple machines" and "Changing the config live" examples load, and mean
-what the README says they mean. Pure: no sockets, no processes."""
+"""The examples of docs/multiple-machines.md, docs/config-guide.md ("Changing the config live")
+and docs/deploying.md load, and mean what those pages say they mean. Pure: no sockets, no
+processes."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ REPO = Path(__file__).resolve().parents[3]
 ENV = {"FRONT_KEY": "front-secret", "GPU_BOX_KEY": "gpu-secret"}
 
 
-def examples(heading: str) -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```yaml\n(.*?)```", section, re.S)
+def examples(page: str, heading: str | None = None) -> list[str]:
+    """The YAML blocks of docs/<page>, or of its section <heading> (a "## " heading)."""
+    text = (REPO / "docs" / page).read_text()
+    if heading is not None:
+        text = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```yaml\n(.*?)```", text, re.S)
 
 
 def test_multiple_machines_example() -> None:
-    (example,) = examples("Multiple machines")
+    (example,) = examples("multiple-machines.md")
     config = load_config_text(example, environ=ENV)
     gpu, cpu = config.peers["gpu-box"], config.peers["cpu-box"]
     assert gpu.discover
@@ -33,7 +36,7 @@ def test_multiple_machines_example() -> None:
 
 
 def test_changing_the_config_live_example() -> None:
-    (example,) = examples("Changing the config live")
+    (example,) = examples("config-guide.md", "Changing the config live")
     before = load_config_text(example, environ={})
     with_alias = load_config_text(example.replace("[chat]", "[chat, assistant]"), environ={})
     bigger = load_config_text(example.replace("-c 8192", "-c 16384"), environ={})
@@ -47,7 +50,7 @@ def test_changing_the_config_live_example() -> None:
 
 
 def test_many_gateways_one_dns_name_example() -> None:
-    (example,) = examples("Deploying")
+    (example,) = examples("deploying.md")
     config = load_config_text(example, environ={"MODELSWAP_PEER_KEY": "peer-secret"})
     pool = config.peers["cluster"]
     assert pool.dns is not None
