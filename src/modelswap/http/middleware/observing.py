@@ -28,7 +28,7 @@ from modelswap.http.route_classes import inference_path
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.usage import UsageTracker
 from modelswap.redact import Redactor
-from modelswap.supervisor.process import ManagedProcess
+from modelswap.runtime import ModelStatus
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT_CLOSED = 499
@@ -126,12 +126,12 @@ def _headers_json(headers: Mapping[str, str], redactor: Redactor) -> str:
     return json.dumps(out)
 
 
-def _load_seconds(process: ManagedProcess | None, arrived: float) -> float | None:
+def _load_seconds(model: ModelStatus | None, arrived: float) -> float | None:
     """How long a request that arrived at ``arrived`` waited for its model to start: a cold
     start's load, kept apart from the TTFT. None when the model was ready before it came."""
-    if process is None or process.ready_at is None or process.ready_at <= arrived:
+    if model is None or model.ready_at is None or model.ready_at <= arrived:
         return None
-    return process.ready_at - arrived
+    return model.ready_at - arrived
 
 
 def _with_session(
@@ -154,7 +154,7 @@ def observed(path: str) -> bool:
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     runtime = request.app[RUNTIME]
-    if not runtime.observer.enabled or not observed(request.path):
+    if not runtime.observing or not observed(request.path):
         return await handler(request)
     obs = RequestObs()
     if runtime.config.observability.capture:
@@ -201,12 +201,12 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         key = client_key(request)
         redact = runtime.redactor.text
         usage = obs.usage
-        load = _load_seconds(runtime.router.processes.get(obs.model or ""), obs.at)
+        load = _load_seconds(runtime.find_model(obs.model or ""), obs.at)
         streamed = bool(usage and usage.streamed)
         first = obs.first_token if streamed else obs.ttft
         sent = request.get(RESPONSE) or response  # a Response returned is prepared after us
         metadata = _with_session(obs.metadata, request, runtime.config.observability)
-        runtime.observer.request_finished(
+        runtime.request_finished(
             RequestRecord(
                 at=obs.at,
                 key_name=key.name if key is not None else None,

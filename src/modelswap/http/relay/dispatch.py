@@ -105,7 +105,7 @@ async def dispatch(
     if policy is not None and obs is not None:
         obs.metadata = policy.context  # context.<key>, as the last attempt left it
     preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
-    waiting = WaitingStream(request) if body.stream else None
+    waiting = WaitingStream(request, runtime) if body.stream else None
     try:
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
@@ -116,9 +116,7 @@ async def dispatch(
                     raise
                 following = targets[index + 1].label
                 log.warning("%s failed (%s); trying %s", target.label, exc, following)
-                runtime.events.publish(
-                    "fallback", model=target.label, to=following, reason=str(exc)
-                )
+                runtime.publish("fallback", model=target.label, to=following, reason=str(exc))
         raise AssertionError("unreachable: the last target re-raises")
     except ModelswapError as exc:
         return await fail_or_raise(waiting, exc)
@@ -148,8 +146,7 @@ async def _attempt(
     if isinstance(target, LocalTarget):
         return await proxy.attempt_local(
             request,
-            runtime.router,
-            runtime.proxy_session,
+            runtime,
             target.model,
             path_qs=forwarded_path_qs(request),
             body=payload,
@@ -187,7 +184,7 @@ async def _attempt_peer(
     try:
         return await proxy.forward(
             request,
-            runtime.proxy_session,
+            runtime,
             upstream,
             path_qs=forwarded_path_qs(request),
             body=body,

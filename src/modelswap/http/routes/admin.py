@@ -19,7 +19,6 @@ from modelswap.http.routes.catalog import running_rows
 from modelswap.http.routes.openai import read_body
 from modelswap.http.routes.plan import add_plan_fields
 from modelswap.routing.resolve import close_names
-from modelswap.states import ProcessState
 
 
 async def health(request: web.Request) -> web.Response:
@@ -44,13 +43,13 @@ async def running(request: web.Request) -> web.Response:
 
 async def unload_all(request: web.Request) -> web.Response:
     """llama-swap's ``{"msg": "ok"}``, with the models stopped beside it."""
-    unloaded = await request.app[RUNTIME].router.unload(None)
+    unloaded = await request.app[RUNTIME].unload(None)
     return web.json_response({"msg": "ok", "unloaded": unloaded})
 
 
 async def unload_everything(request: web.Request) -> web.Response:
     """llama-swap's ``GET /unload``: every model stopped, answered with ``OK``."""
-    await request.app[RUNTIME].router.unload(None)
+    await request.app[RUNTIME].unload(None)
     return web.Response(text="OK")
 
 
@@ -59,7 +58,7 @@ async def unload_one(request: web.Request) -> web.Response:
     gets modelswap's ``{"msg": "ok", "unloaded": [...]}``."""
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
-    unloaded = await runtime.router.unload([model.id])
+    unloaded = await runtime.unload([model.id])
     if "application/json" in request.headers.get("Accept", ""):
         return web.json_response({"msg": "ok", "unloaded": unloaded})
     return web.Response(text="OK")
@@ -138,16 +137,14 @@ async def props(request: web.Request) -> web.StreamResponse:
     obs = request.get(OBS)
     if obs is not None:
         obs.model = model.id
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs="/props", body=b""
-    )
+    return await proxy.send_to_model(request, runtime, model, path_qs="/props", body=b"")
 
 
 async def load_one(request: web.Request) -> web.Response:
     """Load a model on demand (as a request would: groups and budgets apply)."""
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
-    await runtime.router.load(model.id)
+    await runtime.load(model.id)
     return web.json_response({"loaded": model.id})
 
 
@@ -161,7 +158,7 @@ async def logs(request: web.Request) -> web.Response:
         raise BadRequestError("`lines` must be a whole number.", param="lines") from exc
     if count is not None and count < 0:
         raise BadRequestError("`lines` must not be negative.", param="lines")
-    tail = runtime.router.processes[model.id].logs.tail(count)
+    tail = runtime.model(model.id).logs.tail(count)
     text = runtime.redactor.text("\n".join(tail)) + ("\n" if tail else "")
     return web.Response(text=text, content_type="text/plain", headers={"X-Accel-Buffering": "no"})
 
@@ -188,7 +185,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
         raise ModelNotFoundError(parts[0], close_names(parts[0], runtime.config.names()))
     path = "/" + "/".join(parts[cut:])
     ignored = any(re.search(p, path) for p in runtime.config.upstream_ignore_paths)
-    if ignored and runtime.router.processes[model.id].state is not ProcessState.READY:
+    if ignored and not runtime.model(model.id).ready:
         return error_response(  # upstream.ignorePaths: never a reason to start or swap
             f"{path} does not load a model (upstream.ignorePaths) and {model.id} is not ready.",
             503,
@@ -200,9 +197,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     obs = request.get(OBS)
     if obs is not None:
         obs.model, obs.bytes_in = model.id, len(body)
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs=path, body=body
-    )
+    return await proxy.send_to_model(request, runtime, model, path_qs=path, body=body)
 
 
 _ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|5c|25)", re.IGNORECASE)

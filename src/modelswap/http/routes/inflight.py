@@ -49,7 +49,7 @@ async def cancel(request: web.Request) -> web.Response:
     entry = request.app[INFLIGHT].cancel(wanted)
     if entry is None:
         return error_response("inflight request not found", 404, code="not_found")
-    runtime.events.publish("request.cancelled", id=entry.id, request_id=request_id(entry.request))
+    runtime.publish("request.cancelled", id=entry.id, request_id=request_id(entry.request))
     return web.json_response({"msg": "ok"})
 
 

@@ -64,9 +64,7 @@ async def query_routed(request: web.Request) -> web.StreamResponse:
     model = runtime.resolve(name, client_key(request))
     if obs is not None:
         obs.model = model.id
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs=request.path_qs, body=b""
-    )
+    return await proxy.send_to_model(request, runtime, model, path_qs=request.path_qs, body=b"")
 
 
 async def list_models(request: web.Request) -> web.Response:

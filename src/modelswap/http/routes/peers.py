@@ -9,7 +9,7 @@ from modelswap.http.route_classes import READ, declare
 
 
 async def peers(request: web.Request) -> web.Response:
-    return web.json_response({"peers": request.app[RUNTIME].peers.status()})
+    return web.json_response({"peers": request.app[RUNTIME].peer_status()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -25,7 +25,6 @@ from modelswap.planner.names import ENGINES
 from modelswap.planner.receipt import running_fields
 from modelswap.planner.render import plan_dict
 from modelswap.runtime import Runtime
-from modelswap.states import ProcessState
 
 _PARAMS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "utilization": ("utilization", float),
@@ -96,12 +95,11 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
 def add_plan_fields(runtime: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``plan`` and ``plan_error_pct`` on the ``/running`` rows of ready models that have both
     a plan and a capacity receipt (omitted otherwise, never null)."""
-    processes = runtime.router.processes
     for row in rows:
-        process = processes.get(str(row.get("model")))
-        if process is None or process.state is not ProcessState.READY:
+        model = runtime.find_model(str(row.get("model")))
+        if model is None or not model.ready:
             continue
-        row.update(running_fields(runtime.plans.get(row["model"]), process.capacity))
+        row.update(running_fields(model.plan(), model.receipt))
     return rows
 
 

@@ -26,7 +26,7 @@ async def security(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     report = security_report(runtime.config, allow_flag=runtime.allow_unauthenticated_network)
     # How a backend's whole process tree is kept within reach (supervisor/containment.py).
-    report["containment"] = runtime.containment.as_dict()
+    report["containment"] = runtime.containment_report()
     return web.json_response(report)
 
 
@@ -72,7 +72,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     Secrets masked."""
     runtime = request.app[RUNTIME]
     response = event_stream()
-    queue: asyncio.Queue[Event] = runtime.events.subscriber_queue()
+    queue: asyncio.Queue[Event] = runtime.subscribe()
     try:
         await response.prepare(request)
         snapshot = runtime.redactor.data(
@@ -93,7 +93,7 @@ async def events(request: web.Request) -> web.StreamResponse:
             if event.kind == DROPPED:
                 break
     finally:
-        runtime.events.unsubscribe(queue)
+        runtime.unsubscribe(queue)
         with contextlib.suppress(Exception):
             await response.write_eof()
     return response
