@@ -76,7 +76,7 @@ MUTATIONS = (
     ),
     Mutation(
         "read-body-unbounded",  # a chunked client body read without the cap
-        "src/modelswap/http/routes/openai.py",
+        "src/modelswap/http/reading.py",
         "return await read_capped(request.content.iter_any(), limit)",
         "return await request.read()",
         ("tests/integration/test_read_body.py",),
@@ -90,7 +90,7 @@ MUTATIONS = (
     ),
     Mutation(
         "alias-loses-context",  # alias rows without the reported context
-        "src/modelswap/http/routes/catalog.py",
+        "src/modelswap/http/catalog.py",
         'if key != "aliases"}',
         'if key not in ("aliases", "max_model_len", "context_length", "meta")}',
         ("tests/unit/http/test_catalog_aliases.py",),

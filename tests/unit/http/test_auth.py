@@ -25,6 +25,7 @@ from modelswap.http.middleware import auth
 from modelswap.http.middleware.auth import auth_middleware, match_key, presented_key
 from modelswap.http.middleware.cors import ALLOW_HEADERS, Cors
 from modelswap.http.middleware.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
+from modelswap.http.reading import check_upstream_path
 from modelswap.http.relay.proxy import request_headers
 from modelswap.http.route_classes import (
     ADMIN,
@@ -38,7 +39,6 @@ from modelswap.http.route_classes import (
     declare,
     scope_for,
 )
-from modelswap.http.routes.admin import check_upstream_path
 from modelswap.http.server.app import create_app
 from modelswap.runtime import Runtime
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from modelswap.errors import PolicyDeniedError, PolicyFailedError
-from modelswap.http.middleware.auth import presented_key
+from modelswap.http.reading import presented_key
 from modelswap.http.relay.extract import RequestBody
 from modelswap.policy import PolicyRuntimeError, PolicySet, Request, run
 from modelswap.runtime import LocalTarget, Target

@@ -41,11 +41,11 @@ from modelswap.errors import (
     UpstreamUnreachableError,
 )
 from modelswap.http.errors import HINT_HEADER, envelope
-from modelswap.http.middleware.observing import OBS, RequestObs
-from modelswap.http.middleware.request_id import HEADER as REQUEST_ID_HEADER
-from modelswap.http.middleware.request_id import request_id
+from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
+from modelswap.http.reading import request_id
 from modelswap.http.relay.sse import error_event
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
+from modelswap.http.request_obs import OBS, RequestObs
 from modelswap.redact import Redactor
 from modelswap.routing.local import Lease
 from modelswap.runtime import Runtime

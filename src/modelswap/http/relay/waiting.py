@@ -24,8 +24,8 @@ from aiohttp import web
 
 from modelswap.errors import ModelswapError
 from modelswap.http.errors import error_code_of, response_for
-from modelswap.http.middleware.observing import OBS
 from modelswap.http.relay.sse import error_event, event_stream
+from modelswap.http.request_obs import OBS
 from modelswap.http.route_classes import CHAT_PATHS
 from modelswap.routing.local import Lease
 from modelswap.runtime import Runtime

@@ -10,14 +10,13 @@ from aiohttp import web
 
 from modelswap import __version__, jsonsafe
 from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
+from modelswap.http.catalog import add_plan_fields, running_rows
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
-from modelswap.http.middleware.observing import OBS
+from modelswap.http.reading import check_upstream_path, read_body
 from modelswap.http.relay import proxy
+from modelswap.http.request_obs import OBS
 from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, declare
-from modelswap.http.routes.catalog import running_rows
-from modelswap.http.routes.openai import read_body
-from modelswap.http.routes.plan import add_plan_fields
 from modelswap.routing.resolve import close_names
 
 
@@ -198,30 +197,6 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     if obs is not None:
         obs.model, obs.bytes_in = model.id, len(body)
     return await proxy.send_to_model(request, runtime, model, path_qs=path, body=body)
-
-
-_ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|5c|25)", re.IGNORECASE)
-
-
-def check_upstream_path(raw_path: str, decoded: str) -> None:
-    """Refuse anything but a plain relative path below the backend's root: ``..`` and ``.``
-    segments (also percent-encoded or double-encoded), backslashes, absolute URLs."""
-    segments = decoded.split("/") + raw_path.split("?", 1)[0].split("/")
-    if (
-        "//" in decoded  # an empty segment: "//evil" would be a network-path reference
-        or ".." in segments
-        or "." in segments
-        or "\\" in decoded
-        or "://" in decoded
-        or decoded.startswith("/")
-        or "\x00" in decoded
-        or _ENCODED_TRAVERSAL.search(raw_path)
-    ):
-        raise BadRequestError(
-            "The upstream path must be a plain relative path (no '..', '.', empty segments, "
-            "encoded slashes or dots, backslashes or URLs).",
-            param="path",
-        )
 
 
 def add_routes(app: web.Application) -> None:

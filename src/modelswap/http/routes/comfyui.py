@@ -17,10 +17,9 @@ from aiohttp import web
 
 from modelswap.http.errors import error_response
 from modelswap.http.keys import RUNTIME
+from modelswap.http.reading import body_limit, check_upstream_path, read_body
 from modelswap.http.relay import proxy
 from modelswap.http.route_classes import ADMIN, COMFYUI_MODEL, declare
-from modelswap.http.routes.admin import check_upstream_path
-from modelswap.http.routes.openai import body_limit, read_body
 
 
 async def comfyui_root(request: web.Request) -> web.Response:

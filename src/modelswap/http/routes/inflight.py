@@ -13,8 +13,8 @@ from aiohttp import web
 from modelswap.http.errors import error_response
 from modelswap.http.keys import CLIENT, RUNTIME
 from modelswap.http.middleware.inflight import INFLIGHT, describe
-from modelswap.http.middleware.observing import OBS
-from modelswap.http.middleware.request_id import request_id
+from modelswap.http.reading import request_id
+from modelswap.http.request_obs import OBS
 from modelswap.http.route_classes import ADMIN, READ, declare
 
 

@@ -22,9 +22,7 @@ from modelswap.planner.configured import plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.names import ENGINES
-from modelswap.planner.receipt import running_fields
 from modelswap.planner.render import plan_dict
-from modelswap.runtime import Runtime
 
 _PARAMS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "utilization": ("utilization", float),
@@ -90,17 +88,6 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
     if isinstance(value, list):
         return [_masked(v, text) for v in value]
     return value
-
-
-def add_plan_fields(runtime: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``plan`` and ``plan_error_pct`` on the ``/running`` rows of ready models that have both
-    a plan and a capacity receipt (omitted otherwise, never null)."""
-    for row in rows:
-        model = runtime.find_model(str(row.get("model")))
-        if model is None or not model.ready:
-            continue
-        row.update(running_fields(model.plan(), model.receipt))
-    return rows
 
 
 def add_routes(app: web.Application) -> None:

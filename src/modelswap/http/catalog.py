@@ -12,6 +12,7 @@ from typing import Any
 
 from modelswap.config.resolved import ApiKey, ModelConfig
 from modelswap.observe.capabilities import listing_fields
+from modelswap.planner.receipt import running_fields
 from modelswap.runtime import ModelStatus, Runtime
 from modelswap.states import ProcessState
 
@@ -271,3 +272,14 @@ def model_row(runtime: Runtime, model_id: str, key: ApiKey | None = None) -> dic
         if model_id in row.get("aliases", ()):
             return alias_rows(row, (model_id,))[0]
     return None
+
+
+def add_plan_fields(runtime: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``plan`` and ``plan_error_pct`` on the ``/running`` rows of ready models that have both
+    a plan and a capacity receipt (omitted otherwise, never null)."""
+    for row in rows:
+        model = runtime.find_model(str(row.get("model")))
+        if model is None or not model.ready:
+            continue
+        row.update(running_fields(model.plan(), model.receipt))
+    return rows
