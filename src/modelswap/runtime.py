@@ -27,7 +27,7 @@ from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
 from modelswap.errors import AmbiguousModelError, Diagnosis, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
-from modelswap.measure import MemorySampler, StatsStore
+from modelswap.model_stats import MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
 from modelswap.observe.capabilities import (
     CapabilityMemory,
@@ -46,13 +46,13 @@ from modelswap.planner.receipt import PlanCache
 from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.redact import Redactor
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
-from modelswap.routing.matrix import MatrixSwapper
-from modelswap.routing.peers import PeerDirectory, PeerRoute
+from modelswap.routing.matrix_swapper import MatrixSwapper
+from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
 from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
-from modelswap.routing.selectors import TargetState, choose
+from modelswap.routing.selector_choice import TargetState, choose
 from modelswap.routing.swappers import (
     BudgetSwapper,
     CombinedSwapper,
@@ -60,7 +60,6 @@ from modelswap.routing.swappers import (
     GroupSpec,
     GroupSwapper,
 )
-from modelswap.sessions import SKIP_AUTO_HEADERS, PooledSessions, RelayRequest
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -71,6 +70,7 @@ from modelswap.supervisor.reaper import Reaper
 from modelswap.supervisor.slotstore import SlotStore
 from modelswap.supervisor.spare import Launcher
 from modelswap.supervisor.stops import StopRecord
+from modelswap.upstream_sessions import SKIP_AUTO_HEADERS, PooledSessions, RelayRequest
 
 log = logging.getLogger(__name__)
 

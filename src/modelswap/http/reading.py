@@ -14,7 +14,7 @@ import uuid
 
 from aiohttp import web
 
-from modelswap.capped import BodyOverLimitError, read_capped
+from modelswap.bounded_read import BodyOverLimitError, read_capped
 from modelswap.errors import BadRequestError, BodyTooLargeError
 from modelswap.runtime import Runtime
 

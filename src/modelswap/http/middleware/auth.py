@@ -1,6 +1,6 @@
 """Client authentication and authorisation: keys with scopes, compared in constant time.
 
-The scope each route needs is declared with it (:func:`modelswap.http.route_classes.declare`).
+The scope each route needs is declared with it (:func:`modelswap.http.route_table.declare`).
 With no ``apiKeys`` configured every route is open — modelswap then listens on loopback only (the
 exposure policy in ``config.security``).
 
@@ -20,11 +20,11 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from modelswap.config.resolved import ApiKey
-from modelswap.http.errors import error_response
-from modelswap.http.keys import AUTHORISED, CLIENT, Client
+from modelswap.http.app_keys import AUTHORISED, CLIENT, Client
+from modelswap.http.error_responses import error_response
 from modelswap.http.middleware.throttle import FailureLimiter
 from modelswap.http.reading import presented_key
-from modelswap.http.route_classes import ANY, OPEN, scope_of
+from modelswap.http.route_table import ANY, OPEN, scope_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

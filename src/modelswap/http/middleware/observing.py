@@ -19,12 +19,12 @@ from aiohttp import web
 
 from modelswap.config.resolved import Observability
 from modelswap.errors import echo
-from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of, error_response
-from modelswap.http.keys import RUNTIME, client_key
-from modelswap.http.middleware.inflight import CANCELLED_CODE, INFLIGHT, RESPONSE
+from modelswap.http.app_keys import RUNTIME, client_key
+from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, error_code_of, error_response
+from modelswap.http.middleware.inflight_registry import CANCELLED_CODE, INFLIGHT, RESPONSE
 from modelswap.http.reading import request_id
 from modelswap.http.request_obs import OBS, RequestObs
-from modelswap.http.route_classes import inference_path
+from modelswap.http.route_table import inference_path
 from modelswap.observe.records import RequestRecord
 from modelswap.redact import Redactor
 from modelswap.runtime import ModelStatus

@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from modelswap.http.reading import HEADER, request_id
-from modelswap.http.route_classes import ANTHROPIC_PATHS
+from modelswap.http.route_table import ANTHROPIC_PATHS
 
 
 async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:

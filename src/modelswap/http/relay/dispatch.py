@@ -25,14 +25,14 @@ from modelswap.errors import (
     UpstreamTimeoutError,
 )
 from modelswap.http.relay import proxy
+from modelswap.http.relay.apply_filters import apply_layers
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
-from modelswap.http.relay.filters import apply_layers
 from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.request_obs import OBS
-from modelswap.http.route_classes import USAGE_PATHS, upstream_path
+from modelswap.http.route_table import USAGE_PATHS, upstream_path
 from modelswap.observe.usage import UsageTracker, request_usage_injection
-from modelswap.routing.peers import PeerRoute
+from modelswap.routing.peer_directory import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
 
 log = logging.getLogger(__name__)

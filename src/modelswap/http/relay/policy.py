@@ -1,5 +1,5 @@
 """The Swap Policy Language on the way to a backend (llama-swap's order of operations):
-the filters (``http/relay/filters.py``), then ``hooks.on_request``, then the target model's or
+the filters (``http/relay/apply_filters.py``), then ``hooks.on_request``, then the target model's or
 peer's own ``filters.policy``; each sees what the one before left. JSON bodies only (a
 multipart form and ``/upstream/`` pass through as they are). Whatever a request's
 ``Content-Type`` says, a body read as JSON is a JSON body here: a header cannot take a request

@@ -40,7 +40,7 @@ from modelswap.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from modelswap.http.errors import HINT_HEADER, envelope
+from modelswap.http.error_responses import HINT_HEADER, envelope
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
 from modelswap.http.reading import request_id
 from modelswap.http.relay.sse import error_event

@@ -23,10 +23,10 @@ import time
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http.errors import error_code_of, response_for
+from modelswap.http.error_responses import error_code_of, response_for
 from modelswap.http.relay.sse import error_event, event_stream
 from modelswap.http.request_obs import OBS
-from modelswap.http.route_classes import CHAT_PATHS
+from modelswap.http.route_table import CHAT_PATHS
 from modelswap.routing.local import Lease
 from modelswap.runtime import Runtime
 

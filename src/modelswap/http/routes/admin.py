@@ -10,13 +10,13 @@ from aiohttp import web
 
 from modelswap import __version__, jsonsafe
 from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
+from modelswap.http.app_keys import RUNTIME
 from modelswap.http.catalog import add_plan_fields, running_rows
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME
+from modelswap.http.error_responses import error_response
 from modelswap.http.reading import check_upstream_path, read_body
 from modelswap.http.relay import proxy
 from modelswap.http.request_obs import OBS
-from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, declare
+from modelswap.http.route_table import ADMIN, INFERENCE, OPEN, READ, declare
 from modelswap.routing.resolve import close_names
 
 

@@ -15,11 +15,11 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.error_responses import error_response
 from modelswap.http.reading import body_limit, check_upstream_path, read_body
 from modelswap.http.relay import proxy
-from modelswap.http.route_classes import ADMIN, COMFYUI_MODEL, declare
+from modelswap.http.route_table import ADMIN, COMFYUI_MODEL, declare
 
 
 async def comfyui_root(request: web.Request) -> web.Response:

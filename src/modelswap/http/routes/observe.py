@@ -11,9 +11,9 @@ import aiohttp
 from aiohttp import web
 
 from modelswap.errors import BadRequestError
-from modelswap.http.keys import RUNTIME
+from modelswap.http.app_keys import RUNTIME
 from modelswap.http.relay.sse import event_stream
-from modelswap.http.route_classes import READ, declare
+from modelswap.http.route_table import READ, declare
 from modelswap.observe.records import OUTCOMES
 from modelswap.observe.relabel import merge_backend_metrics
 from modelswap.supervisor.logs import LogBuffer

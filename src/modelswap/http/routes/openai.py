@@ -5,15 +5,15 @@ from __future__ import annotations
 from aiohttp import web
 
 from modelswap.errors import BadRequestError
+from modelswap.http.app_keys import RUNTIME, client_key
 from modelswap.http.catalog import model_row, model_rows, peer_rows
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.error_responses import error_response
 from modelswap.http.reading import body_limit, read_body
 from modelswap.http.relay import proxy
 from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.relay.extract import parse_request
 from modelswap.http.request_obs import OBS
-from modelswap.http.route_classes import INFERENCE, INFERENCE_PATHS, QUERY_ROUTED_PATHS, declare
+from modelswap.http.route_table import INFERENCE, INFERENCE_PATHS, QUERY_ROUTED_PATHS, declare
 
 
 async def inference(request: web.Request) -> web.StreamResponse:

@@ -14,10 +14,10 @@ from aiohttp import web
 from modelswap.config.export import export_config
 from modelswap.config.security import security_report
 from modelswap.events import DROPPED, Event
+from modelswap.http.app_keys import RUNTIME, client_key
 from modelswap.http.catalog import model_rows, running_rows
-from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.relay.sse import event_stream
-from modelswap.http.route_classes import ADMIN, ANY, READ, declare
+from modelswap.http.route_table import ADMIN, ANY, READ, declare
 
 KEEPALIVE = 15.0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelswap.http.keys import RUNTIME
-from modelswap.http.route_classes import READ, declare
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.route_table import READ, declare
 
 
 async def peers(request: web.Request) -> web.Response:
