@@ -18,6 +18,7 @@ from modelswap.http.relay import proxy
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import ADMIN, INFERENCE, OPEN, READ, declare
 from modelswap.routing.resolve import close_names
+from modelswap.runtime import Runtime
 
 
 async def health(request: web.Request) -> web.Response:
@@ -63,8 +64,7 @@ async def unload_one(request: web.Request) -> web.Response:
     return web.Response(text="OK")
 
 
-def _profiles_body(request: web.Request) -> dict[str, object]:
-    runtime = request.app[RUNTIME]
+def _profiles_body(runtime: Runtime) -> dict[str, object]:
     sched = runtime.config.scheduling
     rows = []
     for name, pins in sched.profiles.items():
@@ -77,7 +77,7 @@ def _profiles_body(request: web.Request) -> dict[str, object]:
 
 async def profiles(request: web.Request) -> web.Response:
     """llama-swap's profiles: each with its models, and the active one."""
-    return web.json_response(_profiles_body(request))
+    return web.json_response(_profiles_body(request.app[RUNTIME]))
 
 
 async def active_profile(request: web.Request) -> web.Response:
@@ -103,7 +103,7 @@ async def switch_profile(request: web.Request) -> web.Response:
         raise BadRequestError(
             f"{name!r} is not a profile (profiles: {known}).", param="name"
         ) from None
-    return web.json_response(_profiles_body(request))
+    return web.json_response(_profiles_body(runtime))
 
 
 async def version(request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ from modelswap.http.relay.sse import event_stream
 from modelswap.http.route_table import READ, declare
 from modelswap.observe.records import OUTCOMES
 from modelswap.observe.relabel import merge_backend_metrics
+from modelswap.runtime import Runtime
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.webui.routes import memory_view
 
@@ -31,13 +32,12 @@ async def metrics(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     body = runtime.metrics_text()
     if runtime.config.observability.scrape_backends:
-        body += await _scrape_backends(request)
+        body += await _scrape_backends(runtime)
     return web.Response(body=body, headers={"Content-Type": PROMETHEUS_TEXT})
 
 
-async def _scrape_backends(request: web.Request) -> bytes:
+async def _scrape_backends(runtime: Runtime) -> bytes:
     """Each ready backend's own /metrics, bounded, with a ``model`` label added."""
-    runtime = request.app[RUNTIME]
     ready = [m for m in runtime.models() if m.ready]
 
     async def one(model: str, url: str) -> tuple[str, str]:
