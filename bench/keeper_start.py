@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from modelswap.supervisor import kept
+from modelswap.supervisor import keeper_client
 from modelswap.supervisor.containment import detect
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 12
@@ -38,7 +38,7 @@ def direct():
     )
 
 
-def memory(spare: kept.Spare) -> tuple[float, float]:
+def memory(spare: keeper_client.Spare) -> tuple[float, float]:
     """(RSS, PSS) in MiB of the spare keeper and its waiting child together (they share most
     pages since the fork: USS would undercount, RSS counts the shared ones twice)."""
     keeper = psutil.Process(spare.keeper_pid)
@@ -48,9 +48,9 @@ def memory(spare: kept.Spare) -> tuple[float, float]:
 
 
 async def main() -> None:
-    variants = {"direct": direct, "keeper": lambda: kept.spawn(CMD, env=os.environ)}
+    variants = {"direct": direct, "keeper": lambda: keeper_client.spawn(CMD, env=os.environ)}
     if CONTAINMENT.cgroup_base is not None:
-        variants["keeper+cgroup"] = lambda: kept.spawn(
+        variants["keeper+cgroup"] = lambda: keeper_client.spawn(
             CMD, env=os.environ, cgroup=CONTAINMENT.new_cgroup("measure")
         )
     variants["spare"] = lambda: None  # made ahead in each round, below
@@ -59,7 +59,7 @@ async def main() -> None:
     for round_ in range(RUNS + 1):  # the first round warms up, untimed
         for name, spawn in variants.items():
             if name == "spare":
-                spare = await kept.spawn_spare(CONTAINMENT.new_cgroup("spare"))
+                spare = await keeper_client.spawn_spare(CONTAINMENT.new_cgroup("spare"))
                 sizes.append(memory(spare))
                 spawn = lambda spare=spare: spare.use(CMD, env=os.environ)  # noqa: E731
             await asyncio.sleep(PAUSE)

@@ -55,28 +55,28 @@ MUTATIONS = (
     ),
     Mutation(
         "anthropic-404-type",  # Anthropic's 404 type wrong (issue 18)
-        "src/modelswap/http/errors.py",
+        "src/modelswap/http/error_responses.py",
         '404: "not_found_error",',
         '404: "invalid_request_error",',
         ("tests/unit/http/test_anthropic_errors.py",),
     ),
     Mutation(
         "capped-per-chunk",  # the probe's 64 KiB cap counted per chunk, not per body
-        "src/modelswap/capped.py",
+        "src/modelswap/bounded_read.py",
         "if len(body) > limit:",
         "if len(chunk) > limit:",
-        ("tests/unit/test_capped.py",),
+        ("tests/unit/test_bounded_read.py",),
     ),
     Mutation(
         "capped-off-by-one",  # a body of exactly the cap refused
-        "src/modelswap/capped.py",
+        "src/modelswap/bounded_read.py",
         "if len(body) > limit:",
         "if len(body) >= limit:",
-        ("tests/unit/test_capped.py",),
+        ("tests/unit/test_bounded_read.py",),
     ),
     Mutation(
         "read-body-unbounded",  # a chunked client body read without the cap
-        "src/modelswap/http/routes/openai.py",
+        "src/modelswap/http/reading.py",
         "return await read_capped(request.content.iter_any(), limit)",
         "return await request.read()",
         ("tests/integration/test_read_body.py",),
@@ -90,7 +90,7 @@ MUTATIONS = (
     ),
     Mutation(
         "alias-loses-context",  # alias rows without the reported context
-        "src/modelswap/http/routes/catalog.py",
+        "src/modelswap/http/catalog.py",
         'if key != "aliases"}',
         'if key not in ("aliases", "max_model_len", "context_length", "meta")}',
         ("tests/unit/http/test_catalog_aliases.py",),
@@ -160,21 +160,21 @@ MUTATIONS = (
     ),
     Mutation(
         "keeper-tree-gone-ignores-cgroup",  # the keeper exits with a helper left in the cgroup
-        "src/modelswap/supervisor/keeper.py",
+        "src/modelswap/supervisor/keeper_program.py",
         "return no_children and (cgroup is None or not cgroup_populated(cgroup))",
         "return no_children",
         ("tests/unit/supervisor/test_keeper_rules.py",),
     ),
     Mutation(
         "keeper-reap-never-done",  # no child left never noticed: the keeper never exits
-        "src/modelswap/supervisor/keeper.py",
+        "src/modelswap/supervisor/keeper_program.py",
         "            return status, True",
         "            return status, False",
         ("tests/unit/supervisor/test_keeper_rules.py",),
     ),
     Mutation(
         "keeper-exit-drops-signal",  # a backend killed by a signal reported as a plain exit
-        "src/modelswap/supervisor/keeper.py",
+        "src/modelswap/supervisor/keeper_program.py",
         "return 128 - code, -code",
         "return 128 - code, 0",
         ("tests/unit/supervisor/test_keeper_rules.py",),

@@ -14,6 +14,7 @@ import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -24,27 +25,34 @@ from modelswap.backends.probe import MetadataProbe
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
-from modelswap.errors import AmbiguousModelError, ModelNotFoundError, ModelswapError
+from modelswap.errors import AmbiguousModelError, Diagnosis, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
-from modelswap.measure import MemorySampler, StatsStore
+from modelswap.model_stats import MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
-from modelswap.observe.capabilities import CapabilityMemory, command_key, observed_from
+from modelswap.observe.capabilities import (
+    CapabilityMemory,
+    Observed,
+    command_key,
+    observed_from,
+)
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
+from modelswap.observe.records import RequestRecord
 from modelswap.observe.swaps import SwapReceipts
+from modelswap.planner.memory import Plan
 from modelswap.planner.receipt import PlanCache
-from modelswap.receipts import ModelMetadata
+from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.redact import Redactor
-from modelswap.routing.local import LocalRouter
-from modelswap.routing.matrix import MatrixSwapper
-from modelswap.routing.peers import PeerDirectory, PeerRoute
+from modelswap.routing.local import Lease, LocalRouter, PendingLease
+from modelswap.routing.matrix_swapper import MatrixSwapper
+from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
 from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
-from modelswap.routing.selectors import TargetState, choose
+from modelswap.routing.selector_choice import TargetState, choose
 from modelswap.routing.swappers import (
     BudgetSwapper,
     CombinedSwapper,
@@ -52,7 +60,6 @@ from modelswap.routing.swappers import (
     GroupSpec,
     GroupSwapper,
 )
-from modelswap.sessions import SKIP_AUTO_HEADERS, PooledSessions, RelayRequest
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -62,6 +69,8 @@ from modelswap.supervisor.promptcache import PromptCache
 from modelswap.supervisor.reaper import Reaper
 from modelswap.supervisor.slotstore import SlotStore
 from modelswap.supervisor.spare import Launcher
+from modelswap.supervisor.stops import StopRecord
+from modelswap.upstream_sessions import SKIP_AUTO_HEADERS, PooledSessions, RelayRequest
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +89,115 @@ class LocalTarget:
 
 
 Target = LocalTarget | PeerRoute
+
+
+class ModelStatus:
+    """One local model as the HTTP layer reads it: its process's state, start progress, the
+    backend's report and the allocator's receipt, the last failure and stop, its load in the
+    scheduler, and what the runtime keeps about it (the last swap, the plan, remembered
+    capabilities, the configured limits). Read-only: commands go through the Runtime
+    (:meth:`Runtime.load`, :meth:`Runtime.unload`, :meth:`Runtime.acquire`)."""
+
+    __slots__ = ("_process", "_runtime")
+
+    def __init__(self, process: ManagedProcess, runtime: Runtime) -> None:
+        self._process = process
+        self._runtime = runtime
+
+    @property
+    def model(self) -> str:
+        return self._process.model
+
+    @property
+    def config(self) -> ModelConfig:
+        """The configuration the process runs (a reload may have changed the config's)."""
+        return self._process.config
+
+    @property
+    def state(self) -> ProcessState:
+        return self._process.state
+
+    @property
+    def ready(self) -> bool:
+        return self._process.state is ProcessState.READY
+
+    @property
+    def since(self) -> float:
+        return self._process.since
+
+    @property
+    def started_at(self) -> float | None:
+        return self._process.started_at
+
+    @property
+    def ready_at(self) -> float | None:
+        return self._process.ready_at
+
+    @property
+    def progress(self) -> Progress | None:
+        return self._process.progress
+
+    def phase(self) -> str:
+        """What a waiting client is told: the start's phase, or that it waits its turn."""
+        if self._process.state is ProcessState.STARTING:
+            return self.start_phase()
+        return "waiting for its turn"
+
+    def start_phase(self) -> str:
+        progress = self._process.progress
+        return progress.label() if progress else "starting"
+
+    @property
+    def last_progress_at(self) -> float | None:
+        return self._process.last_progress_at
+
+    @property
+    def last_progress_line(self) -> str | None:
+        return self._process.last_progress_line
+
+    @property
+    def reported(self) -> ModelMetadata | None:
+        """What the backend reported about itself (context, …) once ready."""
+        return self._process.metadata
+
+    @property
+    def receipt(self) -> CapacityReceipt | None:
+        """The allocator's receipt read from the backend's log (weights, KV cache, …)."""
+        return self._process.capacity
+
+    @property
+    def last_failure(self) -> Diagnosis | None:
+        return self._process.last_failure
+
+    @property
+    def last_stop(self) -> StopRecord | None:
+        return self._process.last_stop
+
+    @property
+    def logs(self) -> LogBuffer:
+        return self._process.logs
+
+    def in_flight(self) -> int:
+        return self._runtime.router.in_flight(self.model)
+
+    def queued(self) -> int:
+        return self._runtime.router.queued(self.model)
+
+    def idle_deadline(self) -> float | None:
+        """When the ttl unloads it (the event loop's clock), or None."""
+        return self._runtime.router.idle_deadline(self.model)
+
+    def configured(self) -> ConfiguredLimits:
+        """What its command line asks for (context, parallel slots, …)."""
+        return self._runtime.configured[self.model]
+
+    def last_swap(self) -> dict[str, Any] | None:
+        """The receipt of the last swap to it (it outlives an unload)."""
+        return self._runtime.swaps.last(self.model)
+
+    def plan(self) -> Plan | None:
+        """The fit planner's plan for its current start."""
+        return self._runtime.plans.get(self.model)
 
 
 class Runtime:
@@ -454,6 +572,83 @@ class Runtime:
     def router(self) -> LocalRouter:
         assert self._router is not None, "Runtime.start() was not awaited"
         return self._router
+
+    # ---- what the HTTP layer reads and commands (docs/architecture.md, "Layers") -----------
+
+    def model(self, model_id: str) -> ModelStatus:
+        """The local model ``model_id`` (a removed one still draining included). KeyError
+        for one that has no process."""
+        return ModelStatus(self.router.processes[model_id], self)
+
+    def find_model(self, model_id: str) -> ModelStatus | None:
+        process = self.router.processes.get(model_id)
+        return ModelStatus(process, self) if process is not None else None
+
+    def models(self) -> list[ModelStatus]:
+        """Every local model with a process, in the config's order."""
+        return [ModelStatus(process, self) for process in self.router.processes.values()]
+
+    def remembered(self, model: ModelConfig) -> Observed | None:
+        """What ``model`` could do when it was last ready (for /v1/models)."""
+        return self.capability_memory.get(model)
+
+    async def load(self, model_id: str) -> None:
+        """Load a model as a request would (groups and budgets apply)."""
+        await self.router.load(model_id)
+
+    async def unload(self, model_ids: list[str] | None) -> list[str]:
+        """Stop the models (None: all); the ones stopped."""
+        return await self.router.unload(model_ids)
+
+    async def acquire(self, model_id: str) -> Lease:
+        """Wait until a request may be sent to ``model_id`` (started if needed)."""
+        return await self.router.acquire(model_id)
+
+    def admit(self, model_id: str) -> PendingLease:
+        """A place in the queue for ``model_id``, without waiting (see :meth:`withdraw`)."""
+        return self.router.admit(model_id)
+
+    def withdraw(self, pending: PendingLease) -> None:
+        """Leave the queue (or give back a lease granted but unused)."""
+        self.router.withdraw(pending)
+
+    def publish(self, kind: str, **data: Any) -> None:
+        """An event on the runtime's bus (``fallback``, ``request.cancelled``, …)."""
+        self.events.publish(kind, **data)
+
+    def subscribe(self) -> asyncio.Queue[Event]:
+        """A queue of every event from now on; pair with :meth:`unsubscribe`."""
+        return self.events.subscriber_queue()
+
+    def unsubscribe(self, queue: asyncio.Queue[Event]) -> None:
+        self.events.unsubscribe(queue)
+
+    @property
+    def observing(self) -> bool:
+        """Whether finished requests are recorded (metrics or the activity log)."""
+        return self.observer.enabled
+
+    def request_finished(self, record: RequestRecord) -> None:
+        self.observer.request_finished(record)
+
+    def metrics_text(self) -> bytes:
+        """The gateway's own /metrics exposition."""
+        return self.observer.metrics.exposition()
+
+    def performance_view(self, after: float | None = None) -> dict[str, Any]:
+        """The system monitor's samples (after ``after``)."""
+        return self.performance.view(after)
+
+    def containment_report(self) -> dict[str, object]:
+        """How a backend's whole process tree is kept within reach."""
+        return self.containment.as_dict()
+
+    def peer_status(self) -> list[dict[str, object]]:
+        return self.peers.status()
+
+    def listening(self) -> None:
+        """The gateway's socket listens: the launcher may make its spare keeper now."""
+        self.launcher.begin()
 
     @property
     def health_session(self) -> aiohttp.ClientSession:

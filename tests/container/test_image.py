@@ -181,7 +181,7 @@ def test_the_demo_serves_the_openai_sdk_and_stops_cleanly_on_sigterm(
     running = namespace_pids(pid_namespace)
     commands = list(running.values())
     assert any("modelswap serve" in c for c in commands), commands
-    assert any("keeper.py" in c for c in commands), commands  # the backend's keeper …
+    assert any("keeper_program.py" in c for c in commands), commands  # the backend's keeper …
     assert any("modelswap.launchers.llamacpp" in c for c in commands), commands  # … and server
     gateway = next(pid for pid, c in running.items() if "modelswap serve" in c)
     assert owner_uid(gateway) == UID  # not root

@@ -131,7 +131,7 @@ def keepers_left() -> list[str]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if any(part.endswith("keeper.py") for part in cmdline):
+        if any(part.endswith("keeper_program.py") for part in cmdline):
             found.append(describe(proc))
     return found
 

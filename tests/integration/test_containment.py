@@ -1,4 +1,5 @@
-"""Nothing a backend starts outlives it (supervisor/keeper.py, kept.py, containment.py).
+"""Nothing a backend starts outlives it (supervisor/keeper_program.py, keeper_client.py,
+containment.py).
 
 The backends here run through ``tests/fakes/helper_spawner.py``, which leaves a helper the way
 daemons do — double fork + ``setsid()`` (``daemon``), or ``nohup`` in another process group
@@ -47,7 +48,7 @@ from modelswap.config import ModelConfig
 from modelswap.errors import StartError
 from modelswap.events import Event, EventBus
 from modelswap.states import ProcessState
-from modelswap.supervisor import cgroups, keeper, kept, tree
+from modelswap.supervisor import cgroups, keeper_client, keeper_program, tree
 from modelswap.supervisor.containment import CGROUP, SUBREAPER, Containment
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.process import PROBE_DELAY
@@ -478,7 +479,7 @@ async def test_a_backend_cgroup_holds_the_helper_and_goes_with_it(
     assert cgroup_of(process.keeper_pid) != path  # cgroup.kill must not take the keeper
     assert writable_cgroup.cgroup_base is not None
     directory = writable_cgroup.cgroup_base / path.rsplit("/", 1)[1]
-    assert {process.pid, helper.pid} <= keeper.cgroup_pids(str(directory))
+    assert {process.pid, helper.pid} <= keeper_program.cgroup_pids(str(directory))
 
     await process.stop()
 
@@ -501,7 +502,7 @@ async def test_a_backend_cgroup_holds_the_helper_and_goes_with_it(
     ],
 )
 async def test_the_keeper_exits_as_the_backend_did(script: str, expected: int) -> None:
-    proc = await kept.spawn(["sh", "-c", script], env=os.environ)
+    proc = await keeper_client.spawn(["sh", "-c", script], env=os.environ)
     async with asyncio.timeout(CEILING):
         code = await proc.wait()
     assert code == expected
@@ -514,7 +515,7 @@ async def test_the_keeper_forwards_sigterm_to_the_backend() -> None:
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    proc = await kept.spawn([sys.executable, "-c", code], env=os.environ)
+    proc = await keeper_client.spawn([sys.executable, "-c", code], env=os.environ)
     assert proc.stdout is not None
     async with asyncio.timeout(CEILING):
         assert await proc.stdout.readline() == b"ready\n"
@@ -534,7 +535,9 @@ async def test_the_keeper_reports_the_backends_exit_before_its_leftovers_are_gon
         "print('helper', helper.pid, flush=True)\n"
         "sys.exit(3)\n"
     )
-    proc = await kept.spawn([sys.executable, "-c", code], env=os.environ, grace=CEILING * 10)
+    proc = await keeper_client.spawn(
+        [sys.executable, "-c", code], env=os.environ, grace=CEILING * 10
+    )
     assert proc.stdout is not None
     async with asyncio.timeout(CEILING):
         helper = psutil.Process(int((await proc.stdout.readline()).split()[1]))
@@ -648,8 +651,8 @@ def test_the_keepers_descendant_scans_agree(tracker: ProcessTracker) -> None:
         assert child.stdout.readline() == b"ok\n"
         for grandchild in psutil.Process(child.pid).children():
             tracker.add(grandchild.pid)
-        fast = keeper.descendants(child.pid)
-        table = keeper._parents()
+        fast = keeper_program.descendants(child.pid)
+        table = keeper_program._parents()
         assert len(fast) == 1
         assert fast == set(table[child.pid])
     finally:
@@ -739,18 +742,18 @@ def test_a_gateway_gone_with_the_keepers_reply_unread_still_ends_the_tree(
     argv = [sys.executable, str(SPAWNER), "--mode", mode, "--pidfile", str(pidfile)]
     argv += ["--stubborn", "--", "sleep", "60"]
     cgroup = containment.new_cgroup("unread")
-    spec = keeper.Spec(argv, cgroup=str(cgroup) if cgroup is not None else None)
+    spec = keeper_program.Spec(argv, cgroup=str(cgroup) if cgroup is not None else None)
     ours, theirs = socket.socketpair()  # this test plays the gateway: the keeper's parent
     with ours:
         with theirs:
             keeper_proc = subprocess.Popen(
-                [*kept.KEEPER_ARGV, "--gateway", str(os.getpid())],
+                [*keeper_client.KEEPER_ARGV, "--gateway", str(os.getpid())],
                 stdin=theirs.fileno(),
                 start_new_session=True,
             )
         tracker.add(keeper_proc.pid)
         try:
-            ours.sendall(keeper.encode_spec(spec))
+            ours.sendall(keeper_program.encode_spec(spec))
             readable, _, _ = select.select([ours], [], [], CEILING)
             assert readable, "the keeper did not reply"  # the reply waits, unread, in our end
             wait_until(pidfile.exists, "the helper announcing itself")

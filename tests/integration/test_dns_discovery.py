@@ -18,7 +18,7 @@ from tests.fakes.pool_fakes import DnsServer, RecordingPeer, port_free_on
 
 from modelswap.config.resolved import DnsDiscovery, Peer
 from modelswap.routing.dns import DnsError, resolve_addresses
-from modelswap.routing.peers import PeerDirectory
+from modelswap.routing.peer_directory import PeerDirectory
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from tests.integration.conftest import free_port
 
-from modelswap.http.keys import AUTHORISED
+from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.server import connections
 from modelswap.http.server.connections import ConnectionLedger, GuardedSite, Handler
 

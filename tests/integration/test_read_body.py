@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from modelswap.errors import BodyTooLargeError
-from modelswap.http.routes.openai import read_body
+from modelswap.http.reading import read_body
 
 LIMIT = 1000
 

@@ -35,7 +35,7 @@ from tests.integration.conftest import (
 
 from modelswap.events import Event, EventBus
 from modelswap.states import ProcessState
-from modelswap.supervisor import cgroups, keeper, tree
+from modelswap.supervisor import cgroups, keeper_program, tree
 from modelswap.supervisor.containment import Containment, detect
 from modelswap.supervisor.reaper import GRACE_SECONDS, Reaper, gateway_cgroup_bases
 
@@ -286,7 +286,7 @@ def test_the_backend_cgroup_ends_what_no_snapshot_saw(
     reaper.register(root.pid, backend_cgroup)
     hidden = tmp_path / "hidden.pid"
     helper = start_stubborn(sleeper, backend_cgroup, hidden)
-    assert keeper.cgroup_pids(str(backend_cgroup)) == {helper.pid}
+    assert keeper_program.cgroup_pids(str(backend_cgroup)) == {helper.pid}
     assert helper.pid not in {child.pid for child in psutil.Process(root.pid).children(True)}
 
     reaper.close()  # as if the gateway died
@@ -396,7 +396,7 @@ def test_a_cgroup_not_of_this_gateway_is_left_alone(
             assert root.wait(timeout=CEILING) == -signal.SIGTERM
         assert not survivors({"watchdog": watchdog}, time.monotonic() + CEILING)
         assert outsider.poll() is None
-        assert keeper.cgroup_pids(str(others[0])) == {outsider.pid}
+        assert keeper_program.cgroup_pids(str(others[0])) == {outsider.pid}
         assert all(path.is_dir() for path in others)
     finally:
         for path in others:

@@ -17,7 +17,7 @@ import pytest
 from tests.integration.conftest import MakeModel, MakeProcess, ProcessTracker, is_alive
 
 from modelswap.errors import StartError
-from modelswap.supervisor import keeper, kept
+from modelswap.supervisor import keeper_client, keeper_program
 from modelswap.supervisor.containment import detect
 from modelswap.supervisor.spare import Launcher
 
@@ -105,7 +105,7 @@ async def test_the_spare_keeper_gives_the_gateway_its_childs_command_pipe_close_
     tracker: ProcessTracker,
 ) -> None:
     async with asyncio.timeout(CEILING):
-        spare = await kept.spawn_spare()
+        spare = await keeper_client.spawn_spare()
     tracker.add(spare.keeper_pid)
     commands = spare._commands
     try:
@@ -127,9 +127,11 @@ async def test_a_command_too_large_to_hand_over_goes_through_the_keeper(
     tracker: ProcessTracker,
 ) -> None:
     async with asyncio.timeout(CEILING):
-        spare = await kept.spawn_spare()
+        spare = await keeper_client.spawn_spare()
     tracker.add(spare.keeper_pid)
-    big = "x" * (kept.HAND_LIMIT + 10_000)  # a vast environment: past what the pipe takes at once
+    big = "x" * (
+        keeper_client.HAND_LIMIT + 10_000
+    )  # a vast environment: past what the pipe takes at once
     code = "import os; print(len(os.environ['MODELSWAP_TEST_BIG']))"
     async with asyncio.timeout(CEILING):
         proc = await spare.use(
@@ -147,16 +149,16 @@ async def test_a_gateway_gone_between_telling_the_keeper_and_handing_the_command
     writes it: gone in between, the child reads end-of-file and exits, and so does the keeper
     once the gateway's socket closes."""
     async with asyncio.timeout(CEILING):
-        spare = await kept.spawn_spare()
+        spare = await keeper_client.spawn_spare()
     keeper_proc = psutil.Process(spare.keeper_pid)
     (child,) = keeper_proc.children()
     tracker.add(keeper_proc.pid)
     tracker.add(child.pid)
     commands, control = spare._commands, spare._control
     assert commands is not None
-    spec = keeper.Spec([sys.executable, "-c", "print('never')"], env=dict(os.environ))
+    spec = keeper_program.Spec([sys.executable, "-c", "print('never')"], env=dict(os.environ))
     control.setblocking(True)
-    control.sendall(keeper.HANDED + keeper.encode_spec(spec))
+    control.sendall(keeper_program.HANDED + keeper_program.encode_spec(spec))
     os.close(commands)  # the gateway's copy of the pipe goes, nothing written
     spare._commands = None
     async with asyncio.timeout(CEILING):

@@ -32,7 +32,7 @@ from tests.e2e.conftest import (
     wait_healthy,
 )
 
-from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor import cgroups, keeper_program
 from modelswap.supervisor.containment import detect
 
 LONG_ENV = "MODELSWAP_RELIABILITY_LONG"
@@ -82,9 +82,9 @@ def is_spare(proc: psutil.Process, gw: Gateway) -> bool:
         cmdline = proc.cmdline()
         if cmdline == gw.proc.args:
             return True
-        if keeper.SPARE not in cmdline:
+        if keeper_program.SPARE not in cmdline:
             return False
-        return all(keeper.SPARE in child.cmdline() for child in proc.children())
+        return all(keeper_program.SPARE in child.cmdline() for child in proc.children())
     except psutil.Error:
         return False
 

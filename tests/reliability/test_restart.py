@@ -88,7 +88,7 @@ def test_a_new_gateway_ends_what_a_killed_one_left_and_keeps_every_committed_row
     old.wait_for(grandchild_recorded)
     watchdog = [p for p in procs if "modelswap.supervisor.reaper" in " ".join(p.cmdline())]
     assert len(watchdog) == 1
-    keepers = [p for p in procs if "supervisor/keeper.py" in " ".join(p.cmdline())]
+    keepers = [p for p in procs if "supervisor/keeper_program.py" in " ".join(p.cmdline())]
     assert len(keepers) == 3
     backends = [p for p in procs if p not in watchdog and p not in keepers]
 

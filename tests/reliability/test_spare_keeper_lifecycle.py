@@ -24,7 +24,7 @@ from tests.reliability.conftest import (
     wait_all_dead,
 )
 
-from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor import cgroups, keeper_program
 from modelswap.supervisor.containment import CGROUP, detect
 
 CEILING = 30.0  # only ends a hang: a spare is ready within tens of milliseconds
@@ -41,7 +41,7 @@ def spare_of(gw: Launched, *, other_than: int | None = None) -> psutil.Process:
         ready = [int(pid) for pid in READY.findall(gw.log()) if int(pid) != other_than]
         for pid in ready[-1:]:
             spare = psutil.Process(pid)
-            assert keeper.SPARE in spare.cmdline()
+            assert keeper_program.SPARE in spare.cmdline()
             return spare
         time.sleep(0.02)
     raise AssertionError(f"no spare keeper appeared:\n{gw.log()}")
@@ -180,7 +180,7 @@ def test_a_backend_started_from_the_spare_is_an_ordinary_one(
 def test_the_switch_turns_it_off_and_a_reload_on(launch: LaunchFn, tracker: Tracker) -> None:
     gw = launch(MODELS, extra_top="spareKeeper: false")
     assert request(gw, "POST", "/v1/chat/completions", chat_body("m")).status == 200
-    spares = [p for p in gw.descendants() if alive(p) and keeper.SPARE in p.cmdline()]
+    spares = [p for p in gw.descendants() if alive(p) and keeper_program.SPARE in p.cmdline()]
     assert not spares, describe(spares)
 
     text = gw.config_path.read_text().replace("spareKeeper: false", "spareKeeper: true")

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from modelswap.backends import metadata as parse
-from modelswap.capped import BodyOverLimitError, read_capped
+from modelswap.bounded_read import BodyOverLimitError, read_capped
 from modelswap.config import ModelConfig
 from modelswap.receipts import ModelMetadata
 

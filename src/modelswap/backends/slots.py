@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from modelswap.backends.configured import flag_values
-from modelswap.capped import BodyOverLimitError, read_capped
+from modelswap.bounded_read import BodyOverLimitError, read_capped
 from modelswap.receipts import SlotFileAction, SlotState
 
 MAX_BODY = 4 * 1024 * 1024  # /slots repeats every slot's sampling parameters

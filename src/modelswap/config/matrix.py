@@ -4,7 +4,7 @@ Pure. ``vars`` name models (``g: gemma-model``); each of ``sets`` is an expressi
 ``&`` (run together), ``|`` (one or the other), parentheses, and ``+name`` (another set's
 expression). :func:`expand` turns an expression into its alternatives: the sets of models that
 may run at once (``(g | q) & v`` -> ``{g, v}``, ``{q, v}``). ``&`` binds tighter than ``|``.
-The solver that chooses among them is ``routing/matrix.py``.
+The solver that chooses among them is ``routing/matrix_swapper.py``.
 """
 
 from __future__ import annotations

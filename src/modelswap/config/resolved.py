@@ -185,7 +185,7 @@ SelectorStrategy = Literal["warm", "pin", "spillover"]
 @dataclass(frozen=True, slots=True)
 class Selector:
     """A virtual model id resolved per request to one of ``targets`` (model ids, aliases or
-    peer models) by ``strategy`` (``routing/selectors.py``)."""
+    peer models) by ``strategy`` (``routing/selector_choice.py``)."""
 
     id: str
     targets: tuple[str, ...]

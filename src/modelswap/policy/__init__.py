@@ -8,7 +8,6 @@ over a :class:`Request`. Pure: no I/O, no modelswap imports; config compiles the
 (``config/policies.py``), the relay runs them (``http/relay/policy.py``).
 """
 
-from modelswap.policy.errors import PolicyError, PolicyRuntimeError
 from modelswap.policy.evaluate import ABSENT, Denial, Request, read, run
 from modelswap.policy.library import (
     POLICY_NAME_RE,
@@ -19,6 +18,7 @@ from modelswap.policy.library import (
 )
 from modelswap.policy.nodes import Program
 from modelswap.policy.parser import parse
+from modelswap.policy.program_errors import PolicyError, PolicyRuntimeError
 
 __all__ = [
     "ABSENT",

@@ -20,7 +20,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from modelswap.policy.errors import PolicyRuntimeError
 from modelswap.policy.nodes import (
     Action,
     AllOf,
@@ -39,6 +38,7 @@ from modelswap.policy.nodes import (
     Program,
     Segment,
 )
+from modelswap.policy.program_errors import PolicyRuntimeError
 
 MAX_APPLY_DEPTH = 32
 """Deepest chain of ``apply`` (cycles are refused at load; this guards a hand-built set)."""

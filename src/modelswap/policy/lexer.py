@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from modelswap.policy.errors import PolicyError
+from modelswap.policy.program_errors import PolicyError
 
 MAX_NESTING = 64
 """Deepest nesting of brackets and braces a program may use (parsing recurses on them)."""

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from modelswap.policy.errors import PolicyError
 from modelswap.policy.nodes import Action, Program
+from modelswap.policy.program_errors import PolicyError
 
 PROTECTED = ("model",)
 """Body keys no program may set or remove (the routing key)."""

@@ -29,7 +29,6 @@ import json
 import re
 from dataclasses import replace
 
-from modelswap.policy.errors import PolicyError
 from modelswap.policy.lexer import MAX_NESTING, T, Token, lex
 from modelswap.policy.nodes import (
     Action,
@@ -50,6 +49,7 @@ from modelswap.policy.nodes import (
     Program,
     Segment,
 )
+from modelswap.policy.program_errors import PolicyError
 from modelswap.policy.regex import Regex, RegexError
 
 MAX_INDEX = 999_999

@@ -13,6 +13,7 @@ import time
 from collections.abc import Coroutine, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
+from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis, StartError
 from modelswap.events import Event, EventBus
 from modelswap.planner.weights import weight_files
@@ -60,6 +61,15 @@ class Lease:
     @property
     def model(self) -> str:
         return self.process.model
+
+    @property
+    def config(self) -> ModelConfig:
+        """The configuration the leased process runs (its address, its upstream key)."""
+        return self.process.config
+
+    async def confirm_exit(self) -> bool:
+        """Whether the leased backend has died (its exit noticed now, the model marked failed)."""
+        return await self.process.confirm_exit()
 
     def release(self) -> None:
         if not self._released:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from modelswap.supervisor import keeper
+from modelswap.supervisor import keeper_program
 
 PREFIX = "modelswap-"
 _NAME = re.compile(rf"^{PREFIX}(\d+)-\d+")
@@ -164,9 +164,9 @@ def end(path: Path, ceiling: float = 5.0) -> bool:
     The gateway's fallback for when the keeper could not do it; True if the cgroup is gone."""
     if not path.is_dir():
         return True
-    keeper.cgroup_kill(str(path))
+    keeper_program.cgroup_kill(str(path))
     deadline = time.monotonic() + ceiling
-    while keeper.cgroup_populated(str(path)) and time.monotonic() < deadline:
+    while keeper_program.cgroup_populated(str(path)) and time.monotonic() < deadline:
         time.sleep(0.02)
     with contextlib.suppress(OSError):
         path.rmdir()

@@ -1,7 +1,7 @@
 """Which kernel mechanism keeps a backend's whole process tree within reach
 (docs/architecture.md, "Process lifecycle").
 
-Every backend runs under a keeper (:mod:`modelswap.supervisor.keeper`), a child subreaper:
+Every backend runs under a keeper (:mod:`modelswap.supervisor.keeper_program`), a child subreaper:
 orphans of the backend's tree reparent to it, and it ends them all before it exits. Where a
 writable cgroup v2 subtree exists (:mod:`modelswap.supervisor.cgroups`) each backend also gets
 its own cgroup, ended with ``cgroup.kill``, so no fork can outrun the kill. ``/api/security``
@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor import cgroups, keeper_program
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def subreaper_supported() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         value = ctypes.c_int(0)
-        option = ctypes.c_ulong(keeper.PR_GET_CHILD_SUBREAPER)
+        option = ctypes.c_ulong(keeper_program.PR_GET_CHILD_SUBREAPER)
         zero = ctypes.c_ulong(0)
         return int(libc.prctl(option, ctypes.byref(value), zero, zero, zero)) == 0
     except (OSError, AttributeError):

@@ -6,11 +6,11 @@ allowed-transitions table and publishes a ``process.state`` event. Lifecycle ope
 serialise on one lock; the slow part of a start (spawn + health polling) runs in a stored task
 so that :meth:`stop` can abort a start in progress.
 
-The backend runs under a keeper (:mod:`modelswap.supervisor.keeper`, started by
-:mod:`modelswap.supervisor.kept`): a child subreaper, and where cgroup v2 allows it the owner of
-the backend's own cgroup, that ends every process of the backend's tree before it exits. ``pid``
-is the backend's own; the tree snapshots, the orphan watchdog and the backend record watch the
-keeper's tree, which also holds the helpers that reparented to it.
+The backend runs under a keeper (:mod:`modelswap.supervisor.keeper_program`, started by
+:mod:`modelswap.supervisor.keeper_client`): a child subreaper, and where cgroup v2 allows it
+the owner of the backend's own cgroup, that ends every process of the backend's tree before it
+exits. ``pid`` is the backend's own; the tree snapshots, the orphan watchdog and the backend record
+watch the keeper's tree, which also holds the helpers that reparented to it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
 from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
-from modelswap.supervisor import cgroups, health, kept, listening, sleepmode, tree
+from modelswap.supervisor import cgroups, health, keeper_client, listening, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
 from modelswap.supervisor.containment import Containment, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -118,7 +118,7 @@ class ManagedProcess:
         self._lock = asyncio.Lock()
         self._state = S.STOPPED
         self._since = time.time()
-        self._proc: kept.Kept | None = None  # the backend, run by its keeper
+        self._proc: keeper_client.Kept | None = None  # the backend, run by its keeper
         self._start_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._monitor_task: asyncio.Task[None] | None = None
@@ -167,7 +167,7 @@ class ManagedProcess:
 
     @property
     def keeper_pid(self) -> int | None:
-        """The keeper's pid: the root of the backend's whole tree (see supervisor/keeper.py)."""
+        """The keeper's pid: the root of the backend's whole tree (supervisor/keeper_program.py)."""
         return self._proc.keeper_pid if self._proc is not None else None
 
     # ---- configuration ---------------------------------------------------------------------
@@ -431,7 +431,7 @@ class ManagedProcess:
             proc = await self._launcher.spawn(self.model, cfg.cmd, env=env)
         except OSError as exc:  # the command cannot be executed: as a direct spawn reports it
             raise _StartFailed(self._diagnoser.spawn_error(cfg.cmd[0], exc)) from exc
-        except kept.KeeperError as exc:
+        except keeper_client.KeeperError as exc:
             raise _StartFailed(
                 Diagnosis(
                     "keeper_failed",
@@ -473,7 +473,7 @@ class ManagedProcess:
                 if exc.errno == errno.EADDRINUSE:  # anything else is for the backend to report
                     raise _StartFailed(self._diagnoser.port_taken(host, port)) from exc
 
-    async def _pump_output(self, proc: kept.Kept) -> None:
+    async def _pump_output(self, proc: keeper_client.Kept) -> None:
         assert proc.stdout is not None
         while chunk := await proc.stdout.read(65536):
             self.logs.feed(chunk)
@@ -679,7 +679,7 @@ class ManagedProcess:
         log.warning("model %s: backend died: %s", self.model, self.last_failure.summary)
         await self._terminate()  # the tree's leftovers, the reaper's registration
 
-    def _mark_died(self, proc: kept.Kept) -> bool:
+    def _mark_died(self, proc: keeper_client.Kept) -> bool:
         """``proc`` has exited: if it was our ready backend, fail at once. Idempotent."""
         if self._state not in (S.READY, S.SLEEPING) or proc is not self._proc:
             return False
@@ -736,7 +736,7 @@ class ManagedProcess:
         self._proc = None
         self.logs.append(f"[modelswap] backend exited ({proc.returncode})")
 
-    async def _wait_keeper(self, proc: kept.Kept) -> None:
+    async def _wait_keeper(self, proc: keeper_client.Kept) -> None:
         """Until the keeper has ended the backend's leftovers (its grace, then SIGKILL) and
         exited. Only a hang ends otherwise: the keeper is told to SIGKILL at once, and one that
         still does not exit is killed itself (the tree snapshots then catch what is left)."""
@@ -753,7 +753,7 @@ class ManagedProcess:
             proc.kill_keeper()
             await proc.wait()
 
-    async def _ask_to_stop(self, proc: kept.Kept) -> None:
+    async def _ask_to_stop(self, proc: keeper_client.Kept) -> None:
         stop_cmd = self.config.cmd_stop
         if not stop_cmd:
             proc.signal_backend(signal.SIGTERM)
@@ -772,7 +772,7 @@ class ManagedProcess:
             self.logs.append(f"[modelswap] cmdStop failed ({exc!r}); sending SIGTERM")
             proc.signal_backend(signal.SIGTERM)
 
-    async def _kill_leftovers(self, proc: kept.Kept) -> None:
+    async def _kill_leftovers(self, proc: keeper_client.Kept) -> None:
         """The keeper has exited, normally with nothing left (it said so). Should it have been
         killed, SIGKILL what the snapshots saw (pid + creation time), every process that carries
         this start's tag (a helper that daemonised after the last snapshot) and the backend's

@@ -1,8 +1,8 @@
 """The orphan reaper: no backend may outlive modelswap, even when modelswap is SIGKILLed.
 
-The first line of defence is each backend's keeper (:mod:`modelswap.supervisor.keeper`), which
-notices the gateway's death itself and ends its tree; this watchdog is the second, for a keeper
-that was killed along with the gateway. It watches the keepers' trees (the roots registered).
+The first line of defence is each backend's keeper (:mod:`modelswap.supervisor.keeper_program`),
+which notices the gateway's death itself and ends its tree; this watchdog is the second, for a
+keeper that was killed along with the gateway. It watches the keepers' trees (the roots registered).
 
 A parent-death signal reaches only direct children and a process group kill misses helpers that
 called ``setsid()``. So modelswap starts this small watchdog once, in its own session, with a
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from modelswap.supervisor import cgroups, keeper, tree
+from modelswap.supervisor import cgroups, keeper_program, tree
 
 SCAN_INTERVAL = 0.2
 GRACE_SECONDS = 1.5
@@ -117,7 +117,7 @@ class Reaper:
 def _members(path: Path) -> set[tree.ProcKey]:
     """The processes in the cgroup now, as (pid, create_time)."""
     keys: set[tree.ProcKey] = set()
-    for pid in keeper.cgroup_pids(str(path)):
+    for pid in keeper_program.cgroup_pids(str(path)):
         with contextlib.suppress(psutil.Error):
             keys.add((pid, psutil.Process(pid).create_time()))
     return keys
@@ -135,13 +135,13 @@ def _reap(
     tree.signal_all(everything, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     while time.monotonic() < deadline and (
-        tree.alive(everything) or any(keeper.cgroup_populated(str(path)) for path in groups)
+        tree.alive(everything) or any(keeper_program.cgroup_populated(str(path)) for path in groups)
     ):
         time.sleep(0.05)
     # cgroup.kill first: a keeper SIGKILLed below may not have written its own yet, and a helper
     # that no snapshot saw is still in its cgroup.
     for path in groups:
-        keeper.cgroup_kill(str(path))
+        keeper_program.cgroup_kill(str(path))
     for root in known:
         everything |= tree.snapshot(root)  # helpers that reparented to the keeper meanwhile
         tree.signal_group(root, signal.SIGKILL)

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 
-from modelswap.supervisor import cgroups, kept
+from modelswap.supervisor import cgroups, keeper_client
 from modelswap.supervisor.containment import Containment
 
 log = logging.getLogger(__name__)
@@ -42,14 +42,14 @@ class Launcher:
         self._begun = False  # the gateway listens: spares may be made
         self._closed = False
         self._running = 0  # starts not yet READY or failed
-        self._spare: kept.Spare | None = None
-        self._making: asyncio.Task[kept.Spare | None] | None = None
+        self._spare: keeper_client.Spare | None = None
+        self._making: asyncio.Task[keeper_client.Spare | None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # discards under way
         self._watcher: asyncio.Task[None] | None = None  # the ready spare's exit
         self._failures = 0  # spares in a row that could not be made
 
     @property
-    def spare(self) -> kept.Spare | None:
+    def spare(self) -> keeper_client.Spare | None:
         """The spare ready for the next start, if any."""
         return self._spare
 
@@ -77,10 +77,12 @@ class Launcher:
         self._failures = 0
         asyncio.get_running_loop().call_later(REFILL_AFTER, self._refill)
 
-    async def spawn(self, model: str, argv: Sequence[str], *, env: Mapping[str, str]) -> kept.Kept:
+    async def spawn(
+        self, model: str, argv: Sequence[str], *, env: Mapping[str, str]
+    ) -> keeper_client.Kept:
         """Start ``argv`` under a keeper, in a cgroup of its own where ``containment`` allows.
 
-        Raises as :func:`kept.spawn` does; whatever cgroup it made is gone by then."""
+        Raises as :func:`keeper_client.spawn` does; whatever cgroup it made is gone by then."""
         if self._making is not None and not self._making.done():
             with contextlib.suppress(Exception):  # ready in milliseconds: worth the wait
                 await asyncio.shield(self._making)
@@ -88,7 +90,7 @@ class Launcher:
         if spare is not None and spare.alive():
             try:
                 proc = await spare.use(argv, env=env)
-            except kept.KeeperError as exc:
+            except keeper_client.KeeperError as exc:
                 log.warning(
                     "model %s: the spare keeper failed (%s); starting a fresh one", model, exc
                 )
@@ -103,7 +105,7 @@ class Launcher:
             self._background(self._discard(spare))
         cgroup = self.containment.new_cgroup(model)
         try:
-            return await kept.spawn(argv, env=env, cgroup=cgroup)
+            return await keeper_client.spawn(argv, env=env, cgroup=cgroup)
         except BaseException:
             await self._remove(cgroup)
             raise
@@ -135,11 +137,11 @@ class Launcher:
         ):
             self._making = asyncio.get_running_loop().create_task(self._make(), name="spare-keeper")
 
-    async def _make(self) -> kept.Spare | None:
+    async def _make(self) -> keeper_client.Spare | None:
         cgroup = self.containment.new_cgroup(SPARE_NAME)
         try:
-            spare = await kept.spawn_spare(cgroup)
-        except kept.KeeperError as exc:
+            spare = await keeper_client.spawn_spare(cgroup)
+        except keeper_client.KeeperError as exc:
             await self._remove(cgroup)
             self._failures += 1
             if self._failures <= RETRIES:  # else: again after the next start, if any
@@ -160,7 +162,7 @@ class Launcher:
         self._watcher = asyncio.get_running_loop().create_task(self._watch(spare))
         return spare
 
-    def _take(self) -> kept.Spare | None:
+    def _take(self) -> keeper_client.Spare | None:
         """The ready spare, no longer watched here (its new owner waits for its exit)."""
         spare, self._spare = self._spare, None
         if self._watcher is not None:
@@ -168,7 +170,7 @@ class Launcher:
             self._watcher = None
         return spare
 
-    async def _watch(self, spare: kept.Spare) -> None:
+    async def _watch(self, spare: keeper_client.Spare) -> None:
         """A spare that exits before it is used (killed by someone): clear up, replace it."""
         await spare.gone()
         if self._spare is not spare:
@@ -179,7 +181,7 @@ class Launcher:
         code = spare.keeper.returncode
         log.warning("the spare keeper %d exited (%s) unused; replaced", spare.keeper_pid, code)
 
-    async def _discard(self, spare: kept.Spare, *, refill: bool = True) -> None:
+    async def _discard(self, spare: keeper_client.Spare, *, refill: bool = True) -> None:
         await spare.discard()
         await self._remove(spare.cgroup)
         if refill:

@@ -67,21 +67,20 @@ def _is_gpu(resource: str) -> bool:
 def memory_view(runtime: Runtime) -> dict[str, Any]:
     """Per budget: its total, each loaded (or loading) model's share, and utilisation limits."""
     config = runtime.config
-    processes = runtime.router.processes
     resources: list[dict[str, Any]] = []
     for name, total in config.scheduling.resources.items():
         gpu = _is_gpu(name)
         models: list[dict[str, Any]] = []
         limits: list[dict[str, Any]] = []
-        for model_id, process in processes.items():
-            state = process.state
+        for status in runtime.models():
+            model_id, state = status.model, status.state
             if state not in SHOWN_STATES or (state is ProcessState.SLEEPING and gpu):
                 continue
             model = config.models[model_id]
             row: dict[str, Any] = {"model": model_id, "state": state.value}
             declared = model.uses.get(name)
             measured = runtime.stats.peaks(model_id).get(name)
-            cap = process.capacity if state is ProcessState.READY else None
+            cap = status.receipt if state is ProcessState.READY else None
             if gpu and cap is not None and cap.weights_gib is not None and cap.kv_cache_gib:
                 weights = int(cap.weights_gib * GIB)
                 kv = int(cap.kv_cache_gib * GIB)

@@ -14,7 +14,7 @@ from modelswap.cli import main
 from modelswap.config import Config, load_config, load_config_text
 from modelswap.config.security import open_switches, security_report
 from modelswap.errors import ConfigError
-from modelswap.sessions import make_session
+from modelswap.upstream_sessions import make_session
 
 REPO = Path(__file__).resolve().parents[3]
 NEWEST = REPO / "tests" / "data" / "llamaswap" / "newest"

@@ -12,7 +12,7 @@ import pytest
 from modelswap.config import Config, load_config_text
 from modelswap.config.scheduling import format_size, parse_size
 from modelswap.errors import ConfigError
-from modelswap.measure import DEFAULT_START_SECONDS
+from modelswap.model_stats import DEFAULT_START_SECONDS
 from modelswap.routing.swappers import (
     BudgetSwapper,
     CombinedSwapper,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.errors import anthropic_envelope, envelope, error_code_of
+from modelswap.http.error_responses import anthropic_envelope, envelope, error_code_of
 from modelswap.http.relay.sse import error_event
 
 

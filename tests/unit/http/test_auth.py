@@ -20,13 +20,14 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from modelswap.config import load_config_text
 from modelswap.config.resolved import ApiKey
 from modelswap.errors import BadRequestError
-from modelswap.http.keys import client_key
+from modelswap.http.app_keys import client_key
 from modelswap.http.middleware import auth
 from modelswap.http.middleware.auth import auth_middleware, match_key, presented_key
 from modelswap.http.middleware.cors import ALLOW_HEADERS, Cors
 from modelswap.http.middleware.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
+from modelswap.http.reading import check_upstream_path
 from modelswap.http.relay.proxy import request_headers
-from modelswap.http.route_classes import (
+from modelswap.http.route_table import (
     ADMIN,
     ANY,
     INFERENCE,
@@ -38,7 +39,6 @@ from modelswap.http.route_classes import (
     declare,
     scope_for,
 )
-from modelswap.http.routes.admin import check_upstream_path
 from modelswap.http.server.app import create_app
 from modelswap.runtime import Runtime
 

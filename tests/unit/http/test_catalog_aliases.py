@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelswap.http.routes.catalog import alias_rows
+from modelswap.http.catalog import alias_rows
 
 ROW = {
     "id": "qwen",

@@ -11,7 +11,7 @@ import pytest
 from modelswap.config.load import load_config
 from modelswap.config.resolved import Filters, ModelConfig, Timeouts
 from modelswap.errors import ConfigError
-from modelswap.http.relay.filters import apply_layers
+from modelswap.http.relay.apply_filters import apply_layers
 
 
 def filters(

@@ -12,12 +12,12 @@ from multidict import CIMultiDict
 
 from modelswap.config import load_config_text
 from modelswap.errors import PolicyDeniedError, PolicyFailedError
-from modelswap.http.errors import response_for
+from modelswap.http.error_responses import response_for
 from modelswap.http.relay.dispatch import prepare_body
 from modelswap.http.relay.extract import parse_request
 from modelswap.http.relay.policy import PolicyRun
 from modelswap.policy import PolicySet
-from modelswap.routing.peers import PeerRoute
+from modelswap.routing.peer_directory import PeerRoute
 from modelswap.runtime import LocalTarget
 
 CONFIG = """\

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.middleware.observing import RequestObs
 from modelswap.http.relay.proxy import _holds_error_event, _with_hint
+from modelswap.http.request_obs import RequestObs
 from modelswap.redact import Redactor
 
 HINT = "start vLLM with --enable-auto-tool-choice --tool-call-parser <parser>"

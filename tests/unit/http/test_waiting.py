@@ -43,6 +43,19 @@ class InstantProcess:
         return None, None
 
 
+class QueueOnly:
+    """The part of the Runtime WaitingStream uses here: its admit and withdraw commands."""
+
+    def __init__(self, router: LocalRouter) -> None:
+        self.admit = router.admit
+        self.withdraw = router.withdraw
+
+
+def waiting_for(router: LocalRouter) -> WaitingStream:
+    """A stream never opened early (no request), over ``router``'s queue."""
+    return WaitingStream(request=None, runtime=QueueOnly(router))  # type: ignore[arg-type]
+
+
 def make_router() -> tuple[LocalRouter, InstantProcess]:
     process = InstantProcess("m")
     router = LocalRouter({"m": process}, EventBus())  # type: ignore[dict-item]
@@ -55,7 +68,7 @@ async def test_a_ready_free_model_is_leased_without_waiting() -> None:
     pending = router.admit("m")
     assert pending.future.done()  # granted inside admit: no loop turn needed
     pending.future.result().release()
-    lease = await WaitingStream(request=None).acquire(router, "m")  # type: ignore[arg-type]
+    lease = await waiting_for(router).acquire("m")
     assert router.in_flight("m") == 1
     lease.release()
     assert router.in_flight("m") == 0
@@ -64,8 +77,8 @@ async def test_a_ready_free_model_is_leased_without_waiting() -> None:
 
 async def test_a_lease_granted_as_the_client_leaves_is_released() -> None:
     router, process = make_router()
-    waiting = WaitingStream(request=None)  # type: ignore[arg-type]  # never opened early
-    handler = asyncio.ensure_future(waiting.acquire(router, "m"))
+    waiting = waiting_for(router)
+    handler = asyncio.ensure_future(waiting.acquire("m"))
     for _ in range(50):  # bounded: the start and the grant take a few loop turns
         if router.in_flight("m"):
             break
@@ -82,7 +95,7 @@ async def test_a_lease_granted_as_the_client_leaves_is_released() -> None:
 
 async def test_a_client_leaving_while_queued_leaves_nothing_behind() -> None:
     router, _ = make_router()
-    handler = asyncio.ensure_future(WaitingStream(request=None).acquire(router, "m"))  # type: ignore[arg-type]
+    handler = asyncio.ensure_future(waiting_for(router).acquire("m"))
     await asyncio.sleep(0)  # admitted: the start is under way
     assert router.queued("m") == 1
     handler.cancel()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from modelswap.routing.breaker import CircuitBreaker
-from modelswap.routing.peers import parse_model_list
+from modelswap.routing.peer_directory import parse_model_list
 
 
 def test_opens_after_consecutive_failures_only() -> None:

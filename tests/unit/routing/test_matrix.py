@@ -1,11 +1,11 @@
-"""The swap matrix (routing/matrix.py): expressions expanded, the least-cost set chosen."""
+"""The swap matrix (routing/matrix_swapper.py): expressions expanded, the least-cost set chosen."""
 
 from __future__ import annotations
 
 import pytest
 
 from modelswap.config.matrix import MatrixError, all_alternatives, expand
-from modelswap.routing.matrix import MatrixSwapper
+from modelswap.routing.matrix_swapper import MatrixSwapper
 
 VARS = {"g": "gemma", "q": "qwen", "v": "voxtral", "e": "embed"}
 

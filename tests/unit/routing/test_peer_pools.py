@@ -15,7 +15,7 @@ import pytest
 from modelswap.config.resolved import DnsDiscovery, Peer
 from modelswap.errors import AmbiguousModelError
 from modelswap.routing.dns import DnsError
-from modelswap.routing.peers import PeerDirectory
+from modelswap.routing.peer_directory import PeerDirectory
 from modelswap.routing.pools import choose_member, member_addresses, member_url
 
 POOL = Peer(

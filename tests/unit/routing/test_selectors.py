@@ -1,11 +1,11 @@
-"""Selectors choose a target from the running set (routing/selectors.py): pure cases."""
+"""Selectors choose a target from the running set (routing/selector_choice.py): pure cases."""
 
 from __future__ import annotations
 
 import pytest
 
 from modelswap.config.resolved import Selector
-from modelswap.routing.selectors import TargetState, choose
+from modelswap.routing.selector_choice import TargetState, choose
 
 READY = TargetState(ready=True)
 PEER = TargetState(peer=True)

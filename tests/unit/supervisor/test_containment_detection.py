@@ -1,5 +1,5 @@
 """Choosing the containment mechanism (supervisor/cgroups.py, containment.py) and the keeper's
-wire format (supervisor/keeper.py). The texts are what /proc/self/mountinfo and
+wire format (supervisor/keeper_program.py). The texts are what /proc/self/mountinfo and
 /proc/self/cgroup say on real machines; the directories are real ones under tmp_path."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modelswap.supervisor import cgroups, keeper
+from modelswap.supervisor import cgroups, keeper_program
 from modelswap.supervisor.containment import CGROUP, Containment, subreaper_only
 
 V1_ONLY = """\
@@ -129,16 +129,18 @@ def test_a_cgroup_containment_makes_one_cgroup_per_start(tmp_path: Path) -> None
 )
 @pytest.mark.parametrize("env", [None, {}, {"A": "1", "B": "x=y", "C": ""}])
 def test_the_keeper_spec_round_trips(argv: list[str], env: dict[str, str] | None) -> None:
-    spec = keeper.Spec(argv, 2.5, "/sys/fs/cgroup/modelswap-1-1-m", env)
-    header, _, payload = keeper.encode_spec(spec).partition(b"\n")
+    spec = keeper_program.Spec(argv, 2.5, "/sys/fs/cgroup/modelswap-1-1-m", env)
+    header, _, payload = keeper_program.encode_spec(spec).partition(b"\n")
     assert int(header) == len(payload)
-    back = keeper.decode_spec(payload)
+    back = keeper_program.decode_spec(payload)
     assert (back.argv, back.grace, back.cgroup, back.env) == (argv, 2.5, spec.cgroup, env)
-    plain = keeper.decode_spec(keeper.encode_spec(keeper.Spec(argv)).partition(b"\n")[2])
+    plain = keeper_program.decode_spec(
+        keeper_program.encode_spec(keeper_program.Spec(argv)).partition(b"\n")[2]
+    )
     assert plain.cgroup is None
     assert plain.env is None
 
 
 def test_a_spec_without_a_command_is_refused() -> None:
     with pytest.raises(ValueError, match="no command"):
-        keeper.decode_spec(b"1.0\0\0-1")
+        keeper_program.decode_spec(b"1.0\0\0-1")

@@ -1,6 +1,6 @@
-"""The keeper's own decisions, pinned without a real process (supervisor/keeper.py, tree.py):
-how a backend's wait status becomes the keeper's own end, when the tree counts as gone (wait
-results and cgroup.events injected), how the descendants are read from /proc (a fake /proc
+"""The keeper's own decisions, pinned without a real process (supervisor/keeper_program.py,
+tree.py): how a backend's wait status becomes the keeper's own end, when the tree counts as gone
+(wait results and cgroup.events injected), how the descendants are read from /proc (a fake /proc
 under tmp_path), and how a tagged process is found. The real-process tests in
 tests/integration/test_containment.py show the same rules at work; these fail on a one-line
 bug in them (tools/mutate.py)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from modelswap.supervisor import keeper, tree
+from modelswap.supervisor import keeper_program, tree
 
 BACKEND = 4242
 ORPHAN = 4343
@@ -46,11 +46,11 @@ def killed(sig: int, *, core: bool = False) -> int:
     ],
 )
 def test_the_keeper_ends_as_the_backend_did(status: int | None, plan: tuple[int, int]) -> None:
-    assert keeper.exit_plan(status) == plan
+    assert keeper_program.exit_plan(status) == plan
 
 
 def test_every_exit_code_passes_through_unchanged() -> None:
-    assert [keeper.exit_plan(exited(code)) for code in range(256)] == [
+    assert [keeper_program.exit_plan(exited(code)) for code in range(256)] == [
         (code, 0) for code in range(256)
     ]
 
@@ -75,22 +75,22 @@ def waits(
 
 
 def test_a_child_still_running_means_the_tree_is_not_gone() -> None:
-    assert keeper.reap_children(BACKEND, waits((0, 0))) == (None, False)
+    assert keeper_program.reap_children(BACKEND, waits((0, 0))) == (None, False)
 
 
 def test_the_backends_status_is_taken_and_no_child_left_means_gone() -> None:
     waitpid = waits((ORPHAN, exited(0)), (BACKEND, exited(7)), ChildProcessError)
-    assert keeper.reap_children(BACKEND, waitpid) == (exited(7), True)
+    assert keeper_program.reap_children(BACKEND, waitpid) == (exited(7), True)
 
 
 def test_an_orphans_exit_is_not_taken_for_the_backends() -> None:
     waitpid = waits((ORPHAN, killed(signal.SIGKILL)), (0, 0))
-    assert keeper.reap_children(BACKEND, waitpid) == (None, False)
+    assert keeper_program.reap_children(BACKEND, waitpid) == (None, False)
 
 
 def test_the_backend_reaped_while_an_orphan_runs_is_not_gone() -> None:
     waitpid = waits((BACKEND, exited(0)), (0, 0))
-    assert keeper.reap_children(BACKEND, waitpid) == (exited(0), False)
+    assert keeper_program.reap_children(BACKEND, waitpid) == (exited(0), False)
 
 
 def cgroup(tmp_path: Path, populated: int) -> str:
@@ -101,22 +101,22 @@ def cgroup(tmp_path: Path, populated: int) -> str:
 
 
 def test_no_children_and_no_cgroup_is_gone() -> None:
-    assert keeper.tree_gone(True, None)
+    assert keeper_program.tree_gone(True, None)
 
 
 def test_children_left_is_never_gone(tmp_path: Path) -> None:
-    assert not keeper.tree_gone(False, None)
-    assert not keeper.tree_gone(False, cgroup(tmp_path, 0))
+    assert not keeper_program.tree_gone(False, None)
+    assert not keeper_program.tree_gone(False, cgroup(tmp_path, 0))
 
 
 def test_a_populated_cgroup_is_not_gone_even_with_no_child_left(tmp_path: Path) -> None:
     """A helper that left the keeper's tree (no subreaper) is still in the backend's cgroup."""
-    assert not keeper.tree_gone(True, cgroup(tmp_path, 1))
+    assert not keeper_program.tree_gone(True, cgroup(tmp_path, 1))
 
 
 def test_an_empty_or_removed_cgroup_is_gone(tmp_path: Path) -> None:
-    assert keeper.tree_gone(True, cgroup(tmp_path, 0))
-    assert keeper.tree_gone(True, str(tmp_path / "removed"))
+    assert keeper_program.tree_gone(True, cgroup(tmp_path, 0))
+    assert keeper_program.tree_gone(True, str(tmp_path / "removed"))
 
 
 # ---- descendants from a fake /proc -----------------------------------------------------------
@@ -145,9 +145,9 @@ def test_descendants_are_every_generation_below_the_root(
     tmp_path: Path, children_files: bool
 ) -> None:
     proc = fake_proc(tmp_path, TREE, children_files=children_files)
-    assert keeper.descendants(100, proc) == {101, 102, 103, 104, 105}
-    assert keeper.descendants(103, proc) == {104, 105}
-    assert keeper.descendants(105, proc) == set()
+    assert keeper_program.descendants(100, proc) == {101, 102, 103, 104, 105}
+    assert keeper_program.descendants(103, proc) == {104, 105}
+    assert keeper_program.descendants(105, proc) == set()
 
 
 # ---- tags --------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Client authentication and authorisation: keys with scopes, compared in constant time.
 
-The scope each route needs is declared with it (:func:`modelswap.http.route_classes.declare`).
+The scope each route needs is declared with it (:func:`modelswap.http.route_table.declare`).
 With no ``apiKeys`` configured every route is open — modelswap then listens on loopback only (the
 exposure policy in ``config.security``).
 
@@ -13,8 +13,6 @@ before it. A request served with a valid key, or with no keys configured, is mar
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 from collections.abc import Awaitable, Callable
 
@@ -22,29 +20,13 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from modelswap.config.resolved import ApiKey
-from modelswap.http.errors import error_response
-from modelswap.http.keys import AUTHORISED, CLIENT, Client
+from modelswap.http.app_keys import AUTHORISED, CLIENT, Client
+from modelswap.http.error_responses import error_response
 from modelswap.http.middleware.throttle import FailureLimiter
-from modelswap.http.route_classes import ANY, OPEN, scope_of
+from modelswap.http.reading import presented_key
+from modelswap.http.route_table import ANY, OPEN, scope_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def presented_key(request: web.Request) -> str | None:
-    """The key a client presented: ``Authorization: Bearer``, ``x-api-key``, or the password
-    of ``Authorization: Basic``."""
-    auth = request.headers.get("Authorization", "")
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    if scheme.lower() == "basic" and value.strip():
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return decoded.partition(":")[2] or None
-    header = request.headers.get("x-api-key", "").strip()
-    return header or None
 
 
 def match_key(keys: tuple[ApiKey, ...], presented: str) -> ApiKey | None:

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from modelswap.http.errors import error_response
-from modelswap.http.route_classes import model_routed
+from modelswap.http.error_responses import error_response
+from modelswap.http.route_table import model_routed
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from modelswap.http.errors import GATEWAY_ERROR_HEADER, envelope
+from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

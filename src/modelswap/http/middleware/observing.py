@@ -14,84 +14,25 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from modelswap.config.resolved import Observability
 from modelswap.errors import echo
-from modelswap.http.errors import GATEWAY_ERROR_HEADER, error_code_of, error_response
-from modelswap.http.keys import RUNTIME, client_key
-from modelswap.http.middleware.inflight import CANCELLED_CODE, INFLIGHT, RESPONSE
-from modelswap.http.middleware.request_id import request_id
-from modelswap.http.route_classes import inference_path
+from modelswap.http.app_keys import RUNTIME, client_key
+from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, error_code_of, error_response
+from modelswap.http.middleware.inflight_registry import CANCELLED_CODE, INFLIGHT, RESPONSE
+from modelswap.http.reading import request_id
+from modelswap.http.request_obs import OBS, RequestObs
+from modelswap.http.route_table import inference_path
 from modelswap.observe.records import RequestRecord
-from modelswap.observe.usage import UsageTracker
 from modelswap.redact import Redactor
-from modelswap.supervisor.process import ManagedProcess
+from modelswap.runtime import ModelStatus
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT_CLOSED = 499
 
 
-@dataclass
-class RequestObs:
-    started: float = field(default_factory=time.monotonic)
-    at: float = field(default_factory=time.time)
-    model: str | None = None
-    requested: str | None = None  # the body's `model`, as the client wrote it
-    ttft: float | None = None  # the backend's first byte (RequestRecord.first_byte)
-    first_token: float | None = None  # streamed: the first event carrying generated text
-    bytes_in: int = 0
-    bytes_out: int = 0
-    usage: UsageTracker | None = None
-    capture_limit: int = 0  # >0: capture on, keep this many bytes of each body
-    request_limit: int = 0  # of the request body (0 for the binary ones, as llama-swap)
-    response_limit: int = 0
-    status: int | None = None  # what the backend answered, once relaying began
-    done_sent: bool = False  # the stream's final "data: [DONE]" reached the client
-    error_code: str | None = None  # an error event ended a stream whose 200 had gone out
-    request_body: bytes = b""
-    response_body: bytearray = field(default_factory=bytearray)
-    metadata: dict[str, str] | None = None  # the Swap Policy Language's context.<key>
-
-    def first_byte(self) -> None:
-        if self.ttft is None:
-            self.ttft = time.monotonic() - self.started
-
-    def tap(self, chunk: bytes) -> bytes:
-        """A response chunk on its way to the client: count it, read usage, maybe strip."""
-        out = self.usage.feed(chunk) if self.usage is not None else chunk
-        if self.first_token is None and self.usage is not None and self.usage.saw_text:
-            self.first_token = time.monotonic() - self.started
-        self._sent(out)
-        if b"[DONE]" in out[-32:]:
-            self.done_sent = True
-        return out
-
-    def wrote(self, data: bytes) -> None:
-        """The gateway itself wrote ``data`` to the client (loading comments, an error event)."""
-        self._sent(data)
-
-    def error_event(self, code: str | None) -> None:
-        """An error event went to a client whose 200 was already sent: the request failed.
-        The first error is the one that counts."""
-        if self.error_code is None:
-            self.error_code = code or "upstream_error"
-
-    def finish(self) -> bytes:
-        out = self.usage.finish() if self.usage is not None else b""
-        self._sent(out)
-        return out
-
-    def _sent(self, data: bytes) -> None:
-        self.bytes_out += len(data)
-        room = self.response_limit - len(self.response_body)
-        if room > 0 and data:
-            self.response_body += data[:room]
-
-
-OBS: web.RequestKey[RequestObs] = web.RequestKey("obs", RequestObs)
 # llama-swap's captureFieldsByPath: audio and image bodies are not captured, only headers
 NO_REQUEST_BODY = frozenset(
     {"/v1/audio/voices", "/v1/audio/transcriptions", "/v1/images/edits", "/sdapi/v1/img2img"}
@@ -126,12 +67,12 @@ def _headers_json(headers: Mapping[str, str], redactor: Redactor) -> str:
     return json.dumps(out)
 
 
-def _load_seconds(process: ManagedProcess | None, arrived: float) -> float | None:
+def _load_seconds(model: ModelStatus | None, arrived: float) -> float | None:
     """How long a request that arrived at ``arrived`` waited for its model to start: a cold
     start's load, kept apart from the TTFT. None when the model was ready before it came."""
-    if process is None or process.ready_at is None or process.ready_at <= arrived:
+    if model is None or model.ready_at is None or model.ready_at <= arrived:
         return None
-    return process.ready_at - arrived
+    return model.ready_at - arrived
 
 
 def _with_session(
@@ -154,7 +95,7 @@ def observed(path: str) -> bool:
 @web.middleware
 async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     runtime = request.app[RUNTIME]
-    if not runtime.observer.enabled or not observed(request.path):
+    if not runtime.observing or not observed(request.path):
         return await handler(request)
     obs = RequestObs()
     if runtime.config.observability.capture:
@@ -201,12 +142,12 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         key = client_key(request)
         redact = runtime.redactor.text
         usage = obs.usage
-        load = _load_seconds(runtime.router.processes.get(obs.model or ""), obs.at)
+        load = _load_seconds(runtime.find_model(obs.model or ""), obs.at)
         streamed = bool(usage and usage.streamed)
         first = obs.first_token if streamed else obs.ttft
         sent = request.get(RESPONSE) or response  # a Response returned is prepared after us
         metadata = _with_session(obs.metadata, request, runtime.config.observability)
-        runtime.observer.request_finished(
+        runtime.request_finished(
             RequestRecord(
                 at=obs.at,
                 key_name=key.name if key is not None else None,

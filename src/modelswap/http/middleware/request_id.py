@@ -9,26 +9,10 @@ row and the ``request.finished`` event.
 
 from __future__ import annotations
 
-import re
-import uuid
-
 from aiohttp import web
 
-from modelswap.http.route_classes import ANTHROPIC_PATHS
-
-HEADER = "X-Request-Id"
-_SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
-
-
-def request_id(request: web.Request) -> str:
-    """This request's id, chosen on first use and the same ever after."""
-    found = request.get(REQUEST_ID)
-    if found is None:
-        sent = request.headers.get(HEADER, "")
-        found = sent if _SANE.fullmatch(sent) else uuid.uuid4().hex
-        request[REQUEST_ID] = found
-    return found
+from modelswap.http.reading import HEADER, request_id
+from modelswap.http.route_table import ANTHROPIC_PATHS
 
 
 async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:

@@ -24,15 +24,16 @@ from modelswap.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from modelswap.http.middleware.observing import OBS
+from modelswap.http.reading import raw_query
 from modelswap.http.relay import proxy
+from modelswap.http.relay.apply_filters import apply_layers
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
-from modelswap.http.relay.filters import apply_layers
 from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
-from modelswap.http.route_classes import USAGE_PATHS, upstream_path
+from modelswap.http.request_obs import OBS
+from modelswap.http.route_table import USAGE_PATHS, upstream_path
 from modelswap.observe.usage import UsageTracker, request_usage_injection
-from modelswap.routing.peers import PeerRoute
+from modelswap.routing.peer_directory import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
 
 log = logging.getLogger(__name__)
@@ -40,14 +41,6 @@ log = logging.getLogger(__name__)
 FALLBACK_ON = (StartError, UpstreamError, UpstreamTimeoutError, PeerUnavailableError)
 HOPS_HEADER = "X-Modelswap-Hops"
 MAX_HOPS = 8
-
-
-def raw_query(request: web.Request) -> str:
-    """``?`` and the query as the client sent it, percent-escapes kept (``""`` without one).
-    aiohttp's ``query_string`` is decoded: forwarded, ``%26`` would become a separator and
-    ``%0A`` a line break in a header."""
-    query = request.rel_url.raw_query_string
-    return "?" + query if query else ""
 
 
 def forwarded_path_qs(request: web.Request) -> str:
@@ -115,7 +108,7 @@ async def dispatch(
     if policy is not None and obs is not None:
         obs.metadata = policy.context  # context.<key>, as the last attempt left it
     preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
-    waiting = WaitingStream(request) if body.stream else None
+    waiting = WaitingStream(request, runtime) if body.stream else None
     try:
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
@@ -126,9 +119,7 @@ async def dispatch(
                     raise
                 following = targets[index + 1].label
                 log.warning("%s failed (%s); trying %s", target.label, exc, following)
-                runtime.events.publish(
-                    "fallback", model=target.label, to=following, reason=str(exc)
-                )
+                runtime.publish("fallback", model=target.label, to=following, reason=str(exc))
         raise AssertionError("unreachable: the last target re-raises")
     except ModelswapError as exc:
         return await fail_or_raise(waiting, exc)
@@ -158,8 +149,7 @@ async def _attempt(
     if isinstance(target, LocalTarget):
         return await proxy.attempt_local(
             request,
-            runtime.router,
-            runtime.proxy_session,
+            runtime,
             target.model,
             path_qs=forwarded_path_qs(request),
             body=payload,
@@ -197,7 +187,7 @@ async def _attempt_peer(
     try:
         return await proxy.forward(
             request,
-            runtime.proxy_session,
+            runtime,
             upstream,
             path_qs=forwarded_path_qs(request),
             body=body,

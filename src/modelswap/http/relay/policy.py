@@ -1,5 +1,5 @@
 """The Swap Policy Language on the way to a backend (llama-swap's order of operations):
-the filters (``http/relay/filters.py``), then ``hooks.on_request``, then the target model's or
+the filters (``http/relay/apply_filters.py``), then ``hooks.on_request``, then the target model's or
 peer's own ``filters.policy``; each sees what the one before left. JSON bodies only (a
 multipart form and ``/upstream/`` pass through as they are). Whatever a request's
 ``Content-Type`` says, a body read as JSON is a JSON body here: a header cannot take a request
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from modelswap.errors import PolicyDeniedError, PolicyFailedError
-from modelswap.http.middleware.auth import presented_key
+from modelswap.http.reading import presented_key
 from modelswap.http.relay.extract import RequestBody
 from modelswap.policy import PolicyRuntimeError, PolicySet, Request, run
 from modelswap.runtime import LocalTarget, Target

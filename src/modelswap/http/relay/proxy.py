@@ -40,15 +40,15 @@ from modelswap.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from modelswap.http.errors import HINT_HEADER, envelope
-from modelswap.http.keys import RUNTIME
-from modelswap.http.middleware.observing import OBS, RequestObs
-from modelswap.http.middleware.request_id import HEADER as REQUEST_ID_HEADER
-from modelswap.http.middleware.request_id import request_id
+from modelswap.http.error_responses import HINT_HEADER, envelope
+from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
+from modelswap.http.reading import request_id
 from modelswap.http.relay.sse import error_event
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
+from modelswap.http.request_obs import OBS, RequestObs
 from modelswap.redact import Redactor
-from modelswap.routing.local import Lease, LocalRouter
+from modelswap.routing.local import Lease
+from modelswap.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Upstream:
 
     @classmethod
     def local(cls, lease: Lease, model: ModelConfig, *, raise_5xx: bool = False) -> Upstream:
-        config = lease.process.config
+        config = lease.config
         return cls(
             lease.model,
             config.proxy,
@@ -200,8 +200,7 @@ async def _open_upstream(
 
 async def send_to_model(
     request: web.Request,
-    router: LocalRouter,
-    session: aiohttp.ClientSession,
+    runtime: Runtime,
     model: ModelConfig,
     *,
     path_qs: str,
@@ -213,10 +212,10 @@ async def send_to_model(
     A streaming request that waits long gets its event stream opened early, with progress
     comments (:mod:`modelswap.http.relay.waiting`); errors then arrive as a final ``data:`` event.
     """
-    waiting = WaitingStream(request) if stream else None
+    waiting = WaitingStream(request, runtime) if stream else None
     try:
         return await attempt_local(
-            request, router, session, model, path_qs=path_qs, body=body, waiting=waiting
+            request, runtime, model, path_qs=path_qs, body=body, waiting=waiting
         )
     except ModelswapError as exc:
         return await fail_or_raise(waiting, exc)
@@ -224,8 +223,7 @@ async def send_to_model(
 
 async def attempt_local(
     request: web.Request,
-    router: LocalRouter,
-    session: aiohttp.ClientSession,
+    runtime: Runtime,
     model: ModelConfig,
     *,
     path_qs: str,
@@ -242,21 +240,20 @@ async def attempt_local(
     """
     for attempt in (1, 2):
         if waiting is not None:
-            lease = await waiting.acquire(router, model.id)
+            lease = await waiting.acquire(model.id)
         else:
-            lease = await router.acquire(model.id)
-        process = lease.process
+            lease = await runtime.acquire(model.id)
         try:
             return await forward(
                 request,
-                session,
+                runtime,
                 Upstream.local(lease, model, raise_5xx=raise_5xx),
                 path_qs=path_qs,
                 body=body,
                 into=waiting.response if waiting is not None else None,
             )
         except UpstreamUnreachableError:
-            if attempt == 2 or not await process.confirm_exit():
+            if attempt == 2 or not await lease.confirm_exit():
                 raise
             log.info("model %s: backend had died; starting it again", model.id)
     raise AssertionError("unreachable")
@@ -264,7 +261,7 @@ async def attempt_local(
 
 async def forward(
     request: web.Request,
-    session: aiohttp.ClientSession,
+    runtime: Runtime,
     target: Upstream,
     *,
     path_qs: str,
@@ -280,10 +277,9 @@ async def forward(
     """
     obs = request.get(OBS)
     timeouts = target.timeouts
-    runtime = request.app[RUNTIME]
     redactor = runtime.redactor
-    if timeouts.pooled is not None:  # llama-swap's keepalive / idleConn: its own connections
-        session = runtime.session_for(timeouts)
+    # The proxy session, or (llama-swap's keepalive / idleConn) one with its own connections
+    session = runtime.session_for(timeouts)
     try:
         async with _ceiling(timeouts.total):
             headers = request_headers(request.headers, target.api_key)

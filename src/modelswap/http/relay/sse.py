@@ -6,8 +6,8 @@ import json
 
 from aiohttp import web
 
-from modelswap.http.errors import anthropic_envelope
-from modelswap.http.route_classes import ANTHROPIC_PATHS
+from modelswap.http.error_responses import anthropic_envelope
+from modelswap.http.route_table import ANTHROPIC_PATHS
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",

@@ -23,13 +23,12 @@ import time
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http.errors import error_code_of, response_for
-from modelswap.http.keys import RUNTIME
-from modelswap.http.middleware.observing import OBS
+from modelswap.http.error_responses import error_code_of, response_for
 from modelswap.http.relay.sse import error_event, event_stream
-from modelswap.http.route_classes import CHAT_PATHS
-from modelswap.routing.local import Lease, LocalRouter
-from modelswap.states import ProcessState
+from modelswap.http.request_obs import OBS
+from modelswap.http.route_table import CHAT_PATHS
+from modelswap.routing.local import Lease
+from modelswap.runtime import Runtime
 
 EARLY_AFTER = 1.0  # a quick start or swap needs no comments: the answer starts normally
 TICK = 0.5
@@ -39,12 +38,14 @@ KEEPALIVE = 5.0
 class WaitingStream:
     """``acquire`` like the router's; ``response`` is set once the stream was opened early."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, runtime: Runtime) -> None:
         self._request = request
+        self._runtime = runtime
         self.response: web.StreamResponse | None = None
 
-    async def acquire(self, router: LocalRouter, model: str) -> Lease:
-        pending = router.admit(model)
+    async def acquire(self, model: str) -> Lease:
+        runtime = self._runtime
+        pending = runtime.admit(model)
         future = pending.future
         if future.done():
             return future.result()  # ready and free: no waiting machinery, no extra loop turn
@@ -53,25 +54,25 @@ class WaitingStream:
             started = time.monotonic() - EARLY_AFTER
             last_label, last_sent = "", 0.0
             while future not in done:
-                label = _label(router, model)
+                label = runtime.model(model).phase()
                 now = time.monotonic()
                 if label != last_label or now - last_sent >= KEEPALIVE:
                     response = await self._open()
                     text = f"loading model {model} — {label} ({now - started:.0f} s)"
-                    await self._write(response, self._progress(router, model, text))
+                    await self._write(response, self._progress(model, text))
                     last_label, last_sent = label, now
                 done, _ = await asyncio.wait({future}, timeout=TICK)
             return future.result()
         except BaseException:
             # The client went away (or its stream broke) while waiting, or just as the lease
             # was granted: leave the queue, or give the unused lease back.
-            router.withdraw(pending)
+            runtime.withdraw(pending)
             raise
 
-    def _progress(self, router: LocalRouter, model: str, text: str) -> bytes:
+    def _progress(self, model: str, text: str) -> bytes:
         """An SSE comment; with ``sendLoadingState`` on a chat stream, llama-swap's chunk with
         the text as ``reasoning_content`` instead, for chat UIs that show thinking."""
-        wanted = router.processes[model].config.send_loading_state
+        wanted = self._runtime.model(model).config.send_loading_state
         if not wanted or self._request.path not in CHAT_PATHS:
             return f": {text}\n\n".encode()
         chunk = {
@@ -106,8 +107,7 @@ class WaitingStream:
         """End the already-open stream with the error as a final ``data:`` event, and record
         its code (the request failed, though its status was 200)."""
         assert self.response is not None
-        redactor = self._request.app[RUNTIME].redactor
-        answer = response_for(error, redactor)
+        answer = response_for(error, self._runtime.redactor)
         data = json.loads(_body(answer))
         obs = self._request.get(OBS)
         if obs is not None:
@@ -128,10 +128,3 @@ async def fail_or_raise(waiting: WaitingStream | None, error: ModelswapError) ->
 def _body(response: web.Response) -> bytes:
     body = response.body
     return body if isinstance(body, bytes) else b"{}"
-
-
-def _label(router: LocalRouter, model: str) -> str:
-    process = router.processes[model]
-    if process.state is ProcessState.STARTING:
-        return process.progress.label() if process.progress else "starting"
-    return "waiting for its turn"

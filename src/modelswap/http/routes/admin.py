@@ -10,17 +10,15 @@ from aiohttp import web
 
 from modelswap import __version__, jsonsafe
 from modelswap.errors import MAX_MODEL_NAME_BYTES, BadRequestError, ModelNotFoundError
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME
-from modelswap.http.middleware.observing import OBS
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.catalog import add_plan_fields, running_rows
+from modelswap.http.error_responses import error_response
+from modelswap.http.reading import check_upstream_path, raw_query, read_body
 from modelswap.http.relay import proxy
-from modelswap.http.relay.dispatch import raw_query
-from modelswap.http.route_classes import ADMIN, INFERENCE, OPEN, READ, declare
-from modelswap.http.routes.catalog import running_rows
-from modelswap.http.routes.openai import read_body
-from modelswap.http.routes.plan import add_plan_fields
+from modelswap.http.request_obs import OBS
+from modelswap.http.route_table import ADMIN, INFERENCE, OPEN, READ, declare
 from modelswap.routing.resolve import close_names
-from modelswap.states import ProcessState
+from modelswap.runtime import Runtime
 
 
 async def health(request: web.Request) -> web.Response:
@@ -45,13 +43,13 @@ async def running(request: web.Request) -> web.Response:
 
 async def unload_all(request: web.Request) -> web.Response:
     """llama-swap's ``{"msg": "ok"}``, with the models stopped beside it."""
-    unloaded = await request.app[RUNTIME].router.unload(None)
+    unloaded = await request.app[RUNTIME].unload(None)
     return web.json_response({"msg": "ok", "unloaded": unloaded})
 
 
 async def unload_everything(request: web.Request) -> web.Response:
     """llama-swap's ``GET /unload``: every model stopped, answered with ``OK``."""
-    await request.app[RUNTIME].router.unload(None)
+    await request.app[RUNTIME].unload(None)
     return web.Response(text="OK")
 
 
@@ -60,14 +58,13 @@ async def unload_one(request: web.Request) -> web.Response:
     gets modelswap's ``{"msg": "ok", "unloaded": [...]}``."""
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
-    unloaded = await runtime.router.unload([model.id])
+    unloaded = await runtime.unload([model.id])
     if "application/json" in request.headers.get("Accept", ""):
         return web.json_response({"msg": "ok", "unloaded": unloaded})
     return web.Response(text="OK")
 
 
-def _profiles_body(request: web.Request) -> dict[str, object]:
-    runtime = request.app[RUNTIME]
+def _profiles_body(runtime: Runtime) -> dict[str, object]:
     sched = runtime.config.scheduling
     rows = []
     for name, pins in sched.profiles.items():
@@ -80,7 +77,7 @@ def _profiles_body(request: web.Request) -> dict[str, object]:
 
 async def profiles(request: web.Request) -> web.Response:
     """llama-swap's profiles: each with its models, and the active one."""
-    return web.json_response(_profiles_body(request))
+    return web.json_response(_profiles_body(request.app[RUNTIME]))
 
 
 async def active_profile(request: web.Request) -> web.Response:
@@ -106,7 +103,7 @@ async def switch_profile(request: web.Request) -> web.Response:
         raise BadRequestError(
             f"{name!r} is not a profile (profiles: {known}).", param="name"
         ) from None
-    return web.json_response(_profiles_body(request))
+    return web.json_response(_profiles_body(runtime))
 
 
 async def version(request: web.Request) -> web.Response:
@@ -139,16 +136,14 @@ async def props(request: web.Request) -> web.StreamResponse:
     obs = request.get(OBS)
     if obs is not None:
         obs.model = model.id
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs="/props", body=b""
-    )
+    return await proxy.send_to_model(request, runtime, model, path_qs="/props", body=b"")
 
 
 async def load_one(request: web.Request) -> web.Response:
     """Load a model on demand (as a request would: groups and budgets apply)."""
     runtime = request.app[RUNTIME]
     model = runtime.resolve(request.match_info["model"])
-    await runtime.router.load(model.id)
+    await runtime.load(model.id)
     return web.json_response({"loaded": model.id})
 
 
@@ -162,7 +157,7 @@ async def logs(request: web.Request) -> web.Response:
         raise BadRequestError("`lines` must be a whole number.", param="lines") from exc
     if count is not None and count < 0:
         raise BadRequestError("`lines` must not be negative.", param="lines")
-    tail = runtime.router.processes[model.id].logs.tail(count)
+    tail = runtime.model(model.id).logs.tail(count)
     text = runtime.redactor.text("\n".join(tail)) + ("\n" if tail else "")
     return web.Response(text=text, content_type="text/plain", headers={"X-Accel-Buffering": "no"})
 
@@ -189,7 +184,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
         raise ModelNotFoundError(parts[0], close_names(parts[0], runtime.config.names()))
     path = "/" + "/".join(parts[cut:])
     ignored = any(re.search(p, path) for p in runtime.config.upstream_ignore_paths)
-    if ignored and runtime.router.processes[model.id].state is not ProcessState.READY:
+    if ignored and not runtime.model(model.id).ready:
         return error_response(  # upstream.ignorePaths: never a reason to start or swap
             f"{path} does not load a model (upstream.ignorePaths) and {model.id} is not ready.",
             503,
@@ -200,33 +195,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     obs = request.get(OBS)
     if obs is not None:
         obs.model, obs.bytes_in = model.id, len(body)
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs=path, body=body
-    )
-
-
-_ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|5c|25)", re.IGNORECASE)
-
-
-def check_upstream_path(raw_path: str, decoded: str) -> None:
-    """Refuse anything but a plain relative path below the backend's root: ``..`` and ``.``
-    segments (also percent-encoded or double-encoded), backslashes, absolute URLs."""
-    segments = decoded.split("/") + raw_path.split("?", 1)[0].split("/")
-    if (
-        "//" in decoded  # an empty segment: "//evil" would be a network-path reference
-        or ".." in segments
-        or "." in segments
-        or "\\" in decoded
-        or "://" in decoded
-        or decoded.startswith("/")
-        or "\x00" in decoded
-        or _ENCODED_TRAVERSAL.search(raw_path)
-    ):
-        raise BadRequestError(
-            "The upstream path must be a plain relative path (no '..', '.', empty segments, "
-            "encoded slashes or dots, backslashes or URLs).",
-            param="path",
-        )
+    return await proxy.send_to_model(request, runtime, model, path_qs=path, body=body)
 
 
 def add_routes(app: web.Application) -> None:

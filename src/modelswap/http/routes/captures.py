@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME
-from modelswap.http.route_classes import READ, declare
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.error_responses import error_response
+from modelswap.http.route_table import READ, declare
 from modelswap.observe.activity import PageQuery
 from modelswap.observe.histogram import histogram
 

@@ -15,14 +15,11 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.error_responses import error_response
+from modelswap.http.reading import body_limit, check_upstream_path, raw_query, read_body
 from modelswap.http.relay import proxy
-from modelswap.http.relay.dispatch import raw_query
-from modelswap.http.route_classes import ADMIN, COMFYUI_MODEL, declare
-from modelswap.http.routes.admin import check_upstream_path
-from modelswap.http.routes.openai import body_limit, read_body
-from modelswap.states import ProcessState
+from modelswap.http.route_table import ADMIN, COMFYUI_MODEL, declare
 
 
 async def comfyui_root(request: web.Request) -> web.Response:
@@ -39,7 +36,7 @@ async def comfyui(request: web.Request) -> web.StreamResponse:
     rest = request.match_info["rest"]
     if rest:
         check_upstream_path(request.raw_path, rest)
-        if runtime.router.processes[model.id].state is not ProcessState.READY:
+        if not runtime.model(model.id).ready:
             return error_response(
                 f"model {COMFYUI_MODEL} is not loaded; only /comfyui/ can start it",
                 409,
@@ -47,13 +44,11 @@ async def comfyui(request: web.Request) -> web.StreamResponse:
             )
     path = "/" + rest + raw_query(request)
     if rest and _is_websocket(request):  # ComfyUI's /ws: progress and queue updates
-        base = runtime.router.processes[model.id].config.proxy
+        base = runtime.model(model.id).config.proxy
         return await relay_websocket(request, runtime.proxy_session, base + path)
     content_type = request.headers.get("Content-Type", "")
     body = await read_body(request, body_limit(runtime, content_type))
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs=path, body=body
-    )
+    return await proxy.send_to_model(request, runtime, model, path_qs=path, body=body)
 
 
 def _is_websocket(request: web.Request) -> bool:

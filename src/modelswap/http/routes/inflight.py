@@ -3,19 +3,19 @@
 llama-swap sends the table only as ``inflight`` events of ``/api/events``
 (``{"operation": "snapshot", "requests": [...]}``); modelswap serves that same snapshot object
 on a GET. Cancelling answers llama-swap's ``{"msg": "ok"}``, or 404 ``inflight request not
-found``; see :mod:`modelswap.http.middleware.inflight` for what a cancel does.
+found``; see :mod:`modelswap.http.middleware.inflight_registry` for what a cancel does.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from modelswap.http.errors import error_response
-from modelswap.http.keys import CLIENT, RUNTIME
-from modelswap.http.middleware.inflight import INFLIGHT, describe
-from modelswap.http.middleware.observing import OBS
-from modelswap.http.middleware.request_id import request_id
-from modelswap.http.route_classes import ADMIN, READ, declare
+from modelswap.http.app_keys import CLIENT, RUNTIME
+from modelswap.http.error_responses import error_response
+from modelswap.http.middleware.inflight_registry import INFLIGHT, describe
+from modelswap.http.reading import request_id
+from modelswap.http.request_obs import OBS
+from modelswap.http.route_table import ADMIN, READ, declare
 
 
 async def inflight(request: web.Request) -> web.Response:
@@ -49,7 +49,7 @@ async def cancel(request: web.Request) -> web.Response:
     entry = request.app[INFLIGHT].cancel(wanted)
     if entry is None:
         return error_response("inflight request not found", 404, code="not_found")
-    runtime.events.publish("request.cancelled", id=entry.id, request_id=request_id(entry.request))
+    runtime.publish("request.cancelled", id=entry.id, request_id=request_id(entry.request))
     return web.json_response({"msg": "ok"})
 
 

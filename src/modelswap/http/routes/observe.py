@@ -11,12 +11,12 @@ import aiohttp
 from aiohttp import web
 
 from modelswap.errors import BadRequestError
-from modelswap.http.keys import RUNTIME
+from modelswap.http.app_keys import RUNTIME
 from modelswap.http.relay.sse import event_stream
-from modelswap.http.route_classes import READ, declare
+from modelswap.http.route_table import READ, declare
 from modelswap.observe.records import OUTCOMES
 from modelswap.observe.relabel import merge_backend_metrics
-from modelswap.states import ProcessState
+from modelswap.runtime import Runtime
 from modelswap.supervisor.logs import LogBuffer
 from modelswap.webui.routes import memory_view
 
@@ -30,16 +30,15 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 async def metrics(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    body = runtime.observer.metrics.exposition()
+    body = runtime.metrics_text()
     if runtime.config.observability.scrape_backends:
-        body += await _scrape_backends(request)
+        body += await _scrape_backends(runtime)
     return web.Response(body=body, headers={"Content-Type": PROMETHEUS_TEXT})
 
 
-async def _scrape_backends(request: web.Request) -> bytes:
+async def _scrape_backends(runtime: Runtime) -> bytes:
     """Each ready backend's own /metrics, bounded, with a ``model`` label added."""
-    runtime = request.app[RUNTIME]
-    ready = [p for p in runtime.router.processes.values() if p.state is ProcessState.READY]
+    ready = [m for m in runtime.models() if m.ready]
 
     async def one(model: str, url: str) -> tuple[str, str]:
         try:
@@ -52,7 +51,7 @@ async def _scrape_backends(request: web.Request) -> bytes:
             return model, ""
         return model, raw.decode("utf-8", "replace")
 
-    parts = await asyncio.gather(*(one(p.model, p.config.proxy + "/metrics") for p in ready))
+    parts = await asyncio.gather(*(one(m.model, m.config.proxy + "/metrics") for m in ready))
     return merge_backend_metrics(parts).encode()  # one HELP/TYPE per family, names kept
 
 
@@ -116,7 +115,7 @@ async def log_stream(request: web.Request) -> web.StreamResponse:
     runtime = request.app[RUNTIME]
     name = request.match_info.get("model")
     if name:
-        buffer: LogBuffer = runtime.router.processes[runtime.resolve(name).id].logs
+        buffer: LogBuffer = runtime.model(runtime.resolve(name).id).logs
     else:
         buffer = runtime.gateway_log
     queue: asyncio.Queue[str | None] = asyncio.Queue(STREAM_QUEUE)
@@ -197,7 +196,7 @@ async def performance(request: web.Request) -> web.Response:
     if not runtime.config.observability.performance:
         body = {"enabled": False, "reason": "performance.disabled is true in the config"}
         return web.json_response(body, status=503)
-    return web.json_response(runtime.performance.view(after))
+    return web.json_response(runtime.performance_view(after))
 
 
 async def hardware(request: web.Request) -> web.Response:

@@ -4,34 +4,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelswap.capped import BodyOverLimitError, read_capped
-from modelswap.errors import BadRequestError, BodyTooLargeError
-from modelswap.http.errors import error_response
-from modelswap.http.keys import RUNTIME, client_key
-from modelswap.http.middleware.observing import OBS
+from modelswap.errors import BadRequestError
+from modelswap.http.app_keys import RUNTIME, client_key
+from modelswap.http.catalog import model_row, model_rows, peer_rows
+from modelswap.http.error_responses import error_response
+from modelswap.http.reading import body_limit, read_body
 from modelswap.http.relay import proxy
 from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
 from modelswap.http.relay.extract import parse_request
-from modelswap.http.route_classes import INFERENCE, INFERENCE_PATHS, QUERY_ROUTED_PATHS, declare
-from modelswap.http.routes.catalog import model_row, model_rows, peer_rows
-from modelswap.runtime import Runtime
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, refusing more than ``limit`` bytes (before reading, when declared)."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLargeError(limit)
-    try:  # a chunked body has no declared length: the cap counts what arrives
-        return await read_capped(request.content.iter_any(), limit)
-    except BodyOverLimitError as exc:
-        raise BodyTooLargeError(limit) from exc
-
-
-def body_limit(runtime: Runtime, content_type: str) -> int:
-    """Multipart uploads (audio, images) have their own cap; everything else the JSON one."""
-    if content_type.lower().startswith("multipart/"):
-        return runtime.config.max_upload_body_bytes
-    return runtime.config.max_request_body_bytes
+from modelswap.http.request_obs import OBS
+from modelswap.http.route_table import INFERENCE, INFERENCE_PATHS, QUERY_ROUTED_PATHS, declare
 
 
 async def inference(request: web.Request) -> web.StreamResponse:
@@ -64,9 +46,7 @@ async def query_routed(request: web.Request) -> web.StreamResponse:
     model = runtime.resolve(name, client_key(request))
     if obs is not None:
         obs.model = model.id
-    return await proxy.send_to_model(
-        request, runtime.router, runtime.proxy_session, model, path_qs=request.path_qs, body=b""
-    )
+    return await proxy.send_to_model(request, runtime, model, path_qs=request.path_qs, body=b"")
 
 
 async def list_models(request: web.Request) -> web.Response:

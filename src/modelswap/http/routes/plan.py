@@ -16,16 +16,13 @@ from typing import Any
 from aiohttp import web
 
 from modelswap.errors import BadRequestError
-from modelswap.http.keys import RUNTIME, client_key
-from modelswap.http.route_classes import READ, declare
+from modelswap.http.app_keys import RUNTIME, client_key
+from modelswap.http.route_table import READ, declare
 from modelswap.planner.configured import plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.names import ENGINES
-from modelswap.planner.receipt import running_fields
 from modelswap.planner.render import plan_dict
-from modelswap.runtime import Runtime
-from modelswap.states import ProcessState
 
 _PARAMS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "utilization": ("utilization", float),
@@ -91,18 +88,6 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
     if isinstance(value, list):
         return [_masked(v, text) for v in value]
     return value
-
-
-def add_plan_fields(runtime: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``plan`` and ``plan_error_pct`` on the ``/running`` rows of ready models that have both
-    a plan and a capacity receipt (omitted otherwise, never null)."""
-    processes = runtime.router.processes
-    for row in rows:
-        process = processes.get(str(row.get("model")))
-        if process is None or process.state is not ProcessState.READY:
-            continue
-        row.update(running_fields(runtime.plans.get(row["model"]), process.capacity))
-    return rows
 
 
 def add_routes(app: web.Application) -> None:

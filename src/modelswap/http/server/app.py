@@ -9,22 +9,21 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from modelswap.errors import ModelswapError
-from modelswap.http.errors import (
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.error_responses import (
     GATEWAY_ERROR_HEADER,
     error_response,
     in_anthropic_shape,
     response_for,
 )
-from modelswap.http.keys import RUNTIME
-from modelswap.http.middleware import inflight as inflight_registry
-from modelswap.http.middleware import request_id
+from modelswap.http.middleware import inflight_registry, request_id
 from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.concurrency import GlobalLimit
 from modelswap.http.middleware.cors import Cors
 from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
 from modelswap.http.middleware.observing import observe_middleware
 from modelswap.http.middleware.throttle import FailureLimiter
-from modelswap.http.route_classes import (
+from modelswap.http.route_table import (
     ANTHROPIC_PATHS,
     OPEN,
     check_declared,
@@ -34,12 +33,12 @@ from modelswap.http.route_classes import (
 from modelswap.http.routes import admin as admin_routes
 from modelswap.http.routes import captures as capture_routes
 from modelswap.http.routes import comfyui as comfyui_routes
+from modelswap.http.routes import gateway_views as gateway_view_routes
 from modelswap.http.routes import inflight as inflight_routes
 from modelswap.http.routes import observe as observe_routes
 from modelswap.http.routes import openai as openai_routes
-from modelswap.http.routes import peers as peer_routes
+from modelswap.http.routes import peer_status as peer_routes
 from modelswap.http.routes import plan as plan_routes
-from modelswap.http.routes import security as security_routes
 from modelswap.http.server import connections
 from modelswap.runtime import Runtime
 from modelswap.webui import routes as webui_routes
@@ -119,7 +118,7 @@ def create_app(runtime: Runtime) -> web.Application:
     inflight_routes.add_routes(app)
     comfyui_routes.add_routes(app)
     capture_routes.add_routes(app)
-    security_routes.add_routes(app)
+    gateway_view_routes.add_routes(app)
     plan_routes.add_routes(app)
     peer_routes.add_routes(app)
     declare(app, "GET", "/ui", webui_routes.ui_redirect, OPEN)  # its API calls carry a key

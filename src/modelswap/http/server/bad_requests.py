@@ -15,8 +15,8 @@ from http import HTTPStatus
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from modelswap.http.errors import error_response, in_anthropic_shape
-from modelswap.http.route_classes import ANTHROPIC_PATHS
+from modelswap.http.error_responses import error_response, in_anthropic_shape
+from modelswap.http.route_table import ANTHROPIC_PATHS
 
 # The parser quotes the raw request line it refused: b'FOO /v1/messages HTTP/1.1'
 _QUOTED_TARGET = re.compile(r"b'[^ ']* (/[^ ?#']*)")

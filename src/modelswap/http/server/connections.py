@@ -40,8 +40,8 @@ from typing import cast
 
 from aiohttp import hdrs, web
 
-from modelswap.http.errors import GATEWAY_ERROR_HEADER, envelope
-from modelswap.http.keys import AUTHORISED
+from modelswap.http.app_keys import AUTHORISED
+from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
 from modelswap.http.middleware.clients import client_network
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
 

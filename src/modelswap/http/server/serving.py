@@ -108,7 +108,7 @@ async def serve(
         ", ".join(config.models),
     )
     print(f"modelswap {__version__} listening on http://{where}", file=sys.stderr, flush=True)
-    runtime.launcher.begin()  # the spare keeper: made now that the socket listens
+    runtime.listening()  # the spare keeper: made now that the socket listens
     if ready is not None:
         ready.set()
     try:

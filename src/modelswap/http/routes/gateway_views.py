@@ -14,10 +14,10 @@ from aiohttp import web
 from modelswap.config.export import export_config
 from modelswap.config.security import security_report
 from modelswap.events import DROPPED, Event
-from modelswap.http.keys import RUNTIME, client_key
+from modelswap.http.app_keys import RUNTIME, client_key
+from modelswap.http.catalog import model_rows, running_rows
 from modelswap.http.relay.sse import event_stream
-from modelswap.http.route_classes import ADMIN, ANY, READ, declare
-from modelswap.http.routes.catalog import model_rows, running_rows
+from modelswap.http.route_table import ADMIN, ANY, READ, declare
 
 KEEPALIVE = 15.0
 
@@ -26,7 +26,7 @@ async def security(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     report = security_report(runtime.config, allow_flag=runtime.allow_unauthenticated_network)
     # How a backend's whole process tree is kept within reach (supervisor/containment.py).
-    report["containment"] = runtime.containment.as_dict()
+    report["containment"] = runtime.containment_report()
     return web.json_response(report)
 
 
@@ -72,7 +72,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     Secrets masked."""
     runtime = request.app[RUNTIME]
     response = event_stream()
-    queue: asyncio.Queue[Event] = runtime.events.subscriber_queue()
+    queue: asyncio.Queue[Event] = runtime.subscribe()
     try:
         await response.prepare(request)
         snapshot = runtime.redactor.data(
@@ -93,7 +93,7 @@ async def events(request: web.Request) -> web.StreamResponse:
             if event.kind == DROPPED:
                 break
     finally:
-        runtime.events.unsubscribe(queue)
+        runtime.unsubscribe(queue)
         with contextlib.suppress(Exception):
             await response.write_eof()
     return response

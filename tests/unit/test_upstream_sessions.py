@@ -9,7 +9,7 @@ import socket
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from modelswap.sessions import PooledSessions, _socket_factory, make_session
+from modelswap.upstream_sessions import PooledSessions, _socket_factory, make_session
 
 
 async def ok(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from modelswap.measure import (
+from modelswap.model_stats import (
     DEFAULT_START_SECONDS,
     KEEP_STARTS,
     MemorySampler,

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from modelswap.capped import BodyOverLimitError, read_capped
+from modelswap.bounded_read import BodyOverLimitError, read_capped
 
 KIB = 1024
 

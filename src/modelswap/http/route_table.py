@@ -132,7 +132,7 @@ def check_declared(app: web.Application) -> None:
     missing = sorted({r.canonical for r in app.router.resources()} - set(table))
     if missing:
         raise UndeclaredRouteError(
-            "routes registered without a scope (use route_classes.declare): " + ", ".join(missing)
+            "routes registered without a scope (use route_table.declare): " + ", ".join(missing)
         )
 
 

@@ -1,8 +1,8 @@
 """The keeper: the parent of one backend, alive until nothing the backend started is left.
 
-The gateway runs ``python -I -S keeper.py --gateway PID`` (in its own session) in place of the
-backend command, with one end of a socketpair on its stdin. Standard library only, so its start
-costs a bare interpreter's; it never imports modelswap. The keeper
+The gateway runs ``python -I -S keeper_program.py --gateway PID`` (in its own session) in place
+of the backend command, with one end of a socketpair on its stdin. Standard library only, so its
+start costs a bare interpreter's; it never imports modelswap. The keeper
 
 * makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``): a helper that daemonises (double
   fork + ``setsid()``), a ``nohup`` child, a child that moves to another process group — each
@@ -635,7 +635,8 @@ def main(argv: list[str]) -> NoReturn:
         keeper.serve()
     if len(argv) != 2 or argv[0] != "--gateway" or not argv[1].isdigit():
         sys.stderr.write(
-            "usage: keeper.py --gateway PID [--spare CGROUP]  (the command comes on stdin)\n"
+            "usage: keeper_program.py --gateway PID [--spare CGROUP]"
+            "  (the command comes on stdin)\n"
         )
         os._exit(2)
     try:

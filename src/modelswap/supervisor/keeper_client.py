@@ -1,9 +1,10 @@
 """The gateway's side of the keeper: start a backend under one, and speak to it.
 
-:func:`spawn` starts ``sys.executable -I -S keeper.py`` (isolated, no site: no modelswap import,
-a bare interpreter's start) in its own session with one end of a socketpair on its stdin, sends
-the command, and waits for the keeper's reply. The socket then stays open for the keeper's
-lifetime: its end-of-file is how the keeper learns that the gateway is gone, however it died.
+:func:`spawn` starts ``sys.executable -I -S keeper_program.py`` (isolated, no site: no
+modelswap import, a bare interpreter's start) in its own session with one end of a socketpair on its
+stdin, sends the command, and waits for the keeper's reply. The socket then stays open for the
+keeper's lifetime: its end-of-file is how the keeper learns that the gateway is gone, however it
+died.
 
 :class:`Kept` stands for the backend: ``pid`` is the backend's own (what ``${PID}`` in cmdStop
 means, what /running and the memory sampler see); ``keeper_pid`` is the root of the whole tree
@@ -25,10 +26,10 @@ from pathlib import Path
 
 import psutil
 
-from modelswap.supervisor import keeper, tree
+from modelswap.supervisor import keeper_program, tree
 
 REPLY_TIMEOUT = 30.0  # only ends a hang: a keeper replies within tens of milliseconds
-KEEPER_ARGV = (sys.executable, "-I", "-S", keeper.__file__)
+KEEPER_ARGV = (sys.executable, "-I", "-S", keeper_program.__file__)
 # A spare's command is written to its waiting child directly up to this size: an empty pipe
 # (64 KiB) takes it without blocking; a larger one (a vast environment) goes through the keeper.
 HAND_LIMIT = 60_000
@@ -98,10 +99,10 @@ class Kept:
         *lines, self._buffer = (self._buffer + data).split(b"\n")
         for line in lines:
             words = line.split()
-            if words[:1] == [keeper.EXITED] and len(words) == 2 and words[1].isdigit():
+            if words[:1] == [keeper_program.EXITED] and len(words) == 2 and words[1].isdigit():
                 self.backend_returncode = os.waitstatus_to_exitcode(int(words[1]))
                 self._backend_exited.set()
-            elif words == [keeper.TREE_ENDED]:
+            elif words == [keeper_program.TREE_ENDED]:
                 self.tree_ended = True
 
     async def _listen(self) -> None:
@@ -149,7 +150,7 @@ class Kept:
         """SIGKILL the backend's group, and have the keeper SIGKILL the rest without grace."""
         self.signal_backend(signal.SIGKILL)
         with contextlib.suppress(OSError):
-            self._control.send(keeper.KILL)
+            self._control.send(keeper_program.KILL)
 
     def kill_keeper(self) -> None:
         """Last resort, for a keeper that does not exit: what is left is the snapshots' job."""
@@ -165,7 +166,7 @@ def kill_and_forget(proc: asyncio.subprocess.Process) -> None:
 async def _abandon(proc: asyncio.subprocess.Process, control: socket.socket) -> None:
     """Have the keeper end whatever it started, at once, and wait for it to exit."""
     with contextlib.suppress(OSError):
-        control.send(keeper.KILL)
+        control.send(keeper_program.KILL)
     control.close()  # end-of-file: a keeper still reading the command exits without running it
     try:
         await asyncio.wait_for(asyncio.shield(proc.wait()), REPLY_TIMEOUT)
@@ -269,7 +270,7 @@ async def spawn(
     *,
     env: Mapping[str, str],
     cgroup: Path | None = None,
-    grace: float = keeper.DEFAULT_GRACE,
+    grace: float = keeper_program.DEFAULT_GRACE,
 ) -> Kept:
     """Start ``argv`` under a keeper, stdout and stderr to one pipe.
 
@@ -278,9 +279,9 @@ async def spawn(
     proc, control = await _launch_keeper()
     try:
         where = str(cgroup) if cgroup is not None else None
-        spec = keeper.Spec(list(argv), grace, where, dict(env))
+        spec = keeper_program.Spec(list(argv), grace, where, dict(env))
         loop = asyncio.get_running_loop()
-        await loop.sock_sendall(control, keeper.encode_spec(spec))
+        await loop.sock_sendall(control, keeper_program.encode_spec(spec))
         reply = await asyncio.wait_for(_reply(control, proc), REPLY_TIMEOUT)
     except BaseException as exc:  # cancelled (a stop during the start) included
         await _abandon(proc, control)
@@ -349,7 +350,11 @@ class Spare:
         return self.keeper.returncode is None and not self._used
 
     async def use(
-        self, argv: Sequence[str], *, env: Mapping[str, str], grace: float = keeper.DEFAULT_GRACE
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        grace: float = keeper_program.DEFAULT_GRACE,
     ) -> Kept:
         """Run ``argv`` in the spare; raises as :func:`spawn` does (KeeperError: the spare was
         dead or died, and nothing runs)."""
@@ -358,15 +363,15 @@ class Spare:
         self._used = True
         proc, control = self.keeper, self._control
         where = str(self.cgroup) if self.cgroup is not None else None
-        spec = keeper.Spec(list(argv), grace, where, dict(env))
-        payload = keeper.encode_spec(spec)
+        spec = keeper_program.Spec(list(argv), grace, where, dict(env))
+        payload = keeper_program.encode_spec(spec)
         commands, self._commands = self._commands, None
         handed = commands is not None and len(payload) <= HAND_LIMIT
         try:
             # The keeper first (it then leaves the pipe to us), then the waiting child itself:
             # its exec need not wait for the keeper to wake, read and write (~1 ms).
             loop = asyncio.get_running_loop()
-            await loop.sock_sendall(control, keeper.HANDED + payload if handed else payload)
+            await loop.sock_sendall(control, keeper_program.HANDED + payload if handed else payload)
             if commands is not None:
                 _hand(commands, payload if handed else b"")
                 commands = None
@@ -402,7 +407,9 @@ class Spare:
 
 async def spawn_spare(cgroup: Path | None = None) -> Spare:
     """Start a spare keeper whose child waits, in ``cgroup`` if given, for the command."""
-    proc, control = await _launch_keeper(keeper.SPARE, str(cgroup) if cgroup is not None else "")
+    proc, control = await _launch_keeper(
+        keeper_program.SPARE, str(cgroup) if cgroup is not None else ""
+    )
     try:
         reply, commands = await asyncio.wait_for(
             _reply_with_descriptor(control, proc), REPLY_TIMEOUT

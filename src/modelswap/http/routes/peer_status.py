@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from modelswap.http.keys import RUNTIME
-from modelswap.http.route_classes import READ, declare
+from modelswap.http.app_keys import RUNTIME
+from modelswap.http.route_table import READ, declare
 
 
 async def peers(request: web.Request) -> web.Response:
-    return web.json_response({"peers": request.app[RUNTIME].peers.status()})
+    return web.json_response({"peers": request.app[RUNTIME].peer_status()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -20,7 +20,7 @@ from functools import partial
 import aiohttp
 
 from modelswap import jsonsafe
-from modelswap.capped import BodyOverLimitError, read_capped
+from modelswap.bounded_read import BodyOverLimitError, read_capped
 from modelswap.config.resolved import DnsDiscovery, Peer
 from modelswap.errors import AmbiguousModelError
 from modelswap.routing.breaker import CircuitBreaker

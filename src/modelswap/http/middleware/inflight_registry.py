@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from modelswap.http.middleware.request_id import request_id
+from modelswap.http.reading import request_id
 from modelswap.redact import Redactor
 
 CANCELLED_CODE = "request_cancelled"

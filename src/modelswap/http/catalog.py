@@ -12,9 +12,9 @@ from typing import Any
 
 from modelswap.config.resolved import ApiKey, ModelConfig
 from modelswap.observe.capabilities import listing_fields
-from modelswap.runtime import Runtime
+from modelswap.planner.receipt import running_fields
+from modelswap.runtime import ModelStatus, Runtime
 from modelswap.states import ProcessState
-from modelswap.supervisor.process import ManagedProcess
 
 
 def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any]]:
@@ -22,17 +22,17 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
     llama-swap) one per alias (``alias_for``)."""
     rows: list[dict[str, Any]] = []
     created = int(runtime.started_at)
-    router = runtime.router
     for model in runtime.config.models.values():
         if model.unlisted or (key is not None and not key.allows(model)):
             continue
+        status = runtime.model(model.id)
         row: dict[str, Any] = {
             "id": model.id,
             "object": "model",
             "created": created,
             "owned_by": "modelswap",
-            "state": router.processes[model.id].state.value,
-            "status": router_status(router.processes[model.id].state),
+            "state": status.state.value,
+            "status": router_status(status.state),
         }
         if model.name:
             row["name"] = model.name
@@ -40,15 +40,15 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
             row["description"] = model.description
         if model.aliases:
             row["aliases"] = list(model.aliases)
-        row.update(reported_context(runtime, model.id))
+        row.update(reported_context(status))
         # What it can do, as llama-swap lists it: written, else remembered (``observed``).
-        row.update(listing_fields(model.capabilities, runtime.capability_memory.get(model)))
+        row.update(listing_fields(model.capabilities, runtime.remembered(model)))
         if model.metadata:  # as llama-swap shows it, beside what the backend reported
             row["meta"] = {**row.get("meta", {}), "llamaswap": configured_metadata(runtime, model)}
-        configured = runtime.configured[model.id].as_dict()
+        configured = status.configured().as_dict()
         if configured:
             row["configured"] = configured
-        row.update(stop_fields(runtime, router.processes[model.id]))
+        row.update(stop_fields(runtime, status))
         rows.append(row)
         if runtime.config.include_aliases_in_list:
             rows += alias_rows(row, model.aliases)
@@ -114,26 +114,25 @@ def configured_metadata(runtime: Runtime, model: ModelConfig) -> object:
     return runtime.redactor.data(dict(model.metadata))
 
 
-def stop_fields(runtime: Runtime, process: ManagedProcess) -> dict[str, Any]:
+def stop_fields(runtime: Runtime, model: ModelStatus) -> dict[str, Any]:
     """What a model's row says about its last swap and, while it is stopped or asleep, why
     (issue 32 #2): the receipt of the last swap to it outlives an unload, and an evicted
     model names the start it made room for and how that went."""
     out: dict[str, Any] = {}
-    last_swap = runtime.swaps.last(process.model)
+    last_swap = model.last_swap()
     if last_swap is not None:
         out["last_swap"] = runtime.redactor.data(last_swap)
-    stopped = process.state in (ProcessState.STOPPED, ProcessState.SLEEPING)
-    if stopped and process.last_stop is not None:
-        out["last_stop"] = process.last_stop.as_dict()
+    stopped = model.state in (ProcessState.STOPPED, ProcessState.SLEEPING)
+    if stopped and model.last_stop is not None:
+        out["last_stop"] = model.last_stop.as_dict()
     return out
 
 
-def reported_context(runtime: Runtime, model_id: str) -> dict[str, Any]:
+def reported_context(model: ModelStatus) -> dict[str, Any]:
     """The context the running backend itself reported — only for a ready model whose probe
     succeeded. Otherwise nothing at all: omitted, never null, never a guess from the config."""
-    process = runtime.router.processes[model_id]
-    found = process.metadata
-    if process.state is not ProcessState.READY or found is None or found.context_length is None:
+    found = model.reported
+    if not model.ready or found is None or found.context_length is None:
         return {}
     meta: dict[str, int] = {"n_ctx": found.context_length}
     if found.n_ctx_train is not None:
@@ -145,11 +144,10 @@ def reported_context(runtime: Runtime, model_id: str) -> dict[str, Any]:
     }
 
 
-def context_mismatch(runtime: Runtime, model_id: str) -> str | None:
+def context_mismatch(model: ModelStatus) -> str | None:
     """A note when the backend serves less context than its command line asked for."""
-    process = runtime.router.processes[model_id]
-    reported = process.metadata.context_length if process.metadata else None
-    configured = runtime.configured[model_id].context
+    reported = model.reported.context_length if model.reported else None
+    configured = model.configured().context
     if reported is None or configured is None or reported >= configured:
         return None
     return (
@@ -161,80 +159,77 @@ def context_mismatch(runtime: Runtime, model_id: str) -> str | None:
 def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
     """Every model that is not stopped: state, since when, load; the command line (redacted)
     and proxy, as llama-swap shows them; no pid."""
-    router = runtime.router
     now_loop = _loop_time()
     rows: list[dict[str, Any]] = []
-    for model_id, process in router.processes.items():
-        if process.state is ProcessState.STOPPED:
+    for model in runtime.models():
+        if model.state is ProcessState.STOPPED:
             continue
-        config = process.config
+        config = model.config
         row: dict[str, Any] = {
-            "model": model_id,
-            "state": process.state.value,
+            "model": model.model,
+            "state": model.state.value,
             # llama-swap's fields (redacted below, as the whole row is)
             "cmd": shlex.join(runtime.redactor.argv(config.cmd)),
             "proxy": runtime.redactor.url(config.proxy),
             "name": config.name or "",
             "description": config.description or "",
-            "since": _iso(process.since),
+            "since": _iso(model.since),
             "ttl": config.ttl,
-            "in_flight": router.in_flight(model_id),
-            "queued": router.queued(model_id),
+            "in_flight": model.in_flight(),
+            "queued": model.queued(),
         }
-        deadline = router.idle_deadline(model_id)
+        deadline = model.idle_deadline()
         if deadline is not None and now_loop is not None:
             row["unload_in"] = round(max(0.0, deadline - now_loop), 1)
-        if process.started_at is not None and process.ready_at is not None:
-            row["start_seconds"] = round(process.ready_at - process.started_at, 3)
-        if process.state is ProcessState.STARTING:
-            row.update(_start_progress(process))
+        if model.started_at is not None and model.ready_at is not None:
+            row["start_seconds"] = round(model.ready_at - model.started_at, 3)
+        if model.state is ProcessState.STARTING:
+            row.update(_start_progress(model))
         # where the last swap's time went (issue 21); why it sleeps (evicted for …)
-        row.update(stop_fields(runtime, process))
-        row.update(reported_context(runtime, model_id))
-        if process.state is ProcessState.READY and process.metadata is not None:
-            row["reported"] = process.metadata.as_dict()
-        configured = runtime.configured[model_id].as_dict()
+        row.update(stop_fields(runtime, model))
+        row.update(reported_context(model))
+        if model.ready and model.reported is not None:
+            row["reported"] = model.reported.as_dict()
+        configured = model.configured().as_dict()
         if configured:
             row["configured"] = configured
-        mismatch = (
-            context_mismatch(runtime, model_id) if process.state is ProcessState.READY else None
-        )
+        mismatch = context_mismatch(model) if model.ready else None
         if mismatch:
             row["context_mismatch"] = mismatch
-        if process.state is ProcessState.READY and process.capacity is not None:
-            capacity = process.capacity.as_dict()
+        if model.ready and model.receipt is not None:
+            capacity = model.receipt.as_dict()
             if capacity:
                 row["capacity"] = capacity
-        if process.last_failure is not None:
-            row["last_failure"] = _failure(process)
+        if model.last_failure is not None:
+            row["last_failure"] = _failure(model)
         redacted = runtime.redactor.data(row)  # progress lines and phases quote the backend
         assert isinstance(redacted, dict)
         rows.append(redacted)
     return rows
 
 
-def _failure(process: ManagedProcess) -> dict[str, Any]:
+def _failure(model: ModelStatus) -> dict[str, Any]:
     """The diagnosis, when it happened and, while the model is failed, how long the same
     answer is given before the next request retries the start (``failureBackoff``)."""
-    assert process.last_failure is not None
-    out: dict[str, Any] = process.last_failure.as_dict()
-    if process.state is ProcessState.FAILED:
-        out["at"] = round(process.since, 3)
-        left = process.config.failure_backoff - (time.time() - process.since)
+    assert model.last_failure is not None
+    out: dict[str, Any] = model.last_failure.as_dict()
+    if model.state is ProcessState.FAILED:
+        out["at"] = round(model.since, 3)
+        left = model.config.failure_backoff - (time.time() - model.since)
         out["retry_in"] = round(max(0.0, left), 1)
     return out
 
 
-def _start_progress(process: ManagedProcess) -> dict[str, Any]:
-    out: dict[str, Any] = {"phase": process.progress.label() if process.progress else "starting"}
-    if process.progress is not None and process.progress.fraction is not None:
-        out["progress"] = round(process.progress.fraction, 4)
-    if process.last_progress_at is not None:
-        out["last_progress_at"] = _iso(process.last_progress_at)
-    if process.last_progress_line is not None:
-        out["last_progress_line"] = process.last_progress_line
-    if process.started_at is not None:
-        out["elapsed"] = round(time.time() - process.started_at, 1)
+def _start_progress(model: ModelStatus) -> dict[str, Any]:
+    out: dict[str, Any] = {"phase": model.start_phase()}
+    if model.progress is not None and model.progress.fraction is not None:
+        out["progress"] = round(model.progress.fraction, 4)
+    if model.last_progress_at is not None:
+        out["last_progress_at"] = _iso(model.last_progress_at)
+    if model.last_progress_line is not None:
+        out["last_progress_line"] = model.last_progress_line
+    if model.started_at is not None:
+        out["elapsed"] = round(time.time() - model.started_at, 1)
     return out
 
 
@@ -277,3 +272,14 @@ def model_row(runtime: Runtime, model_id: str, key: ApiKey | None = None) -> dic
         if model_id in row.get("aliases", ()):
             return alias_rows(row, (model_id,))[0]
     return None
+
+
+def add_plan_fields(runtime: Runtime, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``plan`` and ``plan_error_pct`` on the ``/running`` rows of ready models that have both
+    a plan and a capacity receipt (omitted otherwise, never null)."""
+    for row in rows:
+        model = runtime.find_model(str(row.get("model")))
+        if model is None or not model.ready:
+            continue
+        row.update(running_fields(model.plan(), model.receipt))
+    return rows
