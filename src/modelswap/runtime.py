@@ -30,13 +30,13 @@ from modelswap.measure import MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
 from modelswap.observe.capabilities import CapabilityMemory, command_key, observed_from
 from modelswap.observe.hardware import hardware_snapshot
+from modelswap.observe.last_swap import LastSwaps
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
-from modelswap.observe.swaps import SwapReceipts
-from modelswap.planner.receipt import PlanCache
-from modelswap.receipts import ModelMetadata
+from modelswap.planner.accuracy import PlanCache
 from modelswap.redact import Redactor
+from modelswap.reported import ModelMetadata
 from modelswap.routing.local import LocalRouter
 from modelswap.routing.matrix import MatrixSwapper
 from modelswap.routing.peers import PeerDirectory, PeerRoute
@@ -149,7 +149,7 @@ class Runtime:
             enabled=lambda: self.config.observability.performance,
         )
         self._hardware: dict[str, object] | None = None
-        self.swaps = SwapReceipts()  # each model's last swap receipt, for /running and the UI
+        self.swaps = LastSwaps()  # each model's last last-swap record, for /running and the UI
         self.events.add_listener(self.swaps.on_event)
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:

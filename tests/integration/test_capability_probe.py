@@ -20,7 +20,7 @@ from modelswap.backends.probe import MetadataProbe
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import Capabilities
 from modelswap.observe.capabilities import CapabilityMemory, listing_fields, observed_from
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 from modelswap.supervisor.process import ManagedProcess
 
 pytestmark = pytest.mark.integration

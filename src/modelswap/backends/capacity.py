@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from modelswap.backends.logtext import logical_lines, message, to_float, to_int
-from modelswap.receipts import CapacityReceipt
+from modelswap.reported import CapacityReceipt
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from modelswap.backends.hints import fit_notices, missing_tool_flags, tool_choic
 from modelswap.backends.logtext import logical_lines, message, text_lines
 from modelswap.backends.progress import last_progress as find_last_progress
 from modelswap.errors import Diagnosis
-from modelswap.receipts import Progress
+from modelswap.reported import Progress
 
 __all__ = [
     "RULES",

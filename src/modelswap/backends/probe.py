@@ -19,7 +19,7 @@ import aiohttp
 from modelswap.backends import metadata as parse
 from modelswap.capped import BodyOverLimitError, read_capped
 from modelswap.config import ModelConfig
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 log = logging.getLogger(__name__)
 

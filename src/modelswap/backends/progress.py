@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from modelswap.backends.logtext import last_segment, message
-from modelswap.receipts import Progress
+from modelswap.reported import Progress
 
 LOADING_WEIGHTS = "loading weights"
 LOADING_TENSORS = "loading tensors"

@@ -32,7 +32,7 @@ from typing import Any
 
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import Capabilities
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 from modelswap.statefile import write_json
 
 log = logging.getLogger(__name__)

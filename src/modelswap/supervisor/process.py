@@ -32,7 +32,7 @@ import aiohttp
 from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
-from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
+from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
 from modelswap.supervisor import cgroups, health, kept, listening, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
@@ -112,7 +112,7 @@ class ManagedProcess:
         self._stop_grace = stop_grace
         self._prompt_cache = prompt_cache
         # The prompt cache kept across a swap (issue 30): what the last stop saved and what
-        # this start restored, for the swap receipt.
+        # this start restored, for the last-swap record.
         self.cache_saved: CacheReport | None = None
         self.cache_restored: CacheReport | None = None
         self._lock = asyncio.Lock()
@@ -129,7 +129,7 @@ class ManagedProcess:
         self.started_at: float | None = None
         self.ready_at: float | None = None
         # Monotonic: when this start began, and when the backend's port first accepted a
-        # connection (spawn → listening and listening → healthy are a start's receipt).
+        # connection (spawn → listening and listening → healthy are a start's timings).
         self._started_monotonic: float | None = None
         self.listening_at: float | None = None
         # Seconds from the start's beginning to listening, and from listening to a 2xx health
@@ -628,7 +628,7 @@ class ManagedProcess:
 
     def start_clock(self) -> tuple[float | None, float | None]:
         """(monotonic) when the current or last start began, and when its port first
-        listened — for the swap receipt."""
+        listened — for the last-swap record."""
         return self._started_monotonic, self.listening_at
 
     def _check_clocks(self, started: float, now: float) -> float:

@@ -16,7 +16,7 @@ backend refuses drops the file and empties the slot). Bounded: a save never take
 ``saveTimeout`` seconds in all — a slot whose size, at the rate measured last time, cannot be
 written in the time left is skipped, and a save still running at the ceiling is abandoned — and
 a restore no more than ``restoreTimeout``. Nothing here fails a start or a stop: every problem
-is a line in the report (:class:`CacheReport`), which the swap receipt, the log and the metrics
+is a line in the report (:class:`CacheReport`), which the last-swap record, the log and the metrics
 show.
 """
 
@@ -35,7 +35,7 @@ from typing import Literal
 
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import PromptCacheSettings
-from modelswap.receipts import SlotFileAction, SlotState
+from modelswap.reported import SlotFileAction, SlotState
 from modelswap.supervisor import slotstore
 from modelswap.supervisor.adapters import SlotApi
 from modelswap.supervisor.slotstore import Rates, SavedSlot, SlotStore

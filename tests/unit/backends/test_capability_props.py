@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from modelswap.backends import metadata as parse
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 PROPS = Path(__file__).resolve().parents[2] / "data" / "props" / "llamacpp-smollm2.json"
 

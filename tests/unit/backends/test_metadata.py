@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from modelswap.backends import metadata as parse
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 # Every kind of value that is not a plain positive integer no larger than 2^31.
 INVALID: list[Any] = [

@@ -21,7 +21,7 @@ from modelswap.observe.capabilities import (
     llamaswap_fields,
     observed_from,
 )
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 SEEN = Observed(1_800_000_000.5, "llamacpp", "/props", ("text", "image"), ("text",), True, 2048, 1)
 

@@ -18,11 +18,11 @@ from aiohttp import web
 from modelswap.errors import BadRequestError
 from modelswap.http.keys import RUNTIME, client_key
 from modelswap.http.route_classes import READ, declare
+from modelswap.planner.accuracy import running_fields
 from modelswap.planner.configured import plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.names import ENGINES
-from modelswap.planner.receipt import running_fields
 from modelswap.planner.render import plan_dict
 from modelswap.runtime import Runtime
 from modelswap.states import ProcessState

@@ -1,6 +1,6 @@
-"""What a running backend reports about itself: its metadata, its allocator's receipt, and the
-progress of its start. Plain data (stdlib only), so ``supervisor`` can hold what ``backends``
-parses without importing it."""
+"""What a running backend reported about itself: its metadata, its allocator's receipt (the one
+meaning of "receipt" in this tree), and the progress of its start. Plain data (stdlib only), so
+``supervisor`` can hold what ``backends`` parses without importing it."""
 
 from __future__ import annotations
 
