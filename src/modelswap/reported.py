@@ -96,3 +96,18 @@ class SlotFileAction:
     bytes: int = 0
     ms: float | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityReport:
+    """What of a probe's :class:`ModelMetadata` is kept as the model's capabilities (the
+    backend's adapter decides): the input and output modalities, whether it calls tools, its
+    context and slots. None: not said."""
+
+    backend: str
+    endpoint: str | None
+    inputs: tuple[str, ...] | None = None
+    outputs: tuple[str, ...] | None = None
+    tools: bool | None = None
+    context: int | None = None
+    total_slots: int | None = None

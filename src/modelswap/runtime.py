@@ -21,6 +21,7 @@ from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
+from modelswap.backends.registry import capability_report, keeps_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
@@ -322,6 +323,7 @@ class Runtime:
             SlotClient(self._health_session),
             identity=command_key,
             save_path_of=save_path,
+            keeps_slots=keeps_slots,
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
@@ -431,7 +433,7 @@ class Runtime:
         metadata = event.data["metadata"]
         if process is None or not isinstance(metadata, ModelMetadata):
             return
-        observed = observed_from(metadata, event.at)
+        observed = observed_from(capability_report(metadata), event.at)
         if observed is not None and not process.config.capabilities.disable_auto:
             self.capability_memory.record(process.config, observed)
 

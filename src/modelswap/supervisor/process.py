@@ -597,7 +597,7 @@ class ManagedProcess:
     async def _save_prompt_cache(self) -> None:
         """Have the drained backend save its slots before it is stopped (bounded by
         saveTimeout; a problem is a line of the report, never a failed stop)."""
-        if self._prompt_cache is None or not self._has_slots():
+        if self._prompt_cache is None or not self._prompt_cache.keeps(self.config, self.metadata):
             return
         try:
             report = await self._prompt_cache.save(self.config)
@@ -610,14 +610,6 @@ class ManagedProcess:
             self.cache_saved = report
             self.logs.append(f"[modelswap] prompt cache: {report.summary()}")
             self._events.publish("prompt_cache.saved", **report.as_dict())
-
-    def _has_slots(self) -> bool:
-        """Whether the backend may be llama.cpp (its slots API): not when its config or its
-        probe says it is another server (vLLM and SGLang keep their caches through their own
-        KV connectors: docs/backends.md)."""
-        if self.config.backend not in ("auto", "llamacpp", "generic"):
-            return False
-        return self.metadata is None or self.metadata.backend == "llamacpp"
 
     def _became_healthy(self, at: float) -> None:
         """Remember how long after listening this start's health answered, for the next
