@@ -4,10 +4,12 @@ Each kind is one module beside this one (``vllm``, ``llamacpp``, ``sglang``, ``o
 ``generic``); :mod:`modelswap.backends.registry` lists them and picks the one for a model. The
 shared engines ask every adapter (or the model's own) and keep no backend's text themselves:
 
-* the log reader (``capacity``, ``progress``): :attr:`~BackendAdapter.progress_phases` and
-  :meth:`~BackendAdapter.read_receipt`, the allocator's receipt;
-* the diagnosis engine (``diagnose``): :attr:`~BackendAdapter.failure_rules`, each a known
-  failure cause with its fix, tried in the engine's root-cause order;
+* the log reader (``capacity``, ``progress``): :attr:`~BackendAdapter.progress_phases`,
+  :attr:`~BackendAdapter.progress_bars` and :meth:`~BackendAdapter.read_receipt`, the
+  allocator's receipt;
+* the diagnosis engine (``diagnose``): :meth:`~BackendAdapter.failure_rules`, each a known
+  failure cause with its fix, tried in the engine's root-cause order, and
+  :attr:`~BackendAdapter.wrapper_lines`, never taken for a cause;
 * the metadata probe (``probe``, its bounded reader): :meth:`~BackendAdapter.read_metadata`
   and :meth:`~BackendAdapter.capability_report`;
 * the hints (``hints``): :meth:`~BackendAdapter.error_hint`,
@@ -196,6 +198,15 @@ class BackendAdapter(Protocol):
     def progress_phases(self) -> tuple[tuple[str, str], ...]:
         """``(phase, regex)``: the lines that show its loading progress, in priority order."""
 
+    @property
+    def progress_bars(self) -> tuple[tuple[str, str], ...]:
+        """``(phase, regex)``: the descriptions of its progress bars that name a phase."""
+
+    @property
+    def wrapper_lines(self) -> tuple[str, ...]:
+        """Regexes of its lines that only point to a cause printed before them: never the
+        evidence of a failure."""
+
     def failure_rules(self) -> tuple[Rule, ...]:
         """Its known failure causes, each with the fix (compiled when the diagnosis first
         needs them: ``modelswap check`` imports the adapters and never diagnoses)."""
@@ -239,6 +250,8 @@ class BaseAdapter:
     memory: MemoryModel | None = None
     saves_slots: bool | None = False
     progress_phases: tuple[tuple[str, str], ...] = ()
+    progress_bars: tuple[tuple[str, str], ...] = ()
+    wrapper_lines: tuple[str, ...] = ()
 
     def failure_rules(self) -> tuple[Rule, ...]:
         return ()

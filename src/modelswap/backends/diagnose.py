@@ -22,7 +22,7 @@ from modelswap.backends.adapter import Cause, Context, Rule
 from modelswap.backends.hints import fit_notices, missing_tool_flags, tool_choice_hint
 from modelswap.backends.logtext import logical_lines, message, text_lines
 from modelswap.backends.progress import last_progress as find_last_progress
-from modelswap.backends.registry import failure_rules
+from modelswap.backends.registry import failure_rules, wrapper_lines
 from modelswap.errors import Diagnosis
 from modelswap.reported import Progress
 
@@ -59,11 +59,7 @@ _EXCEPTION = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
 )
 _ERROR_LINE = re.compile(r"(error|exception)\b|\b(fatal|failed|abort(ed)?)\b", re.I)
-_WRAPPER = re.compile(
-    r"Engine core initialization failed|See root cause above"
-    r"|please check the stack trace above for the root cause|See stack trace for root cause",
-    re.I,
-)
+_WRAPPER = re.compile("|".join(wrapper_lines()), re.I)  # each adapter's
 _FRAME = re.compile(r'^(?:File "|raise\b|Traceback \(most recent call last\)|\^|~)')
 
 

@@ -1,5 +1,6 @@
 """Any OpenAI-compatible server, and what every backend shares: uvicorn's startup lines (vLLM,
-SGLang and any FastAPI server print them), a warm-up line, a port another process holds, and
+SGLang and any FastAPI server print them), a warm-up line, tqdm bars that name their phase,
+lines that point to a traceback above, a port another process holds, and
 the ``/v1/models`` row read for its context (``max_model_len``, ``context_length`` or
 ``meta.n_ctx``).
 
@@ -12,6 +13,9 @@ from __future__ import annotations
 import re
 
 from modelswap.backends.adapter import (
+    AUTOTUNING,
+    COMPILING,
+    LOADING_WEIGHTS,
     STARTING_SERVER,
     WARMING_UP,
     BaseAdapter,
@@ -60,6 +64,18 @@ class GenericAdapter(BaseAdapter):
     name = "generic"
     saves_slots = None
     progress_phases = _PHASES
+    # tqdm bars whose description names a phase (others are their own phase, lowercased).
+    progress_bars = (
+        (LOADING_WEIGHTS, r"loading weights|loading model"),
+        (AUTOTUNING, r"auto ?tun|\btuning\b"),
+        (WARMING_UP, r"warm ?up|warming"),
+        (COMPILING, r"compil"),
+    )
+    # Python's and torch's pointers to a traceback printed above.
+    wrapper_lines = (
+        r"please check the stack trace above for the root cause",
+        r"See stack trace for root cause",
+    )
 
     def failure_rules(self) -> tuple[Rule, ...]:
         return _rules()

@@ -24,7 +24,7 @@ from modelswap.backends.adapter import (
     WARMING_UP,
 )
 from modelswap.backends.logtext import last_segment, message
-from modelswap.backends.registry import progress_phases
+from modelswap.backends.registry import progress_bars, progress_phases
 from modelswap.reported import Progress
 
 __all__ = [
@@ -49,14 +49,10 @@ _TQDM = re.compile(
     r"(?P<done>\d+)/(?P<total>\d+)\b"
 )
 
-# A bar's description → a named phase (first match wins); other descriptions are their own
-# phase, lowercased.
-_BAR_PHASES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"checkpoint shards|loading weights|loading model", re.I), LOADING_WEIGHTS),
-    (re.compile(r"capturing cuda graph", re.I), CAPTURING_GRAPHS),
-    (re.compile(r"auto ?tun|\btuning\b", re.I), AUTOTUNING),
-    (re.compile(r"warm ?up|warming", re.I), WARMING_UP),
-    (re.compile(r"compil", re.I), COMPILING),
+# A bar's description → a named phase (every adapter's, first match wins); other descriptions
+# are their own phase, lowercased.
+_BAR_PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.I), phase) for phase, pattern in progress_bars()
 )
 
 # Every adapter's lines (registry order, each adapter's in its own priority order); where two

@@ -86,6 +86,14 @@ def progress_phases() -> tuple[tuple[str, str], ...]:
     return tuple(phase for adapter in ADAPTERS for phase in adapter.progress_phases)
 
 
+def progress_bars() -> tuple[tuple[str, str], ...]:
+    return tuple(bar for adapter in ADAPTERS for bar in adapter.progress_bars)
+
+
+def wrapper_lines() -> tuple[str, ...]:
+    return tuple(line for adapter in ADAPTERS for line in adapter.wrapper_lines)
+
+
 def capability_report(meta: ModelMetadata) -> CapabilityReport | None:
     """What of a probe's report its adapter keeps as the model's capabilities."""
     return named(meta.backend).capability_report(meta)

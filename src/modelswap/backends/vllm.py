@@ -409,6 +409,12 @@ class VllmAdapter(BaseAdapter):
     memory = MEMORY
     saves_slots = False  # its KV connectors keep its cache (docs/backends.md)
     progress_phases = _PHASES
+    progress_bars = (
+        (LOADING_WEIGHTS, r"checkpoint shards"),
+        (CAPTURING_GRAPHS, r"capturing cuda graph"),
+    )
+    # "RuntimeError: Engine core initialization failed. See root cause above." (v1 engine)
+    wrapper_lines = (r"Engine core initialization failed", r"See root cause above")
 
     def failure_rules(self) -> tuple[Rule, ...]:
         return _rules()
