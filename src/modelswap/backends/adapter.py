@@ -199,6 +199,12 @@ class BackendAdapter(Protocol):
         """``(phase, regex)``: the lines that show its loading progress, in priority order."""
 
     @property
+    def limit_flags(self) -> tuple[tuple[str, str], ...]:
+        """``(flag, field)``: the flags of its command line that set a limit (``-c`` →
+        ``ctx_size``): what the model was promised, shown as ``configured``
+        (``backends/configured.py``)."""
+
+    @property
     def progress_bars(self) -> tuple[tuple[str, str], ...]:
         """``(phase, regex)``: the descriptions of its progress bars that name a phase."""
 
@@ -250,6 +256,7 @@ class BaseAdapter:
     memory: MemoryModel | None = None
     saves_slots: bool | None = False
     progress_phases: tuple[tuple[str, str], ...] = ()
+    limit_flags: tuple[tuple[str, str], ...] = ()
     progress_bars: tuple[tuple[str, str], ...] = ()
     wrapper_lines: tuple[str, ...] = ()
 

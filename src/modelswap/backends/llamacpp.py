@@ -211,6 +211,12 @@ class LlamaCppAdapter(BaseAdapter):
     command_words = ("llama",)
     memory = MEMORY
     saves_slots = True
+    limit_flags = (
+        ("-c", "ctx_size"),
+        ("--ctx-size", "ctx_size"),
+        ("-np", "parallel"),
+        ("--parallel", "parallel"),
+    )
     progress_phases = _PHASES
 
     def failure_rules(self) -> tuple[Rule, ...]:

@@ -86,6 +86,11 @@ def progress_phases() -> tuple[tuple[str, str], ...]:
     return tuple(phase for adapter in ADAPTERS for phase in adapter.progress_phases)
 
 
+def limit_flags() -> dict[str, str]:
+    """Every adapter's flags that set a configured limit (flag → ``ConfiguredLimits`` field)."""
+    return {flag: key for adapter in ADAPTERS for flag, key in adapter.limit_flags}
+
+
 def progress_bars() -> tuple[tuple[str, str], ...]:
     return tuple(bar for adapter in ADAPTERS for bar in adapter.progress_bars)
 

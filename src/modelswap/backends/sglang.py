@@ -27,6 +27,7 @@ class SglangAdapter(BaseAdapter):
     command_words = ("sglang",)
     memory = vllm.MEMORY  # paged KV blocks, as vLLM's: the planner's approximation
     saves_slots = False  # its own radix cache; no slots API
+    limit_flags = (("--context-length", "max_model_len"),)
 
     def recognises(self, argv: Sequence[str]) -> bool:
         return any(

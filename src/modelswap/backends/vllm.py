@@ -408,6 +408,7 @@ class VllmAdapter(BaseAdapter):
     command_words = ("vllm",)
     memory = MEMORY
     saves_slots = False  # its KV connectors keep its cache (docs/backends.md)
+    limit_flags = (("--max-model-len", "max_model_len"), ("--max-num-seqs", "max_num_seqs"))
     progress_phases = _PHASES
     progress_bars = (
         (LOADING_WEIGHTS, r"checkpoint shards"),

@@ -113,3 +113,15 @@ def test_memory_models_the_planner_offers() -> None:
     assert registry.default_memory(gguf=False).engine == "vllm"
     with pytest.raises(ValueError, match="engine must be one of vllm, llamacpp"):
         registry.memory_model("sglang")
+
+
+def test_the_configured_limits_read_every_adapters_flags_as_before() -> None:
+    assert registry.limit_flags() == {
+        "--max-model-len": "max_model_len",
+        "--context-length": "max_model_len",  # SGLang
+        "-c": "ctx_size",
+        "--ctx-size": "ctx_size",
+        "--max-num-seqs": "max_num_seqs",
+        "-np": "parallel",
+        "--parallel": "parallel",
+    }
