@@ -22,6 +22,7 @@ from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
+from modelswap.backends.registry import capability_report, keeps_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
@@ -36,15 +37,15 @@ from modelswap.observe.capabilities import (
     observed_from,
 )
 from modelswap.observe.hardware import hardware_snapshot
+from modelswap.observe.last_swap import LastSwaps
 from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.records import RequestRecord
-from modelswap.observe.swaps import SwapReceipts
+from modelswap.planner.accuracy import PlanCache
 from modelswap.planner.memory import Plan
-from modelswap.planner.receipt import PlanCache
-from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
 from modelswap.redact import Redactor
+from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
 from modelswap.routing.matrix_swapper import MatrixSwapper
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
@@ -267,7 +268,7 @@ class Runtime:
             enabled=lambda: self.config.observability.performance,
         )
         self._hardware: dict[str, object] | None = None
-        self.swaps = SwapReceipts()  # each model's last swap receipt, for /running and the UI
+        self.swaps = LastSwaps()  # each model's last-swap record, for /running and the UI
         self.events.add_listener(self.swaps.on_event)
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
@@ -440,6 +441,7 @@ class Runtime:
             SlotClient(self._health_session),
             identity=command_key,
             save_path_of=save_path,
+            keeps_slots=keeps_slots,
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
@@ -549,7 +551,7 @@ class Runtime:
         metadata = event.data["metadata"]
         if process is None or not isinstance(metadata, ModelMetadata):
             return
-        observed = observed_from(metadata, event.at)
+        observed = observed_from(capability_report(metadata), event.at)
         if observed is not None and not process.config.capabilities.disable_auto:
             self.capability_memory.record(process.config, observed)
 

@@ -39,7 +39,7 @@ DIAGNOSIS = (
     "modelswap.backends.causes",
     "modelswap.backends.progress",
     "modelswap.backends.logtext",
-    "modelswap.receipts",
+    "modelswap.reported",
 )
 # The planner's readers and arithmetic (``plan`` adds its arguments to every start's parser).
 PLANNER = (

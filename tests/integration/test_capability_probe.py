@@ -17,10 +17,11 @@ from tests.integration.conftest import MakeModel, MakeProcess
 
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
+from modelswap.backends.registry import capability_report
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import Capabilities
 from modelswap.observe.capabilities import CapabilityMemory, listing_fields, observed_from
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 from modelswap.supervisor.process import ManagedProcess
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,7 @@ async def test_props_are_read_kept_and_listed_after_the_backend_stopped(
     assert (meta.inputs, meta.tools) == (("text", "image", "audio"), True)
     assert meta.context_length == 3072
     path = tmp_path / "capabilities.json"
-    observed = observed_from(meta, time.time())
+    observed = observed_from(capability_report(meta), time.time())
     assert observed is not None
     memory = CapabilityMemory(path)
     memory.record(process.config, observed)
@@ -74,7 +75,7 @@ async def test_a_plain_props_says_text_and_nothing_of_tools(
 ) -> None:
     _, meta = await probed(make_process, session, make_model())
     assert (meta.inputs, meta.tools) == (("text",), None)
-    observed = observed_from(meta, time.time())
+    observed = observed_from(capability_report(meta), time.time())
     assert observed is not None
     fields: dict[str, Any] = listing_fields(Capabilities(), observed)
     assert fields["architecture"]["modality"] == "text->text"
@@ -88,7 +89,7 @@ async def test_vllm_reports_its_max_model_len(
     config = make_model("--flavor", "vllm", "--ctx", "4096", backend="vllm")
     _, meta = await probed(make_process, session, config)
     assert (meta.inputs, meta.tools) == (None, None)  # vLLM says nothing of either
-    observed = observed_from(meta, time.time())
+    observed = observed_from(capability_report(meta), time.time())
     assert observed is not None
     assert listing_fields(Capabilities(tools=True), observed) == {
         "architecture": {

@@ -28,7 +28,7 @@ from modelswap.backends.probe import MAX_BODY, PROBE_TIMEOUT, MetadataProbe
 from modelswap.config import ModelConfig
 from modelswap.errors import StartError
 from modelswap.events import Event, EventBus
-from modelswap.receipts import CapacityReceipt, ModelMetadata
+from modelswap.reported import CapacityReceipt, ModelMetadata
 from modelswap.states import ProcessState
 from modelswap.supervisor.process import ManagedProcess
 

@@ -9,16 +9,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from modelswap.backends.metadata import positive_int
+from modelswap.backends.registry import limit_flags
 
-_FLAGS = {
-    "--max-model-len": "max_model_len",
-    "--context-length": "max_model_len",  # SGLang
-    "-c": "ctx_size",
-    "--ctx-size": "ctx_size",
-    "--max-num-seqs": "max_num_seqs",
-    "-np": "parallel",
-    "--parallel": "parallel",
-}
+# Every adapter's flags (vLLM's --max-model-len, SGLang's --context-length, llama.cpp's -c …).
+_FLAGS = limit_flags()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Turn a failed start's log tail into a :class:`Diagnosis`: the root cause and its fix.
 
-Pure functions over text. The rules are tried in root-cause order (docs/backends.md §9);
+Pure functions over text. The rules are every adapter's ``failure_rules``, tried in the
+registry's root-cause order (docs/backends.md §9);
 within a rule its patterns go from the most specific line to the wrapper, and each pattern is
 matched bottom-up over the tail. So a wrapper printed after the root cause (vLLM's "Engine core
 initialization failed", llama.cpp's "failed to load model") is never the answer.
@@ -17,13 +18,13 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from modelswap.backends import causes
-from modelswap.backends.causes import Cause, Context, Explain
+from modelswap.backends.adapter import Cause, Context, Rule
 from modelswap.backends.hints import fit_notices, missing_tool_flags, tool_choice_hint
 from modelswap.backends.logtext import logical_lines, message, text_lines
 from modelswap.backends.progress import last_progress as find_last_progress
+from modelswap.backends.registry import failure_rules, wrapper_lines
 from modelswap.errors import Diagnosis
-from modelswap.receipts import Progress
+from modelswap.reported import Progress
 
 __all__ = [
     "RULES",
@@ -44,108 +45,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """``patterns`` in priority order: the root-cause line first, wrapper lines last.
-    ``explain`` (when set) turns the match into a summary, fix and numbers."""
-
-    code: str
-    patterns: tuple[re.Pattern[str], ...]
-    summary: str
-    fix: str
-    explain: Explain | None = None
+RULES: tuple[Rule, ...] = failure_rules()
 
 
-def _re(*patterns: str) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p, re.I) for p in patterns)
+def _phase_before(messages: Sequence[str]) -> str | None:
+    progress = find_last_progress(messages)
+    return None if progress is None else progress.phase
 
-
-RULES: tuple[Rule, ...] = (
-    Rule(
-        "utilization_guard",
-        _re(causes.UTILIZATION, r"Free memory on device.*less than desired GPU memory"),
-        "vLLM needs more GPU memory than is free: another process is using the GPU.",
-        "lower --gpu-memory-utilization, or free the GPU.",
-        causes.utilization_guard,
-    ),
-    Rule(
-        "kv_cache_too_small",
-        _re(
-            causes.KV_V1,
-            causes.KV_PRE_V1,
-            r"^llama_kv_cache\w*: failed to allocate buffer for kv cache",
-            r"failed to allocate buffer for kv cache|llama_kv_cache_init\(\) failed",
-        ),
-        "the KV cache does not fit in the memory left for it.",
-        "lower --max-model-len or raise --gpu-memory-utilization.",
-        causes.kv_cache_too_small,
-    ),
-    Rule(
-        "mamba_cache_blocks",
-        _re(causes.MAMBA),
-        "max_num_seqs is larger than the number of Mamba cache blocks that fit.",
-        "lower --max-num-seqs or raise --gpu-memory-utilization.",
-        causes.mamba_cache_blocks,
-    ),
-    Rule(
-        "no_kv_cache_memory",
-        _re(r"No available memory for the cache blocks"),
-        "the weights and activations leave no GPU memory for the KV cache.",
-        "raise --gpu-memory-utilization, use a quantized model, or add GPUs "
-        "(--tensor-parallel-size).",
-        causes.no_kv_cache_memory,
-    ),
-    Rule(
-        "cuda_oom",
-        _re(
-            r"Failed to load model - not enough GPU memory",
-            r"CUDA out of memory",
-            r"\b(?:CUDA|ROCm|HIP) error: out of memory",
-            r"cudaMalloc failed",
-            r"unable to allocate \S+ buffer|failed to allocate \S+ buffer of size",
-            r"failed to allocate compute (?:pp )?buffers",
-        ),
-        "the GPU ran out of memory.",
-        "use a smaller quantization or context, or free GPU memory used by other processes.",
-        causes.cuda_oom,
-    ),
-    Rule(
-        "profiling_race",
-        _re(r"Error in memory profiling"),
-        "another process changed its GPU memory use while vLLM was profiling; "
-        "this is not an out-of-memory error.",
-        "retry when the GPU is quiet (start other GPU programs first), or set "
-        "--kv-cache-memory-bytes to skip profiling.",
-        causes.profiling_race,
-    ),
-    Rule(
-        "port_in_use",
-        _re(r"address already in use|couldn't bind HTTP server socket|\[Errno 98\]"),
-        "the backend could not bind its port: another process is listening there.",
-        "stop the other process, or change startPort / the model's --port.",
-        causes.port_in_use,
-    ),
-    Rule(
-        "model_load_error",
-        _re(
-            r"error loading model: ",
-            causes.HF_MISSING,
-            r"error loading model\b",
-            r"failed to load model|exiting due to model loading error",
-        ),
-        "the backend could not load the model.",
-        "check the model path in cmd and that the file is a complete, supported model.",
-        causes.model_load_error,
-    ),
-    Rule(
-        "cpu_kv_cache_space",
-        # The worker's own ValueError first, not the engine's RuntimeError that quotes it.
-        _re(rf"ValueError: {causes.CPU_KV_SPACE}", causes.CPU_KV_SPACE),
-        "vLLM (CPU) was asked for more KV cache memory than the node has available.",
-        "lower VLLM_CPU_KVCACHE_SPACE or --kv-cache-memory-bytes.",
-        causes.cpu_kv_space,
-    ),
-)
 
 # An exception line ("ValueError: ...", "torch.OutOfMemoryError: ..."), best evidence of an
 # unknown cause; then anything that says error/failed; never a wrapper or traceback frame.
@@ -153,11 +59,7 @@ _EXCEPTION = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
 )
 _ERROR_LINE = re.compile(r"(error|exception)\b|\b(fatal|failed|abort(ed)?)\b", re.I)
-_WRAPPER = re.compile(
-    r"Engine core initialization failed|See root cause above"
-    r"|please check the stack trace above for the root cause|See stack trace for root cause",
-    re.I,
-)
+_WRAPPER = re.compile("|".join(wrapper_lines()), re.I)  # each adapter's
 _FRAME = re.compile(r'^(?:File "|raise\b|Traceback \(most recent call last\)|\^|~)')
 
 
@@ -179,7 +81,7 @@ def _find(lines: Sequence[str]) -> _Found | None:
                     continue
                 cause = Cause(rule.summary[:1].upper() + rule.summary[1:], rule.fix, {})
                 if rule.explain is not None:
-                    cause = rule.explain(match, Context(messages, index), cause)
+                    cause = rule.explain(match, Context(messages, index, _phase_before), cause)
                 return _Found(rule, logical[index], cause)
     return None
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from modelswap.backends.capacity import parse_capacity
 from modelswap.backends.progress import recognise_progress
-from modelswap.receipts import CapacityReceipt, Progress
+from modelswap.reported import CapacityReceipt, Progress
 
 
 class BackendLogReader:

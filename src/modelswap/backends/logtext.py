@@ -17,6 +17,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
+from modelswap.backends.numbers import gib, to_float, to_int
+
+__all__ = [
+    "gib",
+    "last_segment",
+    "logical_lines",
+    "message",
+    "split_segments",
+    "strip_ansi",
+    "text_lines",
+    "to_float",
+    "to_int",
+]
+
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _BREAK = re.compile(r"\r\n|\r|\n")
 # "(EngineCore_DP0 pid=79) ", "(APIServer pid=1) ", "(Worker_TP0 pid=123) ", possibly nested.
@@ -87,19 +101,3 @@ def last_segment(line: str) -> str:
         if segment.strip():
             return segment
     return ""
-
-
-def to_int(text: str) -> int:
-    """``"211,936"`` → 211936 (thousands separators and underscores removed)."""
-    return int(text.replace(",", "").replace("_", "").strip())
-
-
-def to_float(text: str) -> float:
-    """``"1,024.50"`` → 1024.5."""
-    return float(text.replace(",", "").replace("_", "").strip())
-
-
-def gib(value: float, unit: str) -> float:
-    """``value`` in ``unit`` (B, KiB, MiB, GiB, TiB; case-insensitive) as GiB."""
-    scale = {"b": 1 / 2**30, "kib": 1 / 2**20, "mib": 1 / 2**10, "gib": 1.0, "tib": 2.0**10}
-    return value * scale[unit.lower()]

@@ -10,25 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from modelswap.backends import metadata as parse
+from modelswap.backends import registry
+from modelswap.backends.adapter import ModelList, Unavailable
 from modelswap.bounded_read import BodyOverLimitError, read_capped
 from modelswap.config import ModelConfig
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 2.0
 MAX_BODY = 64 * 1024
-
-
-class _Unavailable(Exception):
-    pass
 
 
 class MetadataProbe:
@@ -57,7 +52,7 @@ class MetadataProbe:
             return found
         except TimeoutError:
             reason = f"no answer within {self._timeout:g} s"
-        except (_Unavailable, aiohttp.ClientError, OSError, ValueError) as exc:
+        except (Unavailable, aiohttp.ClientError, OSError, ValueError) as exc:
             reason = str(exc) or type(exc).__name__
         except asyncio.CancelledError:
             log.debug("model %s: metadata unavailable: the probe was cancelled", config.id)
@@ -66,59 +61,26 @@ class MetadataProbe:
         return None
 
     async def _probe(self, config: ModelConfig) -> ModelMetadata | None:
-        base, name = config.proxy, config.upstream_name
-        configured = None if config.backend in ("auto", "generic") else config.backend
-        if configured == "ollama":
-            context = parse.ollama_context(await self._get(base + "/api/ps"), name)
-            return ModelMetadata("ollama", context, source="/api/ps") if context else None
-        row = None
-        try:
-            row = parse.select_row(parse.model_rows(await self._get(base + "/v1/models")), name)
-        except _Unavailable:
-            if configured != "llamacpp":  # llama.cpp still has /props
-                raise
-        kind = configured or parse.kind_of(row) or "generic"
-        if kind == "llamacpp":
-            return await self._llamacpp(base, row)
-        if row is None:
-            return None
-        if kind in ("vllm", "sglang"):
-            context = parse.positive_int(row.get("max_model_len"))
-        else:
-            context = parse.row_context(row)
-        if context is None:
-            return None
-        return ModelMetadata(kind, context, parse.row_n_ctx_train(row), source="/v1/models")
+        """The configured backend's adapter reads its endpoints; with ``auto`` (or
+        ``generic``), the one whose ``owned_by`` the ``/v1/models`` row carries, else the
+        generic one."""
+        base = config.proxy
 
-    async def _llamacpp(self, base: str, row: Mapping[str, Any] | None) -> ModelMetadata | None:
-        """``/props`` first (per-slot n_ctx, total_slots, input modalities, tools);
-        ``/v1/models`` ``meta.n_ctx`` else."""
-        n_ctx, slots, caps = None, None, None
-        try:
-            props = await self._get(base + "/props")
-            n_ctx, slots = parse.llamacpp_props(props)
-            caps = parse.llamacpp_capabilities(props)
-        except _Unavailable:
-            if row is None:
-                raise  # nothing to fall back on: report why
+        async def ask(path: str) -> bytes:
+            return await self._get(base + path)
 
-        n_ctx_train = parse.row_n_ctx_train(row) if row is not None else None
-        if n_ctx is not None:
-            inputs, tools = caps if caps is not None else (None, None)
-            return ModelMetadata(
-                "llamacpp", n_ctx, n_ctx_train, slots, "/props", inputs=inputs, tools=tools
-            )
-        if row is not None:
-            fallback = parse.row_context(row)
-            if fallback is not None:
-                return ModelMetadata("llamacpp", fallback, n_ctx_train, slots, "/v1/models")
-        return None
+        models = ModelList(ask, config.upstream_name)
+        adapter = registry.configured(config.backend)
+        if adapter is None:
+            row = await models.row()
+            adapter = registry.owning(row.get("owned_by") if row else None) or registry.GENERIC
+        return await adapter.read_metadata(ask, config.upstream_name, models)
 
     async def _get(self, url: str) -> bytes:
         async with self._session.get(url, allow_redirects=False) as response:
             if response.status != 200:
-                raise _Unavailable(f"GET {urlsplit(url).path} answered {response.status}")
+                raise Unavailable(f"GET {urlsplit(url).path} answered {response.status}")
             try:
                 return await read_capped(response.content.iter_any(), self._max_body)
             except BodyOverLimitError as exc:
-                raise _Unavailable(f"GET {urlsplit(url).path}: {exc}") from exc
+                raise Unavailable(f"GET {urlsplit(url).path}: {exc}") from exc

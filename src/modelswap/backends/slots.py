@@ -25,7 +25,7 @@ import aiohttp
 
 from modelswap.backends.configured import flag_values
 from modelswap.bounded_read import BodyOverLimitError, read_capped
-from modelswap.receipts import SlotFileAction, SlotState
+from modelswap.reported import SlotFileAction, SlotState
 
 MAX_BODY = 4 * 1024 * 1024  # /slots repeats every slot's sampling parameters
 TOKEN_FIELDS = ("n_prompt_tokens", "n_past", "tokens_cached")

@@ -32,7 +32,7 @@ class RawPromptCache(BaseModel):
         gt=0,
         alias="saveTimeout",
         description="The most seconds saving may add to a stop (a swap): a slot that cannot be "
-        "saved in the time left is skipped, and the swap receipt says so.",
+        "saved in the time left is skipped, and the last-swap record says so.",
     )
     restore_timeout: float = Field(
         10.0,

@@ -12,7 +12,7 @@ from typing import Any
 
 from modelswap.config.resolved import ApiKey, ModelConfig
 from modelswap.observe.capabilities import listing_fields
-from modelswap.planner.receipt import running_fields
+from modelswap.planner.accuracy import running_fields
 from modelswap.runtime import ModelStatus, Runtime
 from modelswap.states import ProcessState
 

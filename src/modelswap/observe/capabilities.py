@@ -32,7 +32,7 @@ from typing import Any
 
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import Capabilities
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import CapabilityReport
 from modelswap.statefile import write_json
 
 log = logging.getLogger(__name__)
@@ -74,27 +74,22 @@ class Observed:
         return {key: value for key, value in values.items() if value is not None}
 
 
-def observed_from(meta: ModelMetadata, at: float) -> Observed | None:
-    """The part of a probe's report that is kept: llama.cpp's and vLLM's; None for others.
-
-    llama.cpp: its ``/props`` (text output: llama-server writes nothing else; without
-    ``/props``, only the context of ``/v1/models``). vLLM: its ``max_model_len``, with text in
-    and out as llama-swap lists it (vLLM reports no modalities and no tool parser)."""
-    if meta.backend == "llamacpp":
-        outputs = ("text",) if meta.inputs is not None else None
-        return Observed(
-            at,
-            "llamacpp",
-            meta.source,
-            meta.inputs,
-            outputs,
-            meta.tools,
-            meta.context_length,
-            meta.total_slots,
-        )
-    if meta.backend == "vllm" and meta.context_length is not None:
-        return Observed(at, "vllm", meta.source, ("text",), ("text",), None, meta.context_length)
-    return None
+def observed_from(report: CapabilityReport | None, at: float) -> Observed | None:
+    """What is kept of a probe's report, as its backend's adapter chose it
+    (``backends.registry.capability_report``: llama.cpp's ``/props``, vLLM's context with text
+    in and out); None when it keeps nothing."""
+    if report is None:
+        return None
+    return Observed(
+        at,
+        report.backend,
+        report.endpoint,
+        report.inputs,
+        report.outputs,
+        report.tools,
+        report.context,
+        report.total_slots,
+    )
 
 
 def command_key(model: ModelConfig) -> str:

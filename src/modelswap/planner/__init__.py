@@ -2,8 +2,8 @@
 
 ``shape`` (what a model is), ``hf`` / ``gguf_reader`` / ``params`` (reading it), ``kv`` and
 ``memory`` (the arithmetic and the verdict), ``render`` (table, bar, SVG, JSON), ``configured``
-(a configured command line), ``receipt`` (plan versus what the backend allocated), ``command``
-(``modelswap plan``; ``names``: the engines and quantization schemes it offers). Sits above
-``backends`` (it reads command lines through ``backends.configured``) and below
-``runtime``/``http``/``cli``.
+(a configured command line), ``accuracy`` (plan versus the receipt: what the backend
+allocated), ``command`` (``modelswap plan``; ``names``: the engines and quantization schemes
+it offers). Sits above ``backends`` (it reads command lines through ``backends.configured``)
+and below ``runtime``/``http``/``cli``.
 """

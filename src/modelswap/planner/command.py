@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from modelswap.backends.registry import default_memory
 from modelswap.planner.names import ENGINES, QUANT_NAMES
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         path = Path(args.path).expanduser()
         shape = load_shape(path, quantization=args.quantization)
         if "engine" not in overrides:
-            overrides["engine"] = "llamacpp" if shape.fmt == "gguf" else "vllm"
+            overrides["engine"] = default_memory(gguf=shape.fmt == "gguf").engine
         plan = make_plan(shape, PlanInputs(**overrides))
     if args.weights:
         weights = parse_gpu(args.weights)

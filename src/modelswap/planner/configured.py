@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelswap.backends.configured import flag_values, parse_configured
+from modelswap.backends.registry import memory_model, memory_model_for
 
 if TYPE_CHECKING:
     from modelswap.planner.memory import Plan
@@ -80,12 +81,8 @@ def find_model_path(argv: Sequence[str]) -> Path | None:
 
 
 def engine_of(argv: Sequence[str], path: Path) -> str:
-    text = " ".join(os.path.basename(a) for a in argv).lower()
-    if "vllm" in text or "sglang" in text:
-        return "vllm"
-    if "llama" in text or path.suffix.lower() == ".gguf":
-        return "llamacpp"
-    return "vllm"
+    """The memory model of the server ``argv`` starts (its adapter's), else the file's."""
+    return memory_model_for(argv, path).engine
 
 
 def inputs_from_argv(argv: Sequence[str], engine: str) -> dict[str, Any]:
@@ -93,7 +90,7 @@ def inputs_from_argv(argv: Sequence[str], engine: str) -> dict[str, Any]:
     limits = parse_configured(argv)
     values = flag_values(argv, _FLAGS)
     out: dict[str, Any] = {"engine": engine}
-    if engine == "llamacpp":
+    if not memory_model(engine).paged:  # llama.cpp's cells: -c over -np slots (default 1)
         if limits.ctx_size:
             out["max_model_len"] = limits.ctx_size
         out["max_num_seqs"] = limits.parallel or 1

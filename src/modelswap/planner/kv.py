@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from modelswap.backends.registry import default_memory, memory_model
 from modelswap.planner.shape import ModelShape, dtype_bytes
 
 VLLM_BLOCK = 16  # vLLM's default attention block size (tokens)
@@ -47,11 +48,12 @@ def gdn_layer_bytes(
     ssm_dtype: str | None = None,
 ) -> int:
     """Fixed state of one linear-attention layer for one sequence (0 without such layers).
-    vLLM keeps the conv state in the model dtype; llama.cpp keeps both in f32."""
+    vLLM keeps the conv state in the model dtype; llama.cpp keeps both in f32 (the engine's
+    ``MemoryModel.state_f32``, from its adapter)."""
     lin = shape.linear
     if lin is None:
         return 0
-    if engine == "llamacpp":
+    if memory_model(engine).state_f32:
         conv_b = ssm_b = 4.0
     else:
         conv_b = dtype_bytes(shape.dtype)
@@ -81,7 +83,7 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
-class VllmGeometry:
+class PagedGeometry:
     """How vLLM carves its KV budget into blocks for this model."""
 
     block_size: int  # tokens per attention block
@@ -126,7 +128,7 @@ class VllmGeometry:
         return lo
 
 
-def vllm_geometry(
+def paged_geometry(
     shape: ModelShape,
     kv_dtype: str,
     *,
@@ -134,7 +136,7 @@ def vllm_geometry(
     spec_tokens: int = 0,
     ssm_dtype: str | None = None,
     max_batched_tokens: int = 8192,
-) -> VllmGeometry:
+) -> PagedGeometry:
     counts = {
         "full": shape.full.layers if shape.full else 0,
         "sliding": shape.sliding.layers if shape.sliding else 0,
@@ -152,13 +154,14 @@ def vllm_geometry(
     attn = shape.full or shape.sliding
     per_layer_token = attn.bytes_per_token(dtype_bytes(kv_dtype), tp) / attn.layers if attn else 0
     block = VLLM_BLOCK
-    mamba_page = gdn_layer_bytes(shape, "vllm", tp=tp, spec_tokens=spec_tokens, ssm_dtype=ssm_dtype)
+    paged = default_memory(gguf=False).engine
+    mamba_page = gdn_layer_bytes(shape, paged, tp=tp, spec_tokens=spec_tokens, ssm_dtype=ssm_dtype)
     if mamba_page and per_layer_token:
         block = VLLM_BLOCK * math.ceil(mamba_page / (VLLM_BLOCK * per_layer_token))
     page = int(block * per_layer_token) if per_layer_token else mamba_page
     page = max(page, mamba_page)
     window = shape.sliding.window if shape.sliding else None
-    return VllmGeometry(block, page, group_size, groups, window, max_batched_tokens)
+    return PagedGeometry(block, page, group_size, groups, window, max_batched_tokens)
 
 
 def llama_cells(ctx: int) -> int:

@@ -11,33 +11,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from modelswap.backends.adapter import MemoryModel
+from modelswap.backends.registry import default_memory, memory_model
 from modelswap.planner import kv
-from modelswap.planner.names import ENGINES
 from modelswap.planner.shape import ModelShape, dtype_bytes
 
 GIB = 1024**3
 MIB = 1024**2
-
-# The default allowance for what is neither weights nor KV, and where the number comes from:
-# vLLM 0.9's memory profile of Llama-3.1-8B (tests/data/startup-logs/vllm-old-success.log:
-# non_torch_memory 0.09 GiB, activation peak 1.67 GiB) plus the CUDA-graph memory vLLM 0.19
-# estimates before sizing the KV cache (vllm-new-success.log: 0.41 GiB). llama.cpp: the compute
-# buffer it logged for a 27B hybrid, 495 MiB at a 200k context and again at 4 × 131,072 cells
-# (llamacpp-success.log). Both: docs/backends.md §19.
-VLLM_ALLOWANCE = int(2.17 * GIB)
-VLLM_ALLOWANCE_SOURCE = (
-    "default, from real vLLM logs: 0.09 GiB non-torch + 1.67 GiB activation peak "
-    "+ 0.41 GiB CUDA graphs"
-)
-LLAMA_ALLOWANCE = 495 * MIB
-LLAMA_ALLOWANCE_SOURCE = "default: the 495 MiB compute buffer llama.cpp logged for a 27B at 200k"
 
 
 @dataclass(frozen=True, slots=True)
 class PlanInputs:
     """What to plan for. ``gpu_bytes`` None means unknown (sizes only, no verdict)."""
 
-    engine: str = "vllm"
+    # The memory model (``modelswap plan --engine``): the adapters' ``MemoryModel``s give the
+    # default allowance and where it comes from, the utilization, KV dtype and sequences
+    # (backends/vllm.py, backends/llamacpp.py; docs/backends.md §19). Default: paged blocks.
+    engine: str = default_memory(gguf=False).engine
     gpu_bytes: int | None = None
     gpu_source: str = "not given"
     utilization: float | None = None  # default: 0.9 (vLLM) / 1.0 (llama.cpp)
@@ -52,7 +42,7 @@ class PlanInputs:
 
     def resolved_kv_dtype(self, shape: ModelShape) -> str:
         if self.kv_dtype in ("auto", ""):
-            return "f16" if self.engine == "llamacpp" else (shape.dtype or "bfloat16")
+            return memory_model(self.engine).kv_dtype or shape.dtype or "bfloat16"
         return self.kv_dtype
 
 
@@ -70,7 +60,7 @@ class Plan:
     utilization: float
     max_num_seqs: int
     kv_bytes_at_context: int  # one sequence at ``context`` (attention only)
-    geometry: kv.VllmGeometry | None = None
+    geometry: kv.PagedGeometry | None = None
     budget_bytes: int | None = None
     kv_budget_bytes: int | None = None
     max_context: int | None = None
@@ -91,40 +81,35 @@ class Plan:
         return "fits" if self.fits else "does not fit"
 
 
-def _default_seqs(inputs: PlanInputs) -> int:
+def _default_seqs(inputs: PlanInputs, model: MemoryModel) -> int:
     if inputs.max_num_seqs:
         return inputs.max_num_seqs
-    if inputs.engine == "llamacpp":
-        return 1
     big = inputs.gpu_bytes is not None and inputs.gpu_bytes >= 70 * GIB
-    return 1024 if big else 256
+    return model.seqs[1] if big else model.seqs[0]
 
 
 def make_plan(shape: ModelShape, inputs: PlanInputs) -> Plan:
     """Everything the planner can say about ``shape`` under ``inputs``."""
-    if inputs.engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}")
+    model = memory_model(inputs.engine)  # ValueError for an engine no adapter models
     kv_dtype = inputs.resolved_kv_dtype(shape)
     dtype_bytes(kv_dtype)  # unknown dtypes fail here, with the list of known ones
     tp = max(1, inputs.tensor_parallel)
     context = inputs.max_model_len or shape.max_position or 4096
-    llama = inputs.engine == "llamacpp"
     allowance = inputs.allowance_bytes
     source = "given" if allowance is not None else ""
     if allowance is None:
-        allowance = LLAMA_ALLOWANCE if llama else VLLM_ALLOWANCE
-        source = LLAMA_ALLOWANCE_SOURCE if llama else VLLM_ALLOWANCE_SOURCE
-    util = inputs.utilization if inputs.utilization is not None else (1.0 if llama else 0.9)
+        allowance, source = model.allowance_bytes, model.allowance_source
+    util = inputs.utilization if inputs.utilization is not None else model.utilization
     per_token = kv.kv_bytes_per_token(shape, kv_dtype, tp)
     state = kv.state_bytes_per_sequence(
         shape, inputs.engine, tp=tp, spec_tokens=inputs.spec_tokens, ssm_dtype=inputs.ssm_dtype
     )
-    seqs = _default_seqs(inputs)
-    if llama:
+    seqs = _default_seqs(inputs, model)
+    if not model.paged:
         at_context = kv.llama_kv_bytes(shape, context, kv_dtype, seqs=seqs, tp=tp)
         geometry = None
     else:
-        geometry = kv.vllm_geometry(
+        geometry = kv.paged_geometry(
             shape,
             kv_dtype,
             tp=tp,
@@ -165,11 +150,11 @@ def _judge(plan: Plan, gpu: int) -> Plan:
     budget = math.ceil(gpu * plan.utilization)
     kv_budget = budget - plan.weights_bytes - plan.allowance_bytes
     if plan.geometry is not None:
-        return _judge_vllm(plan, gpu, budget, kv_budget, plan.geometry)
-    return _judge_llama(plan, gpu, budget, kv_budget)
+        return _judge_paged(plan, gpu, budget, kv_budget, plan.geometry)
+    return _judge_cells(plan, gpu, budget, kv_budget)
 
 
-def _judge_vllm(plan: Plan, gpu: int, budget: int, kv_budget: int, geo: kv.VllmGeometry) -> Plan:
+def _judge_paged(plan: Plan, gpu: int, budget: int, kv_budget: int, geo: kv.PagedGeometry) -> Plan:
     limit = plan.shape.max_position or 2**31
     blocks = geo.num_blocks(kv_budget)
     per_request = geo.blocks_per_request(plan.context)
@@ -204,7 +189,7 @@ def _judge_vllm(plan: Plan, gpu: int, budget: int, kv_budget: int, geo: kv.VllmG
             f"restart with --max-num-seqs {max(mamba, 0)}, or raise --gpu-memory-utilization."
         )
     if problems and plan.kv_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2") and kv_budget > 0:
-        fp8 = kv.vllm_geometry(
+        fp8 = kv.paged_geometry(
             plan.shape,
             "fp8",
             tp=max(1, plan.inputs.tensor_parallel),
@@ -234,7 +219,7 @@ def _judge_vllm(plan: Plan, gpu: int, budget: int, kv_budget: int, geo: kv.VllmG
     )
 
 
-def _judge_llama(plan: Plan, gpu: int, budget: int, kv_budget: int) -> Plan:
+def _judge_cells(plan: Plan, gpu: int, budget: int, kv_budget: int) -> Plan:
     state = plan.state_bytes_per_seq * plan.max_num_seqs
     need = plan.kv_bytes_at_context + state
     free = kv_budget - state

@@ -7,7 +7,10 @@ planner (``memory``, ``params``, ``shape``).
 
 from __future__ import annotations
 
-ENGINES = ("vllm", "llamacpp")
+from modelswap.backends.registry import MEMORY_MODELS
+
+# The memory models the backends' adapters give the planner (backends/registry.py).
+ENGINES = tuple(MEMORY_MODELS)
 
 # Bytes per parameter of quantized storage (values plus their scales).
 QUANT_BYTES: dict[str, float] = {

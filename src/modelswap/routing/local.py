@@ -29,7 +29,8 @@ from modelswap.supervisor.stops import IDLE, UNLOADED, StopRecord, evicted
 log = logging.getLogger(__name__)
 
 RETIRE_ROUNDS = 5
-# A receipt waits this long at most for a cancelled prefetch's thread to finish its chunk.
+# The last-swap record waits this long at most for a cancelled prefetch's thread to finish
+# its chunk.
 PREFETCH_SETTLE_SECONDS = 1.0
 _IDLE_STATES = frozenset({ProcessState.STOPPED, ProcessState.FAILED, ProcessState.SHUTDOWN})
 
@@ -333,12 +334,12 @@ class LocalRouter:
         ended = time.monotonic()
         if error is None:
             self._maybe_arm_idle_timer(target)
-        try:  # the receipt is a report: it must never keep waiters from their answer
+        try:  # the last-swap record is a report: it must never keep waiters from their answer
             prefetched = await self._settled_prefetch(target)
             clock = (began, stopped, ended)
-            self._swap_receipt(target, evict, drained, clock, error, prefetched)
+            self._publish_last_swap(target, evict, drained, clock, error, prefetched)
         except Exception:
-            log.exception("swap to %s: no receipt", target)
+            log.exception("swap to %s: no last-swap record", target)
 
     def _eviction_outcome(
         self, evict: frozenset[str], target: str, error: Exception | None
@@ -402,7 +403,7 @@ class LocalRouter:
         except TimeoutError:
             return prefetch.snapshot()
 
-    def _swap_receipt(
+    def _publish_last_swap(
         self,
         target: str,
         evict: frozenset[str],
@@ -419,7 +420,7 @@ class LocalRouter:
         stopped, ended (monotonic)."""
         process = self.processes[target]
         began, stopped, now = clock
-        receipt: dict[str, object] = {
+        record: dict[str, object] = {
             "target": target,
             "evict": sorted(evict),
             **({"drain_seconds": round(drained, 4)} if drained is not None else {}),
@@ -429,22 +430,22 @@ class LocalRouter:
         }
         spawned, listening = process.start_clock()
         if spawned is not None and listening is not None and spawned >= stopped:  # this swap
-            receipt["spawn_to_listening_seconds"] = round(listening - spawned, 4)
-            receipt["listening_to_ready_seconds"] = round(now - listening, 4)
+            record["spawn_to_listening_seconds"] = round(listening - spawned, 4)
+            record["listening_to_ready_seconds"] = round(now - listening, 4)
         if error is not None:
-            receipt["error"] = str(error)
+            record["error"] = str(error)
         if prefetched is not None:
-            receipt["prefetch"] = prefetched.as_dict()
+            record["prefetch"] = prefetched.as_dict()
         saved, restored = self._prompt_caches(target, evict, began, stopped)
         if saved or restored is not None:
-            receipt["prompt_cache"] = {
+            record["prompt_cache"] = {
                 **({"saved": [r.as_dict() for r in saved]} if saved else {}),
                 **({"restored": restored.as_dict()} if restored is not None else {}),
             }
-        self._events.publish("swap.done", **receipt)
+        self._events.publish("swap.done", **record)
         parts = ", ".join(
             f"{key.removesuffix('_seconds').replace('_', ' ')} {value:.3f} s"
-            for key, value in receipt.items()
+            for key, value in record.items()
             if key.endswith("_seconds") and key != "total_seconds" and isinstance(value, float)
         )
         outcome = "failed" if error is not None else "done"

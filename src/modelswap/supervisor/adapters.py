@@ -9,7 +9,7 @@ from typing import Protocol
 
 from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis
-from modelswap.receipts import (
+from modelswap.reported import (
     CapacityReceipt,
     ModelMetadata,
     Progress,

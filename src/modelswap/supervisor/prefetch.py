@@ -46,7 +46,7 @@ def memory_budget() -> int:
 
 @dataclass
 class PrefetchRecord:
-    """What one prefetch did, for the swap receipt. ``outcome``: ``running``, ``done`` (every
+    """What one prefetch did, for the last-swap record. ``outcome``: ``running``, ``done`` (every
     planned byte read), ``stopped`` (cancelled, ``why`` says by what), ``skipped`` (nothing
     read, ``why``) or ``failed`` (``why``: the OS error)."""
 

@@ -32,7 +32,7 @@ import aiohttp
 from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis, ShuttingDownError, StartError
 from modelswap.events import EventBus
-from modelswap.receipts import CapacityReceipt, ModelMetadata, Progress
+from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
 from modelswap.supervisor import cgroups, health, keeper_client, listening, sleepmode, tree
 from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
@@ -112,7 +112,7 @@ class ManagedProcess:
         self._stop_grace = stop_grace
         self._prompt_cache = prompt_cache
         # The prompt cache kept across a swap (issue 30): what the last stop saved and what
-        # this start restored, for the swap receipt.
+        # this start restored, for the last-swap record.
         self.cache_saved: CacheReport | None = None
         self.cache_restored: CacheReport | None = None
         self._lock = asyncio.Lock()
@@ -129,7 +129,7 @@ class ManagedProcess:
         self.started_at: float | None = None
         self.ready_at: float | None = None
         # Monotonic: when this start began, and when the backend's port first accepted a
-        # connection (spawn → listening and listening → healthy are a start's receipt).
+        # connection (spawn → listening and listening → healthy are a start's timings).
         self._started_monotonic: float | None = None
         self.listening_at: float | None = None
         # Seconds from the start's beginning to listening, and from listening to a 2xx health
@@ -597,7 +597,7 @@ class ManagedProcess:
     async def _save_prompt_cache(self) -> None:
         """Have the drained backend save its slots before it is stopped (bounded by
         saveTimeout; a problem is a line of the report, never a failed stop)."""
-        if self._prompt_cache is None or not self._has_slots():
+        if self._prompt_cache is None or not self._prompt_cache.keeps(self.config, self.metadata):
             return
         try:
             report = await self._prompt_cache.save(self.config)
@@ -611,14 +611,6 @@ class ManagedProcess:
             self.logs.append(f"[modelswap] prompt cache: {report.summary()}")
             self._events.publish("prompt_cache.saved", **report.as_dict())
 
-    def _has_slots(self) -> bool:
-        """Whether the backend may be llama.cpp (its slots API): not when its config or its
-        probe says it is another server (vLLM and SGLang keep their caches through their own
-        KV connectors: docs/backends.md)."""
-        if self.config.backend not in ("auto", "llamacpp", "generic"):
-            return False
-        return self.metadata is None or self.metadata.backend == "llamacpp"
-
     def _became_healthy(self, at: float) -> None:
         """Remember how long after listening this start's health answered, for the next
         start's watch."""
@@ -628,7 +620,7 @@ class ManagedProcess:
 
     def start_clock(self) -> tuple[float | None, float | None]:
         """(monotonic) when the current or last start began, and when its port first
-        listened — for the swap receipt."""
+        listened — for the last-swap record."""
         return self._started_monotonic, self.listening_at
 
     def _check_clocks(self, started: float, now: float) -> float:

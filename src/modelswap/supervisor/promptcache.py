@@ -16,7 +16,7 @@ backend refuses drops the file and empties the slot). Bounded: a save never take
 ``saveTimeout`` seconds in all — a slot whose size, at the rate measured last time, cannot be
 written in the time left is skipped, and a save still running at the ceiling is abandoned — and
 a restore no more than ``restoreTimeout``. Nothing here fails a start or a stop: every problem
-is a line in the report (:class:`CacheReport`), which the swap receipt, the log and the metrics
+is a line in the report (:class:`CacheReport`), which the last-swap record, the log and the metrics
 show.
 """
 
@@ -35,7 +35,7 @@ from typing import Literal
 
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import PromptCacheSettings
-from modelswap.receipts import SlotFileAction, SlotState
+from modelswap.reported import ModelMetadata, SlotFileAction, SlotState
 from modelswap.supervisor import slotstore
 from modelswap.supervisor.adapters import SlotApi
 from modelswap.supervisor.slotstore import Rates, SavedSlot, SlotStore
@@ -144,12 +144,14 @@ class PromptCache:
         *,
         identity: Callable[[ModelConfig], str],
         save_path_of: Callable[[Sequence[str]], str | None],
+        keeps_slots: Callable[[str, ModelMetadata | None], bool],
         settings: Callable[[], PromptCacheSettings],
     ) -> None:
         self.store = store
         self._api = api
         self._identity = identity
         self._save_path_of = save_path_of
+        self._keeps_slots = keeps_slots
         self._settings = settings
         self._digests: dict[str, asyncio.Task[None]] = {}  # by path: being taken
 
@@ -157,6 +159,13 @@ class PromptCache:
 
     def enabled(self, config: ModelConfig) -> bool:
         return config.prompt_cache and self.store.root is not None
+
+    def keeps(self, config: ModelConfig, metadata: ModelMetadata | None) -> bool:
+        """Whether the backend may have a slots API to save (llama.cpp's): not when its config
+        or its probe says it is another server (vLLM and SGLang keep their caches through
+        their own KV connectors: docs/backends.md). The backends' adapters say which
+        (``keeps_slots``, given its configured ``backend:`` and its probe's report)."""
+        return self._keeps_slots(config.backend, metadata)
 
     def folder(self, config: ModelConfig) -> Path | None:
         """The backend's slot save path: its command's ``--slot-save-path``, else the

@@ -4,15 +4,23 @@ real server on SmolLM2, then varied) and vLLM's model row."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from modelswap.backends import llamacpp, registry
 from modelswap.backends import metadata as parse
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 PROPS = Path(__file__).resolve().parents[2] / "data" / "props" / "llamacpp-smollm2.json"
+
+
+def kind_of(row: Mapping[str, Any] | None) -> str | None:
+    """The backend kind a ``/v1/models`` row's ``owned_by`` names (the registry's adapter)."""
+    adapter = registry.owning(row.get("owned_by") if row else None)
+    return adapter.name if adapter is not None else None
 
 
 def captured() -> dict[str, Any]:
@@ -22,13 +30,13 @@ def captured() -> dict[str, Any]:
 
 
 def caps(data: object) -> tuple[tuple[str, ...], bool | None] | None:
-    return parse.llamacpp_capabilities(json.dumps(data).encode())
+    return llamacpp.props_capabilities(json.dumps(data).encode())
 
 
 def test_the_real_servers_props_say_text_only_and_no_tools() -> None:
     data = captured()
     assert caps(data) == (("text",), False)
-    assert parse.llamacpp_props(PROPS.read_bytes()) == (2048, 1)  # the same body's context
+    assert llamacpp.props_context(PROPS.read_bytes()) == (2048, 1)  # the same body's context
 
 
 @pytest.mark.parametrize(
@@ -94,7 +102,7 @@ def test_an_older_build_without_template_caps_is_asked_its_template(
 
 @pytest.mark.parametrize("body", [b"", b"not json", b"[]", b'"props"', b"\xff\xfe"])
 def test_a_body_that_is_no_json_object_says_nothing(body: bytes) -> None:
-    assert parse.llamacpp_capabilities(body) is None
+    assert llamacpp.props_capabilities(body) is None
 
 
 def test_a_vllm_row_gives_its_context_only() -> None:
@@ -109,7 +117,7 @@ def test_a_vllm_row_gives_its_context_only() -> None:
     ).encode()
     row = parse.select_row(parse.model_rows(body), "base")
     assert row is not None
-    assert parse.kind_of(row) == "vllm"
+    assert kind_of(row) == "vllm"
     assert parse.positive_int(row.get("max_model_len")) == 32768
 
 

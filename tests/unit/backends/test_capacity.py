@@ -10,7 +10,7 @@ import pytest
 
 from modelswap.backends.capacity import parse_capacity
 from modelswap.backends.logtext import split_segments
-from modelswap.receipts import CapacityReceipt
+from modelswap.reported import CapacityReceipt
 
 LOGS = Path(__file__).resolve().parents[2] / "data" / "startup-logs"
 

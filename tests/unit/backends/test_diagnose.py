@@ -17,7 +17,7 @@ from modelswap.backends.diagnose import (
     missing_tool_flags,
     tool_choice_hint,
 )
-from modelswap.receipts import Progress
+from modelswap.reported import Progress
 
 
 def test_diagnose_llamacpp_model_load_error_names_the_line() -> None:

@@ -5,12 +5,14 @@ believed."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from modelswap.backends import llamacpp, ollama, registry
 from modelswap.backends import metadata as parse
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 # Every kind of value that is not a plain positive integer no larger than 2^31.
 INVALID: list[Any] = [
@@ -31,6 +33,12 @@ INVALID: list[Any] = [
     {"n": 2048},
 ]
 INVALID_IDS = [repr(v) for v in INVALID]
+
+
+def kind_of(row: Mapping[str, Any] | None) -> str | None:
+    """The backend kind a ``/v1/models`` row's ``owned_by`` names (the registry's adapter)."""
+    adapter = registry.owning(row.get("owned_by") if row else None)
+    return adapter.name if adapter is not None else None
 
 
 def body(data: object) -> bytes:
@@ -137,12 +145,12 @@ def test_select_row_does_not_match_case_insensitively_or_by_prefix() -> None:
     ],
 )
 def test_kind_of_reads_owned_by(owner: object, kind: str | None) -> None:
-    assert parse.kind_of({"id": "m", "owned_by": owner}) == kind
+    assert kind_of({"id": "m", "owned_by": owner}) == kind
 
 
 def test_kind_of_no_row_is_none() -> None:
-    assert parse.kind_of(None) is None
-    assert parse.kind_of({"id": "m"}) is None
+    assert kind_of(None) is None
+    assert kind_of({"id": "m"}) is None
 
 
 # ---- row_context ----------------------------------------------------------------------------
@@ -185,7 +193,7 @@ def test_row_n_ctx_train() -> None:
 
 def test_llamacpp_props_per_slot_n_ctx_and_total_slots() -> None:
     raw = body({"default_generation_settings": {"n_ctx": 2048, "params": {}}, "total_slots": 2})
-    assert parse.llamacpp_props(raw) == (2048, 2)
+    assert llamacpp.props_context(raw) == (2048, 2)
 
 
 @pytest.mark.parametrize(
@@ -201,18 +209,18 @@ def test_llamacpp_props_per_slot_n_ctx_and_total_slots() -> None:
     ],
 )
 def test_llamacpp_props_without_the_fields_is_unknown(raw: bytes) -> None:
-    assert parse.llamacpp_props(raw) == (None, None)
+    assert llamacpp.props_context(raw) == (None, None)
 
 
 @pytest.mark.parametrize("value", INVALID, ids=INVALID_IDS)
 def test_llamacpp_props_rejects_invalid_values(value: object) -> None:
     raw = body({"default_generation_settings": {"n_ctx": value}, "total_slots": value})
-    assert parse.llamacpp_props(raw) == (None, None)
+    assert llamacpp.props_context(raw) == (None, None)
 
 
 def test_llamacpp_props_keeps_a_valid_n_ctx_when_total_slots_is_bad() -> None:
     raw = body({"default_generation_settings": {"n_ctx": 4096}, "total_slots": "2"})
-    assert parse.llamacpp_props(raw) == (4096, None)
+    assert llamacpp.props_context(raw) == (4096, None)
 
 
 # ---- Ollama /api/ps -------------------------------------------------------------------------
@@ -227,27 +235,27 @@ def test_ollama_context_selects_by_name_or_model() -> None:
         {"name": "qwen3:8b", "model": "qwen3:8b", "context_length": 8192},
         {"name": "llama3:latest", "model": "llama3", "context_length": 4096},
     )
-    assert parse.ollama_context(raw, "qwen3:8b") == 8192
-    assert parse.ollama_context(raw, "llama3") == 4096
-    assert parse.ollama_context(raw, "llama3:latest") == 4096
+    assert ollama.ps_context(raw, "qwen3:8b") == 8192
+    assert ollama.ps_context(raw, "llama3") == 4096
+    assert ollama.ps_context(raw, "llama3:latest") == 4096
 
 
 def test_ollama_context_single_fallback_and_ambiguous() -> None:
     one = ps({"name": "qwen3:8b", "context_length": 8192})
     two = ps({"name": "a", "context_length": 1}, {"name": "b", "context_length": 2})
-    assert parse.ollama_context(one, "other") == 8192
-    assert parse.ollama_context(two, "other") is None
-    assert parse.ollama_context(ps(), "other") is None
+    assert ollama.ps_context(one, "other") == 8192
+    assert ollama.ps_context(two, "other") is None
+    assert ollama.ps_context(ps(), "other") is None
 
 
 @pytest.mark.parametrize("raw", [b"", b"{}", body({"models": None}), body({"models": {}}), b"[]"])
 def test_ollama_context_malformed(raw: bytes) -> None:
-    assert parse.ollama_context(raw, "m") is None
+    assert ollama.ps_context(raw, "m") is None
 
 
 @pytest.mark.parametrize("value", INVALID, ids=INVALID_IDS)
 def test_ollama_context_rejects_invalid_values(value: object) -> None:
-    assert parse.ollama_context(ps({"name": "m", "context_length": value}), "m") is None
+    assert ollama.ps_context(ps({"name": "m", "context_length": value}), "m") is None
 
 
 # ---- ModelMetadata --------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import pytest
 
 from modelswap.backends.logtext import logical_lines, message, split_segments, text_lines
 from modelswap.backends.progress import last_progress, recognise_progress
-from modelswap.receipts import Progress
+from modelswap.reported import Progress
 
 ESC = "\x1b"
 VLLM = "(EngineCore_DP0 pid=79) INFO 12-25 04:53:54 [gpu_model_runner.py:2602] "

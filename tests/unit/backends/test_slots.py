@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from modelswap.backends.slots import parse_action, parse_slots, save_path
-from modelswap.receipts import SlotState
+from modelswap.reported import SlotState
 
 # GET /slots of llama.cpp (xllamacpp 2026.10, -np 2): slot 1 has served one task; slot 0 none.
 SLOTS_2026 = json.dumps(

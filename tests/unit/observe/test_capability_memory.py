@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from modelswap.backends.registry import capability_report
 from modelswap.config import ModelConfig, load_config_text
 from modelswap.config.resolved import Capabilities
 from modelswap.observe.capabilities import (
@@ -21,7 +22,7 @@ from modelswap.observe.capabilities import (
     llamaswap_fields,
     observed_from,
 )
-from modelswap.receipts import ModelMetadata
+from modelswap.reported import ModelMetadata
 
 SEEN = Observed(1_800_000_000.5, "llamacpp", "/props", ("text", "image"), ("text",), True, 2048, 1)
 
@@ -43,26 +44,31 @@ def model(
 
 def test_llamacpp_props_are_kept_whole() -> None:
     meta = ModelMetadata("llamacpp", 2048, 8192, 2, "/props", inputs=("text", "image"), tools=True)
-    assert observed_from(meta, 5.0) == Observed(
+    assert observed_from(capability_report(meta), 5.0) == Observed(
         5.0, "llamacpp", "/props", ("text", "image"), ("text",), True, 2048, 2
     )
 
 
 def test_llamacpp_without_props_keeps_only_the_context() -> None:
     meta = ModelMetadata("llamacpp", 1536, source="/v1/models")
-    assert observed_from(meta, 5.0) == Observed(5.0, "llamacpp", "/v1/models", context=1536)
+    assert observed_from(capability_report(meta), 5.0) == Observed(
+        5.0, "llamacpp", "/v1/models", context=1536
+    )
 
 
 def test_vllm_keeps_its_context_with_text_in_and_out_as_llamaswap() -> None:
     meta = ModelMetadata("vllm", 4096, source="/v1/models")
-    assert observed_from(meta, 5.0) == Observed(
+    assert observed_from(capability_report(meta), 5.0) == Observed(
         5.0, "vllm", "/v1/models", ("text",), ("text",), None, 4096
     )
 
 
 @pytest.mark.parametrize("backend", ["sglang", "ollama", "generic"])
 def test_other_servers_keep_nothing(backend: str) -> None:
-    assert observed_from(ModelMetadata(backend, 4096, source="/v1/models"), 5.0) is None
+    assert (
+        observed_from(capability_report(ModelMetadata(backend, 4096, source="/v1/models")), 5.0)
+        is None
+    )
 
 
 # ---- the key --------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """The prompt cache kept across a swap, counted (issue 30): slots by action and result, bytes,
-tokens and failures; the swap receipt's first request shows its cached tokens."""
+tokens and failures; the last-swap record's first request shows its cached tokens."""
 
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelswap.events import Event
+from modelswap.observe.last_swap import LastSwaps
 from modelswap.observe.metrics import Metrics
-from modelswap.observe.swaps import SwapReceipts
 
 
 def values(metrics: Metrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -65,7 +65,7 @@ def test_saves_restores_bytes_and_failures_are_counted() -> None:
 
 
 def test_the_first_request_after_a_restore_shows_its_cached_tokens() -> None:
-    swaps = SwapReceipts()
+    swaps = LastSwaps()
     swaps.on_event(Event("swap.done", {"target": "a", "prompt_cache": {"restored": RESTORED}}))
     data = {"model": "a", "first_byte": 0.2, "request_id": "r1", "cached_tokens": 1499}
     swaps.on_event(Event("request.finished", data))

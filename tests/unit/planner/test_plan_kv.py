@@ -39,22 +39,22 @@ def test_27b_speculative_tokens_enlarge_the_conv_state(q27: ModelShape) -> None:
 
 
 def test_27b_vllm_block_geometry(q27: ModelShape) -> None:
-    bf16 = kv.vllm_geometry(q27, "bfloat16")
+    bf16 = kv.paged_geometry(q27, "bfloat16")
     assert bf16.block_size == 784  # "Setting attention block size to 784 tokens"
     assert bf16.page_bytes == 3_211_264  # the Mamba page padded by 0.13 %
     assert (bf16.page_bytes / 3_207_168 - 1) * 100 == pytest.approx(0.13, abs=0.005)
     assert [g.kind for g in bf16.groups] == ["full", "linear", "linear", "linear"]
     assert bf16.block_bytes == 49 * MIB  # one block across a 16-layer group
-    fp8 = kv.vllm_geometry(q27, "fp8")
+    fp8 = kv.paged_geometry(q27, "fp8")
     assert fp8.block_size == 1568  # "Setting attention block size to 1568 tokens"
     assert fp8.page_bytes == 3_211_264
 
 
 def test_27b_seven_gib_single_sequence_is_vllm_exact(q27: ModelShape) -> None:
-    bf16 = kv.vllm_geometry(q27, "bfloat16")
+    bf16 = kv.paged_geometry(q27, "bfloat16")
     assert bf16.num_blocks(7 * GIB) == 146
     assert bf16.max_len(7 * GIB) == (146 - 3) * 784 == 112_112
-    assert kv.vllm_geometry(q27, "fp8").max_len(7 * GIB) == (146 - 3) * 1568 == 224_224
+    assert kv.paged_geometry(q27, "fp8").max_len(7 * GIB) == (146 - 3) * 1568 == 224_224
     # The simple division, for comparison: 114,688 tokens.
     assert 7 * GIB // kv.kv_bytes_per_token(q27, "bfloat16") == 114_688
     # At max_model_len 65,536: ceil(65536/784)+3 = 87 blocks per request, 146/87 = 1.68x.
@@ -66,7 +66,7 @@ def test_27b_fp8_mamba_blocks_match_the_real_error() -> None:
     # Qwen3.6-27B-FP8, bf16 KV, "Available KV cache memory: 41.02 GiB", then
     # "max_num_seqs (1024) exceeds available Mamba cache blocks (856)"
     # (tests/data/startup-logs/vllm-mamba-cache-blocks.log). Block 0 is the pool's null block.
-    geometry = kv.vllm_geometry(model("qwen3.6-27b"), "bfloat16")
+    geometry = kv.paged_geometry(model("qwen3.6-27b"), "bfloat16")
     assert geometry.num_blocks(41.02 * GIB) - 1 == 856
 
 
@@ -98,7 +98,7 @@ def test_dense_llama_block_arithmetic_matches_vllm() -> None:
     # tokens per request: 27.26x".
     shape = model("llama-3.1-8b")
     assert kv.kv_bytes_per_token(shape, "bfloat16") == 128 * KIB
-    geometry = kv.vllm_geometry(shape, "bfloat16")
+    geometry = kv.paged_geometry(shape, "bfloat16")
     assert geometry.block_size == 16
     assert geometry.block_bytes == 2 * MIB
     blocks = geometry.num_blocks(54.52 * GIB)
@@ -113,7 +113,7 @@ def test_sliding_window_layers_are_capped_at_their_window() -> None:
     assert shape.full is not None
     assert shape.full.layers == 12
     assert kv.kv_bytes_per_token(shape, "bfloat16") == 12 * 8 * 128 * 2
-    geometry = kv.vllm_geometry(shape, "bfloat16", max_batched_tokens=2048)
+    geometry = kv.paged_geometry(shape, "bfloat16", max_batched_tokens=2048)
     assert [g.kind for g in geometry.groups] == ["full", "sliding"]
     # Full layers grow with the context; sliding ones hold window-1+batch tokens, plus one.
     assert geometry.blocks_per_request(131_072) == 8192 + (-(-(127 + 2048) // 16) + 1)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 from tests.unit.planner.conftest import GIB, MIB, model
 
-from modelswap.planner.memory import VLLM_ALLOWANCE, PlanInputs, make_plan
+from modelswap.backends.vllm import MEMORY
+from modelswap.planner.memory import PlanInputs, make_plan
 from modelswap.planner.render import plan_dict
+
+VLLM_ALLOWANCE = MEMORY.allowance_bytes  # the vLLM adapter's default allowance
 
 
 def question(**changes: object) -> PlanInputs:

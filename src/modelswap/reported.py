@@ -1,6 +1,6 @@
-"""What a running backend reports about itself: its metadata, its allocator's receipt, and the
-progress of its start. Plain data (stdlib only), so ``supervisor`` can hold what ``backends``
-parses without importing it."""
+"""What a running backend reported about itself: its metadata, its allocator's receipt (the one
+meaning of "receipt" in this tree), and the progress of its start. Plain data (stdlib only), so
+``supervisor`` can hold what ``backends`` parses without importing it."""
 
 from __future__ import annotations
 
@@ -96,3 +96,18 @@ class SlotFileAction:
     bytes: int = 0
     ms: float | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityReport:
+    """What of a probe's :class:`ModelMetadata` is kept as the model's capabilities (the
+    backend's adapter decides): the input and output modalities, whether it calls tools, its
+    context and slots. None: not said."""
+
+    backend: str
+    endpoint: str | None
+    inputs: tuple[str, ...] | None = None
+    outputs: tuple[str, ...] | None = None
+    tools: bool | None = None
+    context: int | None = None
+    total_slots: int | None = None

@@ -21,7 +21,7 @@ from modelswap.planner.gpu import detect_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.kv import llama_kv_bytes_for_cells
 from modelswap.planner.memory import GIB, MIB, Plan
-from modelswap.receipts import CapacityReceipt
+from modelswap.reported import CapacityReceipt
 from modelswap.states import ProcessState
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
-"""The last swap's receipt per model, for ``/running`` and the web UI's cards (issue 21).
+"""The last swap per model (``last_swap``), for ``/running`` and the web UI's cards (issue 21).
 
-``LocalRouter._swap_receipt`` publishes each swap's ``swap.done`` (drain, stop, spawn to
+``LocalRouter._publish_last_swap`` publishes each swap's ``swap.done`` (drain, stop, spawn to
 listening, listening to healthy); this keeps the newest one per target and completes it with the
 first byte of the first request to that model that finished after it (``request.finished``),
 so "why was that slow?" has its answer in one place.
@@ -13,7 +13,7 @@ from typing import Any
 from modelswap.events import Event
 
 
-class SwapReceipts:
+class LastSwaps:
     """Fed by the event bus (``on_event``, a quick listener that never raises)."""
 
     def __init__(self) -> None:
@@ -28,20 +28,20 @@ class SwapReceipts:
             self._first_byte(event.data)
 
     def _first_byte(self, data: dict[str, Any]) -> None:
-        receipt = self._last.get(data.get("model") or "")
+        record = self._last.get(data.get("model") or "")
         first_byte = data.get("first_byte")
-        if receipt is None or "first_byte_seconds" in receipt or receipt.get("error"):
+        if record is None or "first_byte_seconds" in record or record.get("error"):
             return
         if isinstance(first_byte, int | float):
             # from that request's arrival: a request that waited for this swap includes it
-            receipt["first_byte_seconds"] = round(float(first_byte), 4)
-            receipt["first_request_id"] = data.get("request_id")
+            record["first_byte_seconds"] = round(float(first_byte), 4)
+            record["first_request_id"] = data.get("request_id")
             if isinstance(data.get("load"), int | float):
-                receipt["first_request_load_seconds"] = round(float(data["load"]), 4)
+                record["first_request_load_seconds"] = round(float(data["load"]), 4)
             if isinstance(data.get("cached_tokens"), int):  # a restored prompt cache shows here
-                receipt["first_request_cached_tokens"] = data["cached_tokens"]
+                record["first_request_cached_tokens"] = data["cached_tokens"]
 
     def last(self, model: str) -> dict[str, Any] | None:
         """The newest swap to ``model`` (a copy), or None."""
-        receipt = self._last.get(model)
-        return dict(receipt) if receipt is not None else None
+        record = self._last.get(model)
+        return dict(record) if record is not None else None

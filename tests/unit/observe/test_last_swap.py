@@ -1,9 +1,9 @@
-"""SwapReceipts (observe/swaps.py): each model's last swap, with its first request's first byte."""
+"""LastSwaps (observe/last_swap.py): each model's last swap, with its first request's first byte."""
 
 from __future__ import annotations
 
 from modelswap.events import Event
-from modelswap.observe.swaps import SwapReceipts
+from modelswap.observe.last_swap import LastSwaps
 
 
 def done(target: str, at: float, **extra: object) -> Event:
@@ -17,7 +17,7 @@ def finished(model: str, first_byte: float | None, request_id: str = "r1") -> Ev
 
 
 def test_the_receipt_takes_the_first_request_after_it() -> None:
-    swaps = SwapReceipts()
+    swaps = LastSwaps()
     swaps.on_event(finished("b", 9.0, "before"))  # no swap to b yet: nothing to complete
     assert swaps.last("b") is None
     swaps.on_event(done("b", 100.0))
@@ -38,7 +38,7 @@ def test_the_receipt_takes_the_first_request_after_it() -> None:
 
 
 def test_a_newer_swap_replaces_the_last_and_a_failed_one_takes_no_first_byte() -> None:
-    swaps = SwapReceipts()
+    swaps = LastSwaps()
     swaps.on_event(done("b", 1.0))
     swaps.on_event(finished("b", 0.3))
     swaps.on_event(done("b", 2.0, error="exit 1"))
@@ -50,7 +50,7 @@ def test_a_newer_swap_replaces_the_last_and_a_failed_one_takes_no_first_byte() -
 
 
 def test_last_is_a_copy() -> None:
-    swaps = SwapReceipts()
+    swaps = LastSwaps()
     swaps.on_event(done("b", 1.0))
     copy = swaps.last("b")
     assert copy is not None
