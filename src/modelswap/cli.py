@@ -352,7 +352,7 @@ def describe(config: Config) -> str:
     masked like every other surface."""
     from modelswap.backends.hints import missing_tool_flags
     from modelswap.config.security import host_port
-    from modelswap.planner.configured import check_line
+    from modelswap.planner.from_config import check_line
     from modelswap.redact import Redactor
 
     redactor = Redactor(config.secrets)

@@ -22,7 +22,7 @@ from modelswap.config.macros import (
     name_problem,
     transitive_references,
 )
-from modelswap.config.metadata import MacroValue, macro_text, resolve_metadata
+from modelswap.config.metadata_macros import MacroValue, macro_text, resolve_metadata
 from modelswap.config.paths import Problems, key_path
 from modelswap.config.peers import resolve_fallbacks, resolve_peers, resolve_timeouts
 from modelswap.config.policies import resolve_policies

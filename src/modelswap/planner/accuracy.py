@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from modelswap.events import Event
-from modelswap.planner.configured import plan_command
+from modelswap.planner.from_config import plan_command
 from modelswap.planner.gpu import detect_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.kv import llama_kv_bytes_for_cells

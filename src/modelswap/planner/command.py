@@ -71,7 +71,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_plan(args: argparse.Namespace) -> Plan:
     """The plan the arguments ask for (raises ModelReadError, ConfigError, ValueError)."""
-    from modelswap.planner.configured import load_shape, plan_command
+    from modelswap.planner.from_config import load_shape, plan_command
     from modelswap.planner.gpu import parse_gpu
     from modelswap.planner.hf import ModelReadError
     from modelswap.planner.memory import PlanInputs, make_plan

@@ -1,6 +1,6 @@
 """The weight files a configured command line will read: what a swap may prefetch.
 
-The model is found as the planner finds it (:func:`~modelswap.planner.configured.find_model_path`);
+The model is found as the planner finds it (:func:`~modelswap.planner.from_config.find_model_path`);
 this adds the files around it that the backend loads too: every shard of a split GGUF
 (``name-00001-of-00003.gguf``), llama.cpp's ``--mmproj`` and draft model, and a folder's
 ``*.safetensors`` (else ``*.bin``) files. Only files that exist are returned; nothing is read.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from modelswap.backends.configured import flag_values
-from modelswap.planner.configured import find_model_path
+from modelswap.planner.from_config import find_model_path
 
 _EXTRA_FLAGS = {
     "--mmproj": "mmproj",

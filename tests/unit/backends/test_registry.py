@@ -84,7 +84,7 @@ def test_failure_rules_come_in_root_cause_order() -> None:
 
 
 def _engine_before(argv: tuple[str, ...], path: Path) -> str:
-    """planner/configured.engine_of before the adapters gave the planner its memory models."""
+    """planner/from_config.engine_of before the adapters gave the planner its memory models."""
     text = " ".join(a.rsplit("/", 1)[-1] for a in argv).lower()
     if "vllm" in text or "sglang" in text:
         return "vllm"

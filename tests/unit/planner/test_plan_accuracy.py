@@ -15,7 +15,12 @@ from modelswap.backends.capacity import parse_capacity
 from modelswap.backends.logtext import split_segments
 from modelswap.events import EventBus
 from modelswap.planner.accuracy import PlanCache, compare, running_fields
-from modelswap.planner.configured import check_line, find_model_path, inputs_from_argv, plan_command
+from modelswap.planner.from_config import (
+    check_line,
+    find_model_path,
+    inputs_from_argv,
+    plan_command,
+)
 from modelswap.states import ProcessState
 
 

@@ -18,7 +18,7 @@ from aiohttp import web
 from modelswap.errors import BadRequestError
 from modelswap.http.app_keys import RUNTIME, client_key
 from modelswap.http.route_table import READ, declare
-from modelswap.planner.configured import plan_command
+from modelswap.planner.from_config import plan_command
 from modelswap.planner.gpu import detect_gpu, parse_gpu
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.names import ENGINES
