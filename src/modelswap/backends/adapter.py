@@ -32,7 +32,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from modelswap.backends.metadata import model_rows, row_context, row_n_ctx_train, select_row
+from modelswap.backends.metadata import (
+    model_rows,
+    positive_int,
+    row_context,
+    row_n_ctx_train,
+    select_row,
+)
 
 if TYPE_CHECKING:  # plain data; at run time only where a probe builds it
     from modelswap.reported import CapabilityReport, ModelMetadata
@@ -140,6 +146,17 @@ class ModelList:
             self._asked = True
             self._row = select_row(model_rows(await self._ask("/v1/models")), self._name)
         return self._row
+
+    async def max_model_len(self, backend: str) -> ModelMetadata | None:
+        """The row's ``max_model_len`` as the context (only that: it is what one request can
+        use), as vLLM's and SGLang's rows carry it; None without one."""
+        from modelswap.reported import ModelMetadata
+
+        row = await self.row()
+        context = positive_int(row.get("max_model_len")) if row is not None else None
+        if row is None or context is None:
+            return None
+        return ModelMetadata(backend, context, row_n_ctx_train(row), source="/v1/models")
 
 
 # ---- the planner -----------------------------------------------------------------------------

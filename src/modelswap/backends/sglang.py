@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from modelswap.backends import vllm
 from modelswap.backends.adapter import Ask, BaseAdapter, ModelList
-from modelswap.backends.metadata import positive_int, row_n_ctx_train
 
 if TYPE_CHECKING:
     from modelswap.reported import ModelMetadata
@@ -39,10 +38,4 @@ class SglangAdapter(BaseAdapter):
         self, ask: Ask, upstream_name: str, models: ModelList
     ) -> ModelMetadata | None:
         """Its row's ``max_model_len`` (only that, as vLLM's)."""
-        from modelswap.reported import ModelMetadata
-
-        row = await models.row()
-        context = positive_int(row.get("max_model_len")) if row is not None else None
-        if row is None or context is None:
-            return None
-        return ModelMetadata(self.name, context, row_n_ctx_train(row), source="/v1/models")
+        return await models.max_model_len(self.name)

@@ -33,7 +33,6 @@ from modelswap.backends.adapter import (
     Rule,
     patterns,
 )
-from modelswap.backends.metadata import positive_int, row_n_ctx_train
 from modelswap.backends.numbers import round_down, to_float, to_int
 
 if TYPE_CHECKING:
@@ -445,13 +444,7 @@ class VllmAdapter(BaseAdapter):
         self, ask: Ask, upstream_name: str, models: ModelList
     ) -> ModelMetadata | None:
         """Its row's ``max_model_len`` (only that: it is what one request can use)."""
-        from modelswap.reported import ModelMetadata
-
-        row = await models.row()
-        context = positive_int(row.get("max_model_len")) if row is not None else None
-        if row is None or context is None:
-            return None
-        return ModelMetadata(self.name, context, row_n_ctx_train(row), source="/v1/models")
+        return await models.max_model_len(self.name)
 
     def capability_report(self, meta: ModelMetadata) -> CapabilityReport | None:
         """Its context, with text in and out as llama-swap lists it (vLLM reports no
