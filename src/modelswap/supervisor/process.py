@@ -35,7 +35,7 @@ from modelswap.events import EventBus
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.states import ProcessState, can_transition
 from modelswap.supervisor import cgroups, health, keeper_client, listening, sleepmode, tree
-from modelswap.supervisor.adapters import Diagnoser, LogReader, Prober
+from modelswap.supervisor.backend_needs import Diagnoser, LogReader, Prober
 from modelswap.supervisor.containment import Containment, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
 from modelswap.supervisor.logs import LogBuffer

@@ -37,7 +37,7 @@ from modelswap.config import ModelConfig
 from modelswap.config.resolved import PromptCacheSettings
 from modelswap.reported import ModelMetadata, SlotFileAction, SlotState
 from modelswap.supervisor import slotstore
-from modelswap.supervisor.adapters import SlotApi
+from modelswap.supervisor.backend_needs import SlotApi
 from modelswap.supervisor.slotstore import Rates, SavedSlot, SlotStore
 
 log = logging.getLogger(__name__)
