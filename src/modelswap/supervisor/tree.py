@@ -22,12 +22,15 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
 
 import psutil
 
 ProcKey = tuple[int, float]  # (pid, create_time)
 TAG_ENV = "MODELSWAP_TREE"
 TAG_ROUNDS = 50  # only ends a fork storm: each round kills what the last scan found
+EXEC_REREADS = 20  # an environment that reads empty mid-exec is read again, 1 ms apart
+PF_KTHREAD = 0x00200000  # /proc/PID/stat flags: a kernel thread (no environment, ever)
 _tag_prefix: tuple[int, str] | None = None  # (pid, random): made anew in a forked child
 _tag_numbers = itertools.count(1)
 
@@ -40,10 +43,13 @@ def new_tag() -> str:
     return f"{_tag_prefix[1]}.{next(_tag_numbers)}"
 
 
-def tagged(tag: str, proc: str = "/proc") -> set[int]:
+def tagged(tag: str, proc: str = "/proc", sleep: Callable[[float], None] = time.sleep) -> set[int]:
     """The processes (but this one) whose environment holds ``MODELSWAP_TREE=<tag>``. Another
-    user's processes cannot be read and are never among them; a zombie's environment reads
-    empty."""
+    user's processes cannot be read and are never among them; a zombie's or a kernel thread's
+    environment reads empty. So does a process's in the middle of ``exec``: the kernel sets
+    the new environment's place after the old program is gone (and after ``subprocess``'s
+    parent has returned), so an empty read of a live user process is read again, up to
+    EXEC_REREADS times."""
     needle = b"\0" + os.fsencode(f"{TAG_ENV}={tag}") + b"\0"
     found: set[int] = set()
     try:
@@ -51,17 +57,48 @@ def tagged(tag: str, proc: str = "/proc") -> set[int]:
     except OSError:
         return found
     me = os.getpid()
+    unsettled: list[str] = []
     for name in names:
         if not name.isdigit() or int(name) == me:
             continue
-        try:
-            with open(f"{proc}/{name}/environ", "rb") as f:
-                entries = b"\0" + f.read().rstrip(b"\0") + b"\0"
-        except OSError:
-            continue
-        if needle in entries:
+        data = _environ(proc, name)
+        if data == b"" and _may_be_in_exec(proc, name):
+            unsettled.append(name)
+        elif data and needle in b"\0" + data.rstrip(b"\0") + b"\0":
             found.add(int(name))
+    for _ in range(EXEC_REREADS):
+        if not unsettled:
+            break
+        sleep(0.001)
+        still: list[str] = []
+        for name in unsettled:
+            data = _environ(proc, name)
+            if data == b"" and _may_be_in_exec(proc, name):
+                still.append(name)
+            elif data and needle in b"\0" + data.rstrip(b"\0") + b"\0":
+                found.add(int(name))
+        unsettled = still
     return found
+
+
+def _environ(proc: str, name: str) -> bytes | None:
+    try:
+        with open(f"{proc}/{name}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _may_be_in_exec(proc: str, name: str) -> bool:
+    """Whether an empty environment may be a process's between two programs: it is alive (not
+    a zombie) and not a kernel thread. Without a readable ``stat`` it is taken as settled."""
+    try:
+        with open(f"{proc}/{name}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return fields[0] not in (b"Z", b"X", b"x") and not int(fields[6]) & PF_KTHREAD
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def end_tagged(tag: str, proc: str = "/proc") -> int:

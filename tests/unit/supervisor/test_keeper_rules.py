@@ -171,6 +171,45 @@ def test_only_the_exact_tag_is_found(tmp_path: Path) -> None:
     assert tree.tagged(tag, str(tmp_path)) == {10, 11}
 
 
+def stat(proc: Path, pid: int, state: str = "S", flags: int = 0x400000) -> None:
+    """A ``/proc/PID/stat`` line: the name in parentheses, then state, ppid, …, flags."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    line = f"{pid} (a (b) c) {state} 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 1 2 0 0 20 0 1 0 5\n"
+    (proc / str(pid) / "stat").write_text(line)
+
+
+def test_an_environment_read_in_the_middle_of_exec_is_read_again(tmp_path: Path) -> None:
+    """Between two programs a live process's environment reads empty; once the new one is in
+    place it holds the tag."""
+    tag = tree.new_tag()
+    environ(tmp_path, 20)  # mid-exec: empty for now
+    stat(tmp_path, 20)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:  # the exec completes after two looks
+            environ(tmp_path, 20, "PATH=/bin", f"{tree.TAG_ENV}={tag}")
+
+    assert tree.tagged(tag, str(tmp_path), sleep=sleep) == {20}
+    assert len(waits) == 2
+
+
+def test_empty_environments_that_stay_empty_cost_bounded_rereads(tmp_path: Path) -> None:
+    tag = tree.new_tag()
+    environ(tmp_path, 30)  # a kernel thread: never re-read
+    stat(tmp_path, 30, flags=tree.PF_KTHREAD | 0x40)
+    environ(tmp_path, 31)  # a zombie: never re-read
+    stat(tmp_path, 31, state="Z")
+    waits: list[float] = []
+    assert tree.tagged(tag, str(tmp_path), sleep=waits.append) == set()
+    assert waits == []
+    environ(tmp_path, 32)  # a live process that cleared its environment: re-read, bounded
+    stat(tmp_path, 32)
+    assert tree.tagged(tag, str(tmp_path), sleep=waits.append) == set()
+    assert len(waits) == tree.EXEC_REREADS
+
+
 def test_tags_are_unique() -> None:
     tags = {tree.new_tag() for _ in range(1000)}
     assert len(tags) == 1000
