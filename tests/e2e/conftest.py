@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import resource
 import shlex
 import signal
 import socket
@@ -298,6 +299,46 @@ def wait_healthy(gw: Gateway, timeout: float = HANG) -> None:
     raise AssertionError(f"modelswap did not become healthy:\n{gw.log()}")
 
 
+@contextlib.contextmanager
+def descriptors(needed: int) -> Iterator[None]:
+    """This process's RLIMIT_NOFILE soft limit raised to the hard one (a gateway started inside
+    inherits it); skipped when even the hard one is under ``needed``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        pytest.skip(f"needs {needed} file descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def launch_gateway(
+    config: Path,
+    log_path: Path,
+    started: list[Gateway],
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Gateway:
+    """``modelswap serve`` on ``config`` at a free loopback port, its output in ``log_path``,
+    ``env`` added to this environment; in ``started`` (to be stopped) before it is waited for,
+    and returned once healthy."""
+    port = free_port()
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            serve_command(config, f"127.0.0.1:{port}", *args),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=REPO,
+        )
+    gw = Gateway(proc, port, log_path, config)
+    started.append(gw)
+    wait_healthy(gw)
+    return gw
+
+
 def stop_gateway(gw: Gateway, sig: signal.Signals = signal.SIGTERM) -> None:
     if gw.proc.poll() is None:
         descendants = psutil.Process(gw.proc.pid).children(recursive=True)
@@ -320,7 +361,6 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
     def start(
         models_yaml: str, *, extra_top: str = "", ports: int = 8, args: tuple[str, ...] = ()
     ) -> Gateway:
-        port = free_port()
         config = tmp_path / f"config-{len(started)}.yaml"
         state = "" if "stateDir" in extra_top else f"stateDir: {tmp_path / 'state'}\n"
         config.write_text(
@@ -328,20 +368,7 @@ def gateway(tmp_path: Path) -> Iterator[Callable[[str], Gateway]]:
             f"models:\n{models_yaml}"
         )
         log_path = tmp_path / f"modelswap-{len(started)}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                serve_command(config, f"127.0.0.1:{port}", *args),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=REPO,
-            )
-        gw = Gateway(proc, port, log_path, config)
-        started.append(gw)
-        wait_healthy(gw)
-        return gw
+        return launch_gateway(config, log_path, started, *args)
 
     yield start  # type: ignore[misc]
     for gw in started:

@@ -19,35 +19,19 @@ import contextlib
 import http.client
 import json
 import os
-import resource
 import select
 import signal
 import socket
 import time
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from tests.e2e.conftest import HANG, Gateway, chat_body, fake_cmd
+from tests.e2e.conftest import HANG, Gateway, chat_body, descriptors, fake_cmd
 
 pytestmark = pytest.mark.e2e
 
 JSON = {"Content-Type": "application/json"}
 OTHER = "127.0.0.2"  # setup and probes: never the client under test
-
-
-@contextlib.contextmanager
-def descriptors(needed: int) -> Iterator[None]:
-    """This process's RLIMIT_NOFILE soft limit raised to the hard one (a gateway started inside
-    inherits it); skipped when even the hard one is under ``needed``."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        pytest.skip(f"needs {needed} file descriptors; the hard limit is {hard}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def post(

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,12 +20,10 @@ from tests.e2e.conftest import (
     Gateway,
     Reply,
     chat_body,
-    free_port,
     free_port_range,
+    launch_gateway,
     request,
-    serve_command,
     stop_gateway,
-    wait_healthy,
 )
 
 pytestmark = pytest.mark.e2e
@@ -55,21 +51,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         config = tmp_path / name
         config.write_text(f"stateDir: {tmp_path / 'state'}\n{text}")
         log_path = tmp_path / f"{name}.log"
-        env = {**os.environ, **ENV, "PYTHONUNBUFFERED": "1"}
-        port = free_port()
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                serve_command(config, f"127.0.0.1:{port}"),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=REPO,
-            )
-        gw = Gateway(proc, port, log_path, config)
-        started.append(gw)
-        wait_healthy(gw)
-        return gw, start_port
+        return launch_gateway(config, log_path, started, env=ENV), start_port
 
     yield start
     for gw in started:

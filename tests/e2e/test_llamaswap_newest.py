@@ -26,13 +26,13 @@ from tests.e2e.conftest import (
     chat,
     free_port,
     free_port_range,
+    launch_gateway,
     load_model,
     next_event,
     open_stream,
     request,
     serve_command,
     stop_gateway,
-    wait_healthy,
 )
 from tests.e2e.test_peers import RECORDER, Recorder, _wait_listening
 
@@ -60,27 +60,8 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
             f"stateDir: {tmp_path / 'state'}\nstartPort: {free_port_range(4)}\n{text}"
         )
         log_path = tmp_path / f"{name}.log"
-        environ = {
-            **os.environ,
-            "FAKE_PYTHON": sys.executable,
-            "FAKE_BACKEND": str(FAKE_BACKEND),
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
-        port = free_port()
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                serve_command(config, f"127.0.0.1:{port}"),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=environ,
-                cwd=REPO,
-            )
-        gw = Gateway(proc, port, log_path, config)
-        started.append(gw)
-        wait_healthy(gw)
-        return gw
+        fake = {"FAKE_PYTHON": sys.executable, "FAKE_BACKEND": str(FAKE_BACKEND)}
+        return launch_gateway(config, log_path, started, env={**fake, **env})
 
     yield start
     for gw in started:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,10 +22,9 @@ from tests.e2e.conftest import (
     Reply,
     free_port,
     free_port_range,
+    launch_gateway,
     request,
-    serve_command,
     stop_gateway,
-    wait_healthy,
 )
 from tests.e2e.test_cli import modelswap
 from tests.e2e.test_peers import RECORDER, Recorder, _wait_listening
@@ -69,26 +67,8 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
             f"stateDir: {tmp_path / 'state'}\nstartPort: {free_port_range(2)}\n{body}"
         )
         log_path = tmp_path / f"spl-{len(started)}.log"
-        environ = {
-            **os.environ,
-            "FAKE_PYTHON": sys.executable,
-            "FAKE_BACKEND": str(FAKE_BACKEND),
-            "PYTHONUNBUFFERED": "1",
-        }
-        port = free_port()
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                serve_command(config, f"127.0.0.1:{port}", *args),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=environ,
-                cwd=REPO,
-            )
-        gw = Gateway(proc, port, log_path, config)
-        started.append(gw)
-        wait_healthy(gw)
-        return gw
+        fake = {"FAKE_PYTHON": sys.executable, "FAKE_BACKEND": str(FAKE_BACKEND)}
+        return launch_gateway(config, log_path, started, *args, env=fake)
 
     yield start
     for gw in started:

@@ -27,13 +27,13 @@ import selectors
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 import psutil
 import pytest
-from tests.e2e.conftest import chat, fake_cmd
+from tests.e2e.conftest import chat, descriptors, fake_cmd
 from tests.reliability.conftest import (
     Launched,
     LaunchFn,
@@ -218,20 +218,6 @@ def test_an_unwritable_state_directory_is_survived(
     assert activity["enabled"] is False
     assert not log_problems(log), log_problems(log)
     report(requests=5, warnings=[w for w in ("activity log off", "cannot record", "cannot save")])
-
-
-@contextlib.contextmanager
-def descriptors(needed: int) -> Iterator[None]:
-    """This process's RLIMIT_NOFILE soft limit raised to the hard one (a gateway started
-    inside inherits it); skipped when even the hard one is under ``needed``."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        pytest.skip(f"needs {needed} file descriptors; the hard limit is {hard}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def parse(raw: bytes) -> tuple[int | None, dict[str, str]]:
