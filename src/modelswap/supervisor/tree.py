@@ -57,27 +57,24 @@ def tagged(tag: str, proc: str = "/proc", sleep: Callable[[float], None] = time.
     except OSError:
         return found
     me = os.getpid()
-    unsettled: list[str] = []
-    for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
-        data = _environ(proc, name)
-        if data == b"" and _may_be_in_exec(proc, name):
-            unsettled.append(name)
-        elif data and needle in b"\0" + data.rstrip(b"\0") + b"\0":
-            found.add(int(name))
+
+    def look(names: list[str]) -> list[str]:
+        """Add the tagged among ``names`` to ``found``; return those that may be mid-exec."""
+        unsettled: list[str] = []
+        for name in names:
+            data = _environ(proc, name)
+            if data == b"" and _may_be_in_exec(proc, name):
+                unsettled.append(name)
+            elif data and needle in b"\0" + data.rstrip(b"\0") + b"\0":
+                found.add(int(name))
+        return unsettled
+
+    unsettled = look([name for name in names if name.isdigit() and int(name) != me])
     for _ in range(EXEC_REREADS):
         if not unsettled:
             break
         sleep(0.001)
-        still: list[str] = []
-        for name in unsettled:
-            data = _environ(proc, name)
-            if data == b"" and _may_be_in_exec(proc, name):
-                still.append(name)
-            elif data and needle in b"\0" + data.rstrip(b"\0") + b"\0":
-                found.add(int(name))
-        unsettled = still
+        unsettled = look(unsettled)
     return found
 
 
