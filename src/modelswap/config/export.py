@@ -107,6 +107,7 @@ def export_config(config: Config, redactor: Redactor) -> dict[str, Any]:
             "maxHeaders": config.limits.max_headers,
             "maxConnections": config.limits.max_connections,
             "maxConnectionsPerClient": config.limits.max_connections_per_client,
+            "fastLane": config.limits.fast_lane,
         },
         "models": {mid: _model(m, redactor) for mid, m in config.models.items()},
         "peers": {pid: _peer(p, redactor) for pid, p in config.peers.items()},

@@ -628,6 +628,15 @@ class RawLimits(BaseModel):
         "yet, or no valid key where keys are configured), and as many idle keep-alive ones. "
         "Requests in flight do not count.",
     )
+    fast_lane: bool = Field(
+        True,
+        alias="fastLane",
+        description="Serve the common inference request (a JSON POST to an OpenAI route for "
+        "one ready local model, no filters, policies, CORS or capture) on the fast lane: a raw "
+        "protocol with a C parser and pooled backend connections, ~3x cheaper per request. "
+        "Everything else is served by the full path either way; false sends every request "
+        "there.",
+    )
 
 
 DEFAULT_START_TIMEOUT = 1800.0

@@ -239,6 +239,7 @@ def resolve_limits(raw: RawConfig) -> Limits:
         max_headers=lim.max_headers,
         max_connections=lim.max_connections,
         max_connections_per_client=lim.max_connections_per_client,
+        fast_lane=lim.fast_lane,
     )
 
 

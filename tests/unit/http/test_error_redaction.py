@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.relay.proxy import _redact_error_events, redact_error_body
+from modelswap.http.relay.proxy import redact_error_events, redact_error_body
 from modelswap.redact import Redactor
 
 KNOWN = "known-secret-value-1234"
@@ -43,7 +43,7 @@ def test_only_error_events_of_a_stream_are_masked() -> None:
     content = {"choices": [{"delta": {"content": f'as in --api-key {KNOWN} or "error"'}}]}
     error = {"error": {"message": f"died; argv=['srv', '--api-key', '{KNOWN}']"}}
     chunk = f"data: {json.dumps(content)}\n\ndata: {json.dumps(error)}\n\n".encode()
-    out = _redact_error_events(chunk, REDACTOR)
+    out = redact_error_events(chunk, REDACTOR)
     content_line, _, error_line, *_ = out.split(b"\n")
     assert content_line == f"data: {json.dumps(content)}".encode()  # the answer: untouched
     assert KNOWN.encode() not in error_line

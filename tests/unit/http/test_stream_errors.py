@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.relay.proxy import _holds_error_event, _with_hint
+from modelswap.http.relay.proxy import holds_error_event, _with_hint
 from modelswap.http.request_obs import RequestObs
 from modelswap.redact import Redactor
 
@@ -15,15 +15,15 @@ HINT = "start vLLM with --enable-auto-tool-choice --tool-call-parser <parser>"
 
 def test_a_backends_error_event_is_told_from_content_that_mentions_error() -> None:
     error = b'data: {"error": {"message": "CUDA out of memory", "code": 500}}\n\n'
-    assert _holds_error_event(b'data: {"choices": []}\n\n' + error)
-    assert _holds_error_event(b'event: error\ndata: {"type": "error", "error": {"x": 1}}\n\n')
+    assert holds_error_event(b'data: {"choices": []}\n\n' + error)
+    assert holds_error_event(b'event: error\ndata: {"type": "error", "error": {"x": 1}}\n\n')
     # A tool named "error", text quoting "error", a cut line: not error events.
     tool = {"choices": [{"delta": {"tool_calls": [{"function": {"name": "error"}}]}}]}
-    assert not _holds_error_event(b"data: " + json.dumps(tool).encode() + b"\n\n")
+    assert not holds_error_event(b"data: " + json.dumps(tool).encode() + b"\n\n")
     text = {"choices": [{"delta": {"content": 'say "error"'}}]}
-    assert not _holds_error_event(b"data: " + json.dumps(text).encode() + b"\n\n")
-    assert not _holds_error_event(b'data: {"error": {"message": "cut sh')
-    assert not _holds_error_event(b'data: {"error": null}\n\n')
+    assert not holds_error_event(b"data: " + json.dumps(text).encode() + b"\n\n")
+    assert not holds_error_event(b'data: {"error": {"message": "cut sh')
+    assert not holds_error_event(b'data: {"error": null}\n\n')
 
 
 def test_the_hint_goes_beside_the_message_and_at_its_end() -> None:

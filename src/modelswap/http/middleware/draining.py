@@ -74,13 +74,20 @@ class Drain:
                 return await handler(request)
             finally:
                 self._watches.discard(task)
-        self.answering += 1
+        self.begin()
         try:
             return await handler(request)
         finally:
-            self.answering -= 1
-            if not self.answering:
-                self._settled.set()
+            self.end()
+
+    def begin(self) -> None:
+        """One more request is being answered (the fast lane's too)."""
+        self.answering += 1
+
+    def end(self) -> None:
+        self.answering -= 1
+        if not self.answering:
+            self._settled.set()
 
 
 def shutting_down(request: web.Request, retry_after: int) -> web.Response:

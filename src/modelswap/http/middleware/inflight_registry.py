@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import cast
 
 from aiohttp import web
 
@@ -48,8 +49,17 @@ class InflightRegistry:
         self._ids = itertools.count(1)
         self._requests: dict[str, InflightRequest] = {}
 
-    def add(self, request: web.Request) -> InflightRequest:
-        entry = InflightRequest(str(next(self._ids)), request, asyncio.current_task())
+    def add(
+        self, request: web.Request, task: asyncio.Task[object] | asyncio.Task[None] | None = None
+    ) -> InflightRequest:
+        """Register ``request``, served by ``task`` (by default the current one)."""
+        entry = InflightRequest(
+            str(next(self._ids)),
+            request,
+            cast("asyncio.Task[object] | None", task)
+            if task is not None
+            else asyncio.current_task(),
+        )
         self._requests[entry.id] = entry
         return entry
 

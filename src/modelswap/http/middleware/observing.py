@@ -27,7 +27,7 @@ from modelswap.http.request_obs import OBS, RequestObs
 from modelswap.http.route_table import inference_path
 from modelswap.observe.records import RequestRecord
 from modelswap.redact import Redactor
-from modelswap.runtime import ModelStatus
+from modelswap.runtime import ModelStatus, Runtime
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT_CLOSED = 499
@@ -139,46 +139,58 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
             code = obs.error_code  # the status was 200, the answer an error event
         if response is not None and not obs.bytes_out and isinstance(response, web.Response):
             obs.bytes_out = response.content_length or 0
-        key = client_key(request)
-        redact = runtime.redactor.text
-        usage = obs.usage
-        load = _load_seconds(runtime.find_model(obs.model or ""), obs.at)
-        streamed = bool(usage and usage.streamed)
-        first = obs.first_token if streamed else obs.ttft
         sent = request.get(RESPONSE) or response  # a Response returned is prepared after us
-        metadata = _with_session(obs.metadata, request, runtime.config.observability)
-        runtime.request_finished(
-            RequestRecord(
-                at=obs.at,
-                key_name=key.name if key is not None else None,
-                model=obs.model,
-                route=request.path if not request.path.startswith("/upstream/") else "/upstream",
-                status=status,
-                streamed=streamed,
-                prompt_tokens=usage.prompt_tokens if usage else None,
-                completion_tokens=usage.completion_tokens if usage else None,
-                cached_tokens=usage.cached_tokens if usage else None,
-                ttft=max(0.0, first - (load or 0.0)) if first is not None else None,
-                first_byte=obs.ttft,
-                load=load,
-                requested=redact(echo(obs.requested)) if obs.requested is not None else None,
-                duration=time.monotonic() - obs.started,
-                bytes_in=obs.bytes_in,
-                bytes_out=obs.bytes_out,
-                error_code=code,
-                request_id=request_id(request),
-                request_body=redact(obs.request_body.decode("utf-8", "replace"))
-                if obs.capture_limit
-                else None,
-                response_body=redact(bytes(obs.response_body).decode("utf-8", "replace"))
-                if obs.capture_limit
-                else None,
-                request_headers=_headers_json(request.headers, runtime.redactor)
-                if obs.capture_limit
-                else None,
-                response_headers=_headers_json(sent.headers, runtime.redactor)
-                if obs.capture_limit and sent is not None
-                else None,
-                metadata={k: redact(v) for k, v in metadata.items()} if metadata else None,
-            )
+        record_request(
+            runtime, request, obs, status, code, sent.headers if sent is not None else None
         )
+
+
+def record_request(
+    runtime: Runtime,
+    request: web.Request,
+    obs: RequestObs,
+    status: int,
+    code: str | None,
+    response_headers: Mapping[str, str] | None,
+) -> None:
+    """Hand the finished request's :class:`RequestRecord` to the runtime's Observer (also the
+    fast lane's, whose ``request`` is a :class:`~modelswap.http.server.fast_lane.LaneRequest`)."""
+    key = client_key(request)
+    redact = runtime.redactor.text
+    usage = obs.usage
+    load = _load_seconds(runtime.find_model(obs.model or ""), obs.at)
+    streamed = bool(usage and usage.streamed)
+    first = obs.first_token if streamed else obs.ttft
+    metadata = _with_session(obs.metadata, request, runtime.config.observability)
+    capture = obs.capture_limit
+    runtime.request_finished(
+        RequestRecord(
+            at=obs.at,
+            key_name=key.name if key is not None else None,
+            model=obs.model,
+            route=request.path if not request.path.startswith("/upstream/") else "/upstream",
+            status=status,
+            streamed=streamed,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            cached_tokens=usage.cached_tokens if usage else None,
+            ttft=max(0.0, first - (load or 0.0)) if first is not None else None,
+            first_byte=obs.ttft,
+            load=load,
+            requested=redact(echo(obs.requested)) if obs.requested is not None else None,
+            duration=time.monotonic() - obs.started,
+            bytes_in=obs.bytes_in,
+            bytes_out=obs.bytes_out,
+            error_code=code,
+            request_id=request_id(request),
+            request_body=redact(obs.request_body.decode("utf-8", "replace")) if capture else None,
+            response_body=redact(bytes(obs.response_body).decode("utf-8", "replace"))
+            if capture
+            else None,
+            request_headers=_headers_json(request.headers, runtime.redactor) if capture else None,
+            response_headers=_headers_json(response_headers, runtime.redactor)
+            if capture and response_headers is not None
+            else None,
+            metadata={k: redact(v) for k, v in metadata.items()} if metadata else None,
+        )
+    )

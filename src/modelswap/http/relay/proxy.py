@@ -437,7 +437,7 @@ def redact_error_body(body: bytes, redactor: Redactor) -> bytes:
     return body if masked == text else masked.encode()
 
 
-def _redact_error_events(chunk: bytes, redactor: Redactor) -> bytes:
+def redact_error_events(chunk: bytes, redactor: Redactor) -> bytes:
     """The lines of ``chunk`` that hold an ``"error"`` key, redacted; every other line (the
     answer's own content) exactly as it came. A key is never escaped: content that merely
     mentions "error" inside a JSON string reads ``\\"error\\"`` and is left alone."""
@@ -448,7 +448,7 @@ def _redact_error_events(chunk: bytes, redactor: Redactor) -> bytes:
     return b"\n".join(lines)
 
 
-def _holds_error_event(chunk: bytes) -> bool:
+def holds_error_event(chunk: bytes) -> bool:
     """Whether a line of ``chunk`` is an SSE ``data:`` event whose JSON object has an
     ``"error"`` (a backend's error event; a cut line, unreadable, does not count)."""
     for line in chunk.split(b"\n"):
@@ -524,8 +524,8 @@ async def _copy(
                     if not chunk:
                         continue
                 if b'"error"' in chunk:
-                    chunk = _redact_error_events(chunk, redactor)
-                    if obs is not None and _holds_error_event(chunk):
+                    chunk = redact_error_events(chunk, redactor)
+                    if obs is not None and holds_error_event(chunk):
                         obs.error_event("upstream_error")  # the backend's own, mid-stream
                 await response.write(chunk)
     except TimeoutError:

@@ -35,7 +35,6 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import cast
 
 from aiohttp import hdrs, web
@@ -44,6 +43,8 @@ from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
 from modelswap.http.middleware.clients import client_network
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
+from modelswap.http.server.fast_lane import FastLane, LaneConnection
+from modelswap.http.server.ledger import IDLE, NEW, PROMISED, WORK, ConnectionLedger, Standing
 
 log = logging.getLogger("modelswap")
 
@@ -67,109 +68,6 @@ def refusal(message: str) -> bytes:
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
-
-
-@dataclass(frozen=True, slots=True)
-class Standing:
-    """Where one admitted connection stands: whether it counts toward its client's share of
-    new connections (``new``) or of idle ones (``kept``); at work, toward neither."""
-
-    name: str
-    new: int
-    kept: int
-
-
-NEW = Standing("new", 1, 0)  # not at work since it opened (its head not in, or not served)
-WORK = Standing("at work", 0, 0)  # its request is served; closed after the answer
-PROMISED = Standing("at work, kept alive", 0, 1)  # served; its answer keeps it open after
-IDLE = Standing("idle", 0, 1)  # kept alive between requests
-
-
-@dataclass(slots=True)
-class _Client:
-    held: int = 0  # admitted and open
-    new: int = 0  # of them NEW
-    kept: int = 0  # of them idle, or promised to be: IDLE and PROMISED
-
-
-class ConnectionLedger:
-    """Connections held, in all and per client network, by :class:`Standing`. Every
-    :meth:`admit` that returns None is paired with one :meth:`release` (when that connection
-    closes, with its standing then); :meth:`move` follows it in between."""
-
-    def __init__(self, max_total: int, max_per_client: int) -> None:
-        self.max_total = max_total
-        self.max_per_client = max_per_client
-        self.total = 0
-        self._clients: dict[str, _Client] = {}
-
-    def over_share(self, network: str) -> bool:
-        """Whether ``network`` holds its whole share of new connections."""
-        client = self._clients.get(network)
-        return client is not None and client.new >= self.max_per_client
-
-    def share_reason(self, network: str) -> str:
-        return (
-            f"Too many connections from {network} to modelswap "
-            f"(limits.maxConnectionsPerClient: {self.max_per_client})."
-        )
-
-    def reason(self, network: str) -> str | None:
-        """Why a new connection from ``network`` cannot be admitted now (None: it can)."""
-        if self.over_share(network):
-            return self.share_reason(network)
-        if self.total >= self.max_total:
-            return f"Too many connections to modelswap (limits.maxConnections: {self.max_total})."
-        return None
-
-    def admit(self, network: str) -> str | None:
-        """Count a new connection from ``network`` in (as NEW); or why it cannot be (then
-        uncounted)."""
-        reason = self.reason(network)
-        if reason is None:
-            client = self._clients.setdefault(network, _Client())
-            client.held += 1
-            client.new += 1
-            self.total += 1
-        return reason
-
-    def move(self, network: str, old: Standing, new: Standing) -> None:
-        client = self._clients[network]
-        client.new += new.new - old.new
-        client.kept += new.kept - old.kept
-
-    def may_keep(self, network: str) -> bool:
-        """Whether one more of ``network``'s connections may be kept alive after its answer."""
-        client = self._clients.get(network)
-        return client is None or client.kept < self.max_per_client
-
-    def release(self, network: str, standing: Standing = NEW) -> None:
-        client = self._clients[network]
-        client.held -= 1
-        client.new -= standing.new
-        client.kept -= standing.kept
-        if client.held <= 0:
-            del self._clients[network]
-        self.total -= 1
-
-    def held_by(self, network: str) -> int:
-        client = self._clients.get(network)
-        return client.held if client is not None else 0
-
-    def new_by(self, network: str) -> int:
-        """``network``'s new connections (what a new one is measured against)."""
-        client = self._clients.get(network)
-        return client.new if client is not None else 0
-
-    def kept_by(self, network: str) -> int:
-        """``network``'s idle connections, and those promised to be."""
-        client = self._clients.get(network)
-        return client.kept if client is not None else 0
-
-    @property
-    def clients(self) -> int:
-        """Client networks holding at least one connection."""
-        return len(self._clients)
 
 
 class CountedHandler(EnvelopeRequestHandler):
@@ -401,10 +299,16 @@ class GuardedSite(web.TCPSite):
     and the total cap; one over its share waits briefly for a place."""
 
     def __init__(
-        self, runner: web.AppRunner, host: str, port: int, ledger: ConnectionLedger
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        ledger: ConnectionLedger,
+        lane: FastLane | None = None,
     ) -> None:
         super().__init__(runner, host, port)
         self.ledger = ledger
+        self._lane = lane
         self._refusing: set[Refusal] = set()  # waiting ones included
         self._waiting: dict[str, dict[Waiting, None]] = {}  # by network, oldest first
         self._last_refusal = float("-inf")
@@ -431,13 +335,24 @@ class GuardedSite(web.TCPSite):
 
     async def stop(self) -> None:
         await super().stop()
+        if self._lane is not None:
+            self._lane.close()
         for refusing in list(self._refusing):
             refusing.close()
 
-    def _handler(self, network: str) -> CountedHandler:
+    def _handler(self, network: str) -> asyncio.Protocol:
+        """A new connection's first protocol: the fast lane's, where there is one."""
+        if self._lane is not None:
+            return LaneConnection(self._lane, self, network, NEW)
+        return self.handler_for(network, NEW)
+
+    def handler_for(self, network: str, standing: Standing) -> CountedHandler:
+        """aiohttp's handler for a connection (the fast lane hands one over as it stands)."""
         server = self._runner.server
         assert server is not None
-        return CountedHandler(server, self, network)
+        handler = CountedHandler(server, self, network)
+        handler._standing = standing
+        return handler
 
     def _place(self, transport: asyncio.Transport) -> None:
         peer = transport.get_extra_info("peername")

@@ -20,7 +20,9 @@ from modelswap.config.security import host_port, open_switches, scope_hint
 from modelswap.http.middleware.draining import DRAIN
 from modelswap.http.routes.observe import GatewayLogHandler
 from modelswap.http.server.app import create_app
-from modelswap.http.server.connections import ConnectionLedger, GuardedSite
+from modelswap.http.server.connections import GuardedSite
+from modelswap.http.server.fast_lane import FastLane
+from modelswap.http.server.ledger import ConnectionLedger
 from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime
 
@@ -77,7 +79,8 @@ async def serve(
     )
     await runner.setup()
     ledger = ConnectionLedger(limits.max_connections, limits.max_connections_per_client)
-    site = GuardedSite(runner, config.listen_host, config.listen_port, ledger)
+    lane = FastLane(app, runtime)
+    site = GuardedSite(runner, config.listen_host, config.listen_port, ledger, lane)
     where = host_port(config.listen_host, config.listen_port)
     try:
         await site.start()

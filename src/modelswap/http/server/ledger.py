@@ -1,0 +1,112 @@
+"""The connection ledger: how many connections each client network holds, by standing (new,
+at work, kept alive, idle), and whether one more may be admitted or kept. Read and moved by the
+guarded site's connections (:mod:`modelswap.http.server.connections`) and the fast lane's
+(:mod:`modelswap.http.server.fast_lane`); the rule is stated in the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where one admitted connection stands: whether it counts toward its client's share of
+    new connections (``new``) or of idle ones (``kept``); at work, toward neither."""
+
+    name: str
+    new: int
+    kept: int
+
+
+NEW = Standing("new", 1, 0)  # not at work since it opened (its head not in, or not served)
+WORK = Standing("at work", 0, 0)  # its request is served; closed after the answer
+PROMISED = Standing("at work, kept alive", 0, 1)  # served; its answer keeps it open after
+IDLE = Standing("idle", 0, 1)  # kept alive between requests
+
+
+@dataclass(slots=True)
+class _Client:
+    held: int = 0  # admitted and open
+    new: int = 0  # of them NEW
+    kept: int = 0  # of them idle, or promised to be: IDLE and PROMISED
+
+
+class ConnectionLedger:
+    """Connections held, in all and per client network, by :class:`Standing`. Every
+    :meth:`admit` that returns None is paired with one :meth:`release` (when that connection
+    closes, with its standing then); :meth:`move` follows it in between."""
+
+    def __init__(self, max_total: int, max_per_client: int) -> None:
+        self.max_total = max_total
+        self.max_per_client = max_per_client
+        self.total = 0
+        self._clients: dict[str, _Client] = {}
+
+    def over_share(self, network: str) -> bool:
+        """Whether ``network`` holds its whole share of new connections."""
+        client = self._clients.get(network)
+        return client is not None and client.new >= self.max_per_client
+
+    def share_reason(self, network: str) -> str:
+        return (
+            f"Too many connections from {network} to modelswap "
+            f"(limits.maxConnectionsPerClient: {self.max_per_client})."
+        )
+
+    def reason(self, network: str) -> str | None:
+        """Why a new connection from ``network`` cannot be admitted now (None: it can)."""
+        if self.over_share(network):
+            return self.share_reason(network)
+        if self.total >= self.max_total:
+            return f"Too many connections to modelswap (limits.maxConnections: {self.max_total})."
+        return None
+
+    def admit(self, network: str) -> str | None:
+        """Count a new connection from ``network`` in (as NEW); or why it cannot be (then
+        uncounted)."""
+        reason = self.reason(network)
+        if reason is None:
+            client = self._clients.setdefault(network, _Client())
+            client.held += 1
+            client.new += 1
+            self.total += 1
+        return reason
+
+    def move(self, network: str, old: Standing, new: Standing) -> None:
+        client = self._clients[network]
+        client.new += new.new - old.new
+        client.kept += new.kept - old.kept
+
+    def may_keep(self, network: str) -> bool:
+        """Whether one more of ``network``'s connections may be kept alive after its answer."""
+        client = self._clients.get(network)
+        return client is None or client.kept < self.max_per_client
+
+    def release(self, network: str, standing: Standing = NEW) -> None:
+        client = self._clients[network]
+        client.held -= 1
+        client.new -= standing.new
+        client.kept -= standing.kept
+        if client.held <= 0:
+            del self._clients[network]
+        self.total -= 1
+
+    def held_by(self, network: str) -> int:
+        client = self._clients.get(network)
+        return client.held if client is not None else 0
+
+    def new_by(self, network: str) -> int:
+        """``network``'s new connections (what a new one is measured against)."""
+        client = self._clients.get(network)
+        return client.new if client is not None else 0
+
+    def kept_by(self, network: str) -> int:
+        """``network``'s idle connections, and those promised to be."""
+        client = self._clients.get(network)
+        return client.kept if client is not None else 0
+
+    @property
+    def clients(self) -> int:
+        """Client networks holding at least one connection."""
+        return len(self._clients)
