@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.registry import Collector
 
 from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
@@ -636,6 +637,10 @@ class Runtime:
     def metrics_text(self) -> bytes:
         """The gateway's own /metrics exposition."""
         return self.observer.metrics.exposition()
+
+    def add_collector(self, collector: Collector) -> None:
+        """One more source of /metrics (the HTTP layer's own counts, read at scrape time)."""
+        self.observer.metrics.registry.register(collector)
 
     def performance_view(self, after: float | None = None) -> dict[str, Any]:
         """The system monitor's samples (after ``after``)."""

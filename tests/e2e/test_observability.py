@@ -685,6 +685,8 @@ def test_sdk_stream_that_hangs_up_at_done_is_a_success(gateway: StartGateway) ->
             assert chunks[-1].choices[0].finish_reason == "length"
     finally:
         client.close()
+    # Each record is written as its request ends, after the client had its [DONE]: wait for it.
+    gw.wait_for(lambda: len(activity(gw)) == 10)
     rows = activity(gw)
     assert [r["status"] for r in rows] == [200] * 10
     assert all(r["completion_tokens"] for r in rows)

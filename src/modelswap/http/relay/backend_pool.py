@@ -85,7 +85,7 @@ class BackendConnection(asyncio.Protocol):
         self._got_bytes = True
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._fail(BackendBrokeError(f"unreadable answer: {exc}"))
             self.close()
 

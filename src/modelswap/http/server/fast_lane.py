@@ -20,6 +20,7 @@ request here against ~60 µs for this lane (docs/PERFORMANCE.md, "Against llama-
 from __future__ import annotations
 
 import asyncio
+import collections
 import email.utils
 import logging
 import time
@@ -29,6 +30,8 @@ from typing import Protocol, cast
 import httptools
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from modelswap.backends.diagnose import tool_choice_hint
 from modelswap.config.resolved import ApiKey
@@ -146,6 +149,10 @@ class Site(Protocol):
 class HandOver(Exception):
     """Serve this request on aiohttp's path instead (nothing reached the client yet)."""
 
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
 
 class _Head:
     """One request head, as httptools reads it."""
@@ -209,6 +216,34 @@ class _Date:
         return self._value
 
 
+class _LaneCollector:
+    """``modelswap_fast_lane_requests_total``: requests served on the lane, and requests handed
+    to aiohttp's path by reason (``head``: not a JSON POST to a lane route, or a header that
+    needs the full path; ``other``: not an inference request at all, counted per connection
+    handed; ``off``: the lane is off, or the gateway drains, limits globally, runs policies
+    or captures; ``key``; ``body``; ``model``: a selector, an alias with fallbacks, filters,
+    the tool-choice preflight; ``not_ready``: starting, busy, asleep, or a backend address or
+    connection setting the lane does not handle; ``backend``: refused the connection;
+    ``slow_body``; ``eof``)."""
+
+    def __init__(self, counts: collections.Counter[str]) -> None:
+        self._counts = counts
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(
+            "modelswap_fast_lane_requests",
+            "Requests served on the fast lane (outcome=served) or handed to the full path "
+            "(outcome=handed_over, with the reason)",
+            labels=["outcome", "reason"],
+        )
+        for reason, count in sorted(self._counts.items()):
+            if reason == "served":
+                family.add_metric(["served", ""], count)
+            else:
+                family.add_metric(["handed_over", reason], count)
+        return [family]
+
+
 class FastLane:
     """What every fast-lane connection shares: the runtime, the app's drain and in-flight
     table, the backend pool. Made by the site; closed with it."""
@@ -222,6 +257,8 @@ class FastLane:
         self.connections: set[LaneConnection] = set()
         self._addresses: dict[str, tuple[str, int] | None] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        self.counts: collections.Counter[str] = collections.Counter()  # "served" or a reason
+        runtime.add_collector(_LaneCollector(self.counts))
 
     def watch(self, connection: LaneConnection) -> None:
         """Keep ``connection``'s deadlines (swept every SWEEP seconds while any is open)."""
@@ -310,9 +347,9 @@ class LaneConnection(asyncio.Protocol):
     def eof_received(self) -> bool:
         self._eof = True
         if self._task is None:
-            if self._buffer:
-                self._hand_over()  # aiohttp answers what it can of a half-sent request
-                return True
+            if self._buffer:  # aiohttp answers what it can of a half-sent request
+                handler = self._hand_over("eof")
+                return bool(handler is not None and handler.eof_received())
             self._close()
         return True  # a half-closed client still gets its answer
 
@@ -360,7 +397,7 @@ class LaneConnection(asyncio.Protocol):
         elif now >= self._deadline and self._transport is not None:
             self._deadline = float("inf")
             if self._awaiting == "body":
-                self._hand_over()
+                self._hand_over("slow_body")
             else:
                 self._close()
 
@@ -376,14 +413,17 @@ class LaneConnection(asyncio.Protocol):
             return
         head = self._head
         if head is None:
+            if not self._buffer.startswith(b"POST /"[: len(self._buffer)]):
+                self._hand_over("other")  # not inference: aiohttp's from its first byte
+                return
             end = self._buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self._buffer) > MAX_HEAD:
-                    self._hand_over()
+                    self._hand_over("head")
                 return
             head = self._parse_head(end + 4)
             if head is None or not self._lane.open_now():
-                self._hand_over()
+                self._hand_over("head" if head is None else "off")
                 return
             self._head, self._body_at = head, end + 4
             self._await("body")
@@ -394,23 +434,26 @@ class LaneConnection(asyncio.Protocol):
         self._deadline = float("inf")
         self._head = None
         try:
-            started = self._start(head, bytes(self._buffer[self._body_at : whole]))
-        except HandOver:
-            started = False
-        if not started:
-            self._hand_over()
+            refused = self._start(head, bytes(self._buffer[self._body_at : whole]))
+        except HandOver as exc:
+            refused = exc.reason
+        if refused is not None:
+            self._hand_over(refused)
             return
+        self._lane.counts["served"] += 1
         self._served = bytes(self._buffer[:whole])  # for a hand-over before any answer
         del self._buffer[:whole]
 
     def _parse_head(self, size: int) -> _Head | None:
         """The head if this lane may serve its request (judged on the head alone)."""
+        if not self._buffer.startswith(b"POST /"):
+            return None  # not an inference request: parsed by aiohttp alone
         head = _Head()
         parser = httptools.HttpRequestParser(head)
         try:
             parser.feed_data(bytes(self._buffer[:size]))
-        except httptools.HttpParserError:
-            return None  # aiohttp answers it in the envelope
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            return None  # aiohttp answers it (in the envelope), or upgrades it
         if (
             not head.complete
             or parser.get_method() != b"POST"
@@ -433,9 +476,9 @@ class LaneConnection(asyncio.Protocol):
         head.length = length
         return head
 
-    def _start(self, head: _Head, raw_body: bytes) -> bool:
-        """Lease the model and start the task that serves the request; False (or HandOver)
-        when aiohttp's path must serve it."""
+    def _start(self, head: _Head, raw_body: bytes) -> str | None:
+        """Lease the model and start the task that serves the request; or why aiohttp's path
+        must serve it (returned, or raised as HandOver)."""
         lane = self._lane
         runtime = lane.runtime
         headers = CIMultiDict[str](
@@ -443,9 +486,9 @@ class LaneConnection(asyncio.Protocol):
         )
         content_type = headers.get("Content-Type", "application/json")
         if not content_type.lower().startswith("application/json"):
-            return False
+            return "body"
         if len(raw_body) > runtime.config.max_request_body_bytes:
-            return False  # aiohttp's 413
+            return "body"  # aiohttp's 413
         path = head.url.decode("latin-1")
         peer = self._transport.get_extra_info("peername") if self._transport else None
         request = LaneRequest(
@@ -454,30 +497,35 @@ class LaneConnection(asyncio.Protocol):
         key = self._key(request)
         try:
             body = parse_request(content_type, raw_body)
-            targets = runtime.targets(body.model, key)
         except ModelswapError:
-            return False  # aiohttp's path answers the error in its shape
-        target = targets[0]
-        if len(targets) != 1 or not isinstance(target, LocalTarget):
-            return False
+            return "body"  # aiohttp's path answers the error in its shape
+        # Runtime.target's first steps, without its side effects: a selector's choice and a
+        # peer pool's turn are taken on aiohttp's path only, once.
+        config = runtime.config
+        if body.model in config.selectors:
+            return "model"
+        local = config.resolve(body.model)
+        if local is None or local.fallback or (key is not None and not key.allows(local)):
+            return "model"
+        target = LocalTarget(local, body.model)
         try:
             payload, data = prepare_body(target, body)
             preflight(target, body)
         except ModelswapError:
-            return False
+            return "model"
         model = runtime.find_model(target.model.id)
         if model is None or not model.ready or target.model.timeouts.pooled is not None:
-            return False
+            return "not_ready"
         pending = runtime.admit(target.model.id)
         future = pending.future
         if not future.done() or future.cancelled() or future.exception() is not None:
             runtime.withdraw(pending)  # it would wait (or fail): aiohttp's path waits
-            return False
+            return "not_ready"
         lease = future.result()
         address = lane.address(lease.config.proxy)
         if address is None:
             lease.release()
-            return False
+            return "not_ready"
         request[CLIENT] = Client(key)
         request[AUTHORISED] = True
         if self._standing.new or self._standing.kept:  # at work now (connections.at_work)
@@ -486,7 +534,7 @@ class LaneConnection(asyncio.Protocol):
         exchange.keep_alive = head.keep_alive
         self._exchange = exchange
         self._task = exchange.task = asyncio.get_running_loop().create_task(exchange.run())
-        return True
+        return None
 
     def _key(self, request: LaneRequest) -> ApiKey | None:
         """The client's key (None when no keys are configured); HandOver for a missing,
@@ -497,17 +545,18 @@ class LaneConnection(asyncio.Protocol):
         presented = presented_key(cast(web.Request, request))
         key = match_key(keys, presented) if presented else None
         if key is None or INFERENCE not in key.scopes:
-            raise HandOver
+            raise HandOver("key")
         return key
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, reason: str) -> asyncio.Protocol | None:
         """aiohttp's handler serves this connection from now on, from the start of the
-        request at the buffer's start."""
+        request at the buffer's start (``reason``: counted for /metrics)."""
+        self._lane.counts[reason] += 1
         transport = self._transport
         self._deadline = float("inf")
         self._head = None
         if transport is None:
-            return
+            return None
         self._transport = None
         self._lane.connections.discard(self)
         handler = self._site.handler_for(self._network, self._standing)
@@ -519,10 +568,11 @@ class LaneConnection(asyncio.Protocol):
         if self._buffer:
             data, self._buffer = bytes(self._buffer), bytearray()
             handler.data_received(data)
+        return handler
 
     # -- after an answer
 
-    def finished(self, keep_alive: bool, handed: bool) -> None:
+    def finished(self, keep_alive: bool, handed: str | None) -> None:
         """The task is over: hand over, close, or wait for the next request."""
         self._task = None
         self._exchange = None
@@ -533,7 +583,8 @@ class LaneConnection(asyncio.Protocol):
                 self._move(WORK)
             self._buffer[:0] = self._served
             self._served = b""
-            self._hand_over()
+            self._lane.counts["served"] -= 1
+            self._hand_over(handed)
             return
         self._served = b""
         if not keep_alive or self._closing or self._eof:
@@ -648,11 +699,11 @@ class _Exchange:
             obs.requested = self.body.model
             inflight = lane.registry.add(cast(web.Request, request), self.task)
         lane.drain.begin()
-        status, code, handed = 500, None, False
+        status, code, handed = 500, None, None
         try:
             status = await self._serve(obs)
-        except HandOver:
-            handed = True
+        except HandOver as exc:
+            handed = exc.reason
         except asyncio.CancelledError:
             if self.expired is not None and self.task is not None:
                 self.task.uncancel()  # the lane's own deadline, not a disconnect
@@ -687,7 +738,7 @@ class _Exchange:
             if inflight is not None:
                 lane.registry.remove(inflight)
             lane.drain.end()
-            if obs is not None and not handed:
+            if obs is not None and handed is None:
                 record_request(
                     runtime,
                     cast(web.Request, request),
@@ -743,7 +794,7 @@ class _Exchange:
                     # request). Said as the first failure said; never a restart and replay.
                     raise UpstreamError(label, str(closed)) from None
                 # Refused at once: aiohttp's path notices a dead backend and starts it again.
-                raise HandOver from exc
+                raise HandOver("backend") from exc
             self.upstream = upstream
             self.phase = "head"
             upstream.send(head + payload)
