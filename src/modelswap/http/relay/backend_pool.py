@@ -38,18 +38,14 @@ class BackendBrokeError(ConnectionError):
 
 @dataclass(frozen=True, slots=True)
 class ResponseHead:
+    """An answer's head as it came (names and values as bytes, in order)."""
+
     status: int
-    reason: str
-    headers: list[tuple[str, str]]
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
     content_length: int | None
     keep_alive: bool
-
-    def header(self, name: str) -> str | None:
-        lowered = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lowered:
-                return value
-        return None
+    event_stream: bool  # Content-Type: text/event-stream
 
 
 class BackendConnection(asyncio.Protocol):
@@ -66,7 +62,7 @@ class BackendConnection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self._reason = bytearray()
-        self._headers: list[tuple[str, str]] = []
+        self._headers: list[tuple[bytes, bytes]] = []
         self._head: ResponseHead | None = None
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
@@ -106,19 +102,23 @@ class BackendConnection(asyncio.Protocol):
         self._reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         length: int | None = None
+        event_stream = False
         for name, value in self._headers:
-            if len(name) == 14 and name.lower() == "content-length" and value.strip().isdigit():
+            if len(name) == 14 and name.lower() == b"content-length" and value.strip().isdigit():
                 length = int(value)
+            elif len(name) == 12 and name.lower() == b"content-type":
+                event_stream = value.split(b";", 1)[0].strip().lower() == b"text/event-stream"
         self._head = ResponseHead(
             self._parser.get_status_code(),
-            self._reason.decode("latin-1"),
+            bytes(self._reason),
             self._headers,
             length,
             self._parser.should_keep_alive(),
+            event_stream,
         )
         self._wake()
 
@@ -167,6 +167,11 @@ class BackendConnection(asyncio.Protocol):
     @property
     def complete(self) -> bool:
         return self._complete
+
+    @property
+    def has_data(self) -> bool:
+        """Whether :meth:`read` returns without waiting."""
+        return bool(self._chunks) or self._complete or self._error is not None
 
     def finish(self, reusable: bool) -> None:
         """The exchange is over: back to the pool when its answer was read whole and both

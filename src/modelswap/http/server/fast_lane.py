@@ -125,9 +125,8 @@ _NOT_SENT_UP = frozenset(
         b"x-request-id",
     }
 )
-_NOT_SENT_DOWN = frozenset(
-    name.decode() for name in _NOT_SENT_UP - {b"authorization", b"x-api-key", b"api-key"}
-) | {"proxy-authenticate", "x-request-id"}
+_NOT_SENT_DOWN = _NOT_SENT_UP - {b"authorization", b"x-api-key", b"api-key"}
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
 # Seen in a request head, each sends the request to aiohttp's path.
 _HANDED_HEADERS = frozenset(
     {"transfer-encoding", "expect", "upgrade", "origin", HOPS_HEADER.lower()}
@@ -193,12 +192,19 @@ class LaneRequest(dict[object, object]):
 
 
 class _Sent:
-    """The response whose head went out, as the in-flight listing reads it."""
+    """The response whose head went out, as the in-flight listing reads it (its headers
+    decoded only when read)."""
 
-    __slots__ = ("headers",)
+    __slots__ = ("_raw",)
 
-    def __init__(self, headers: CIMultiDict[str]) -> None:
-        self.headers = headers
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        return CIMultiDict[str](
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in self._raw
+        )
 
 
 class _Date:
@@ -531,6 +537,7 @@ class LaneConnection(asyncio.Protocol):
         if self._standing.new or self._standing.kept:  # at work now (connections.at_work)
             self._move(WORK)
         exchange = _Exchange(self, request, target, body, payload, data, lease, address)
+        exchange.url, exchange.raw_headers = head.url, head.raw_headers
         exchange.keep_alive = head.keep_alive
         self._exchange = exchange
         self._task = exchange.task = asyncio.get_running_loop().create_task(exchange.run())
@@ -661,6 +668,9 @@ class _Exchange:
         self.code: str | None = None  # of an error the gateway answered itself
         self.upstream: BackendConnection | None = None
         self.task: asyncio.Task[None] | None = None
+        self._out: list[bytes] = []  # what goes to the client at the next flush
+        self.url = b""  # the path, as the client sent it
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # the client's, as they came
         # The backend's timeouts, checked by the lane's sweep: the phase waited on and its end
         # (connect, first byte, the next chunk), and the whole answer's.
         timeouts = target.model.timeouts
@@ -745,7 +755,7 @@ class _Exchange:
                     obs,
                     status,
                     code or self.code or obs.error_code,
-                    sent.headers if (sent := cast("_Sent | None", request.get(RESPONSE))) else None,
+                    None,  # a capture's (captures are served on aiohttp's path)
                 )
             connection.finished(self.keep_alive, handed)
 
@@ -812,78 +822,95 @@ class _Exchange:
         raise UpstreamError(label, str(closed))
 
     def _upstream_head(self, length: int, host: str, port: int) -> bytes:
+        """The request's head as the backend gets it: the client's headers as they came, but
+        hop-by-hop ones, its credentials and the framing; the backend's own key, the request
+        id, the new length."""
         request = self.request
-        lines = [b"POST ", request.path.encode(), b" HTTP/1.1\r\nHost: "]
-        lines.append(f"{host}:{port}\r\n".encode())
-        for name, value in request.headers.items():
-            if name.lower().encode() not in _NOT_SENT_UP:
-                lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+        lines = [b"POST %b HTTP/1.1\r\nHost: %b:%d\r\n" % (self.url, host.encode(), port)]
+        lines.extend(
+            b"%b: %b\r\n" % (name, value)
+            for name, value in self.raw_headers
+            if name.lower() not in _NOT_SENT_UP
+        )
         key = self.lease.config.upstream_api_key
         if key:
             lines.append(f"Authorization: Bearer {key}\r\n".encode("latin-1"))
         lines.append(f"{REQUEST_ID_HEADER}: {request_id(cast(web.Request, request))}\r\n".encode())
-        lines.append(f"Content-Length: {length}\r\n\r\n".encode())
+        lines.append(b"Content-Length: %d\r\n\r\n" % length)
         return b"".join(lines)
 
     def _response_head(
-        self, status: int, reason: str, headers: CIMultiDict[str], length: int | None
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], length: int | None
     ) -> bytes:
-        """The answer's head, as aiohttp's path sends it; chunked without a length."""
+        """The answer's head, as aiohttp's path sends it (``headers`` as they go, the request
+        id, the framing, the keep-alive decision added); chunked without a length."""
         connection = self.connection
         if not connection.may_keep():
             self.keep_alive = False
-        headers[REQUEST_ID_HEADER] = request_id(cast(web.Request, self.request))
+        headers.append((_REQUEST_ID, request_id(cast(web.Request, self.request)).encode()))
         if length is not None:
-            headers["Content-Length"] = str(length)
+            headers.append((b"Content-Length", b"%d" % length))
         else:
-            headers["Transfer-Encoding"] = "chunked"
+            headers.append((b"Transfer-Encoding", b"chunked"))
             self.chunked = True
         if not self.keep_alive:
-            headers["Connection"] = "close"
+            headers.append((b"Connection", b"close"))
         self.request[RESPONSE] = _Sent(headers)
         self.head_sent = True
-        lines = [f"HTTP/1.1 {status} {reason}\r\n".encode()]
-        lines.extend(
-            f"{name}: {value}\r\n".encode("latin-1", "replace") for name, value in headers.items()
-        )
+        lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason)]
+        lines.extend(b"%b: %b\r\n" % pair for pair in headers)
         lines.append(connection._lane.date.header())
         lines.append(b"\r\n")
         return b"".join(lines)
 
+    @staticmethod
+    def _passed_down(head: ResponseHead) -> list[tuple[bytes, bytes]]:
+        """The backend's headers the client gets: not hop-by-hop ones, not the framing (written
+        anew), not the request id (ours), and no CORS: the gateway owns CORS."""
+        return [
+            (name, value)
+            for name, value in head.headers
+            if (lowered := name.lower()) not in _NOT_SENT_DOWN
+            and not lowered.startswith(b"access-control-")
+        ]
+
     def _write(self, data: bytes) -> None:
+        """Body bytes for the client (framed when chunked), written at the next flush."""
         if not data:
             return
         if self.chunked:
-            self.connection.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self._out.append(b"%x\r\n%b\r\n" % (len(data), data))
         else:
-            self.connection.write(data)
+            self._out.append(data)
 
     def _end(self) -> None:
         if self.chunked:
-            self.connection.write(b"0\r\n\r\n")
+            self._out.append(b"0\r\n\r\n")
+
+    def _flush(self) -> None:
+        out = self._out
+        if out:
+            self.connection.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
 
     async def _relay(
         self, upstream: BackendConnection, head: ResponseHead, obs: RequestObs | None
     ) -> None:
-        headers = CIMultiDict[str]()
-        sse = False
-        for name, value in head.headers:
-            lowered = name.lower()
-            if lowered in _NOT_SENT_DOWN or lowered.startswith("access-control-"):
-                continue
-            if lowered == "content-type" and value.split(";", 1)[0].strip() == "text/event-stream":
-                sse = True
-            headers.add(name, value)
-        self.sse = sse
+        headers = self._passed_down(head)
+        self.sse = sse = head.event_stream
         if sse:
-            headers["X-Accel-Buffering"] = "no"
-            headers.setdefault("Cache-Control", "no-cache")
+            headers.append((b"X-Accel-Buffering", b"no"))
+            if not any(name.lower() == b"cache-control" for name, _ in headers):
+                headers.append((b"Cache-Control", b"no-cache"))
         strips = obs is not None and obs.usage is not None and obs.usage.strips
         length = head.content_length if not strips else None
         if head.status in (204, 304):
             length = 0  # no body may follow
         connection = self.connection
-        connection.write(self._response_head(head.status, head.reason, headers, length))
+        # The head waits for the body's first bytes when they are in already (one write, one
+        # system call, for a whole small answer); else it goes at once (a stream's first token
+        # may be seconds away).
+        self._out.append(self._response_head(head.status, head.reason, headers, length))
         redactor = connection._lane.runtime.redactor
         loop = asyncio.get_running_loop()
         idle = self.target.model.timeouts.idle_between_chunks
@@ -891,6 +918,8 @@ class _Exchange:
         failure: tuple[int, str] | None = None
         while True:
             self.next_chunk_by = loop.time() + idle
+            if not upstream.has_data:
+                self._flush()
             try:
                 chunk = await upstream.read()
             except BackendBrokeError as exc:
@@ -913,10 +942,12 @@ class _Exchange:
                     obs.error_event("upstream_error")
             self._write(chunk)
             if connection._write_ready is not None:
+                self._flush()
                 self.next_chunk_by = _NEVER  # a slow client is not a stalled backend
                 await connection.drained()
         if failure is None:
             self._end()
+            self._flush()
             self.upstream = None
             upstream.finish(reusable=True)
             return
@@ -939,6 +970,7 @@ class _Exchange:
             obs.wrote(event)
         self._write(event)
         self._end()
+        self._flush()
 
     async def _relay_error(self, upstream: BackendConnection, head: ResponseHead) -> None:
         """A backend's error keeps its status and meaning, secrets masked, a known
@@ -960,13 +992,9 @@ class _Exchange:
         redactor = self.connection._lane.runtime.redactor
         hint = tool_choice_hint(head.status, bytes(body))
         out = redact_error_body(bytes(body), redactor)
-        headers = CIMultiDict[str]()
-        for name, value in head.headers:
-            lowered = name.lower()
-            if lowered not in _NOT_SENT_DOWN and not lowered.startswith("access-control-"):
-                headers.add(name, value)
+        headers = self._passed_down(head)
         if hint is not None:
-            headers[HINT_HEADER] = hint
+            headers.append((HINT_HEADER.encode(), hint.encode("latin-1", "replace")))
         obs = self.request.get(OBS)
         if isinstance(obs, RequestObs):
             obs.wrote(out)
@@ -1014,10 +1042,13 @@ class _Exchange:
     def _write_response(self, response: web.Response) -> None:
         """A whole gateway-authored answer (an error), before anything else went out."""
         body = response.body if isinstance(response.body, bytes) else b""
-        headers = CIMultiDict[str](response.headers)
-        headers.pop("Content-Length", None)
-        if response.content_type and "Content-Type" not in headers:
-            headers["Content-Type"] = f"{response.content_type}; charset=utf-8"
+        headers = [
+            (name.encode("latin-1"), value.encode("latin-1", "replace"))
+            for name, value in response.headers.items()
+            if name.lower() not in ("content-length", "x-request-id")
+        ]
+        if "Content-Type" not in response.headers:
+            headers.append((b"Content-Type", f"{response.content_type}; charset=utf-8".encode()))
         obs = self.request.get(OBS)
         if isinstance(obs, RequestObs):
             obs.wrote(body)
@@ -1026,6 +1057,6 @@ class _Exchange:
             self.code = error_code_of(data) if isinstance(data, dict) else None
         except ValueError:
             self.code = None
-        reason = response.reason or ""
+        reason = (response.reason or "").encode("latin-1", "replace")
         self.connection.write(self._response_head(response.status, reason, headers, len(body)))
         self.connection.write(body)
