@@ -115,7 +115,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument(
-        "--target", default="modelswap", choices=("modelswap", "modelswap-uvloop", "floor")
+        "--target",
+        default="modelswap",
+        choices=("modelswap", "modelswap-full", "modelswap-asyncio", "floor"),
     )
     parser.add_argument("--load", default="unpaced,c32")
     parser.add_argument("--out", default=str(REPO / "build" / "bench" / "profile"))

@@ -1,7 +1,7 @@
 #!/bin/sh
 # What `make bench` needs beyond .venv, each into its own place — never into .venv:
 #   nginx and wrk from Debian (apt-get, when root), LiteLLM's proxy and py-spy in
-#   build/bench-venv, uvloop in build/bench-uvloop (for the opt-in modelswap-uvloop target).
+#   build/bench-venv.
 # Idempotent, and it never fails: a piece that cannot be installed makes the suite skip that
 # target (or use its aiohttp client instead of wrk), with a line saying so.
 set -u
@@ -9,7 +9,6 @@ PYTHON=${PYTHON:-python3}
 VENV=build/bench-venv
 LITELLM_VERSION=1.106.12  # the last release whose [proxy] extra installs from PyPI alone
 PYSPY_VERSION=0.4.3
-UVLOOP_VERSION=0.23.0
 
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || ! command -v wrk >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -33,8 +32,4 @@ if [ ! -f "$STAMP" ]; then
     fi
 fi
 
-if [ ! -d build/bench-uvloop/uvloop ] && [ -x "$VENV/bin/python" ]; then
-    "$VENV/bin/python" -m pip install --quiet --target build/bench-uvloop "uvloop==$UVLOOP_VERSION" \
-        || echo "bench: uvloop could not be installed: the modelswap-uvloop target is skipped"
-fi
 exit 0

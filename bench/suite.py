@@ -7,7 +7,7 @@
                                     [--client auto|wrk|aiohttp] [--json FILE]
 
 ``make bench`` installs what the other targets need (nginx and wrk from Debian, LiteLLM and
-uvloop into build/) and runs the full suite. Every scenario runs against every target in
+py-spy into build/) and runs the full suite. Every scenario runs against every target in
 alternating rounds, on loopback only, against one fast fake backend
 (``bench/fake_backend.py``); the table gives medians (min–max) and ratios to direct, then the
 issue's goals side by side. A target that cannot run here is skipped with a line saying why.

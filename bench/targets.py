@@ -5,7 +5,8 @@
 * ``floor``: ``bench/floor_proxy.py``, the minimal aiohttp pass-through;
 * ``litellm``: LiteLLM's proxy (``build/bench-venv``), passing through to the same backend;
 * ``modelswap``: ``python -m modelswap serve`` as shipped (metrics and activity log on);
-* ``modelswap-uvloop`` (opt-in): the same under uvloop (``bench/uvloop_modelswap.py``);
+* ``modelswap-full`` (opt-in): the same with ``limits.fastLane: false`` (every request on
+  aiohttp's full path); ``modelswap-asyncio`` (opt-in): the same on Python's own event loop;
 * ``llama-swap`` (given its binary: ``--llama-swap PATH`` or ``BENCH_LLAMA_SWAP``): the Go
   reference, its model relayed to the same backend, ``concurrencyLimit`` raised as a user tuning
   it would (its default, 10 in flight per model, answers 429 beyond).
@@ -37,16 +38,14 @@ from bench.procs import free_port, http_status, stop, tool_version, wait_until
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 BENCH_VENV = REPO / "build" / "bench-venv"
-UVLOOP_DIR = REPO / "build" / "bench-uvloop"
 FAKE_BACKEND = BENCH / "fake_backend.py"
 FLOOR_PROXY = BENCH / "floor_proxy.py"
-UVLOOP_LAUNCHER = BENCH / "uvloop_modelswap.py"
 PYTHON = sys.executable
 
 DEFAULT_TARGETS = ("direct", "nginx", "floor", "litellm", "modelswap")
 LLAMA_SWAP = "llama-swap"
 LLAMA_SWAP_ENV = "BENCH_LLAMA_SWAP"  # the binary's path, as --llama-swap gives it
-ALL_TARGETS = (*DEFAULT_TARGETS, "modelswap-uvloop", LLAMA_SWAP)
+ALL_TARGETS = (*DEFAULT_TARGETS, "modelswap-full", "modelswap-asyncio", LLAMA_SWAP)
 LITELLM_KEY = "sk-bench-master-key"
 COLD_LOAD_DELAY = 0.3
 
@@ -384,7 +383,7 @@ class Fleet:
         version = tool_version([binary, "-version"]) or "llama-swap"
         target.description = f"{version.splitlines()[0]} ({binary}), concurrencyLimit 100000"
 
-    def _modelswap_config(self, name: str) -> Path:
+    def _modelswap_config(self, name: str, *, lane: bool = True) -> Path:
         state = self.workdir / f"{name}-state"
         sleeper = [PYTHON, "-c", "import time; time.sleep(86400)"]
         models: dict[str, object] = {
@@ -409,16 +408,16 @@ class Fleet:
             "hooks": {"onStartup": {"preload": ["fake"]}},
             # Every load generator connects from 127.0.0.1: one client, as far as the
             # per-client connection share knows (default 64, under the c128 cases).
-            "limits": {"maxConnectionsPerClient": 1024},
+            "limits": {"maxConnectionsPerClient": 1024, **({} if lane else {"fastLane": False})},
             "models": models,
         }
         path = self.workdir / f"{name}.yaml"
         path.write_text(json.dumps(config, indent=2))  # JSON is YAML
         return path
 
-    def _start_modelswap(self, target: Target) -> None:
+    def _start_modelswap(self, target: Target, *args: str, lane: bool = True) -> None:
         target.port = free_port()
-        config = self._modelswap_config(target.name)
+        config = self._modelswap_config(target.name, lane=lane)
         target.proc = self.spawn(
             target.name,
             [
@@ -430,6 +429,7 @@ class Fleet:
                 str(config),
                 "--listen",
                 f"127.0.0.1:{target.port}",
+                *args,
             ],
             env={"PYTHONPATH": python_path(self.variants.get(target.name))},
         )
@@ -437,26 +437,16 @@ class Fleet:
         if target.name in self.variants:
             target.description += f", from {self.variants[target.name]}"
 
-    def _start_modelswap_uvloop(self, target: Target) -> None:
-        if not (UVLOOP_DIR / "uvloop").is_dir():
-            raise SkipTarget(f"uvloop is not installed in {UVLOOP_DIR} (make bench installs it)")
-        target.port = free_port()
-        config = self._modelswap_config(target.name)
-        path = os.pathsep.join(p for p in (str(UVLOOP_DIR), python_path()) if p)
-        target.proc = self.spawn(
-            target.name,
-            [
-                PYTHON,
-                str(UVLOOP_LAUNCHER),
-                "serve",
-                "--config",
-                str(config),
-                "--listen",
-                f"127.0.0.1:{target.port}",
-            ],
-            env={"PYTHONPATH": path},
-        )
-        target.description = "modelswap serve under uvloop (bench/uvloop_modelswap.py)"
+    def _start_modelswap_asyncio(self, target: Target) -> None:
+        """modelswap on Python's own event loop (``serve --loop asyncio``): what uvloop buys."""
+        self._start_modelswap(target, "--loop", "asyncio")
+        target.description = "modelswap serve --loop asyncio (Python's event loop)"
+
+    def _start_modelswap_full(self, target: Target) -> None:
+        """modelswap with ``limits.fastLane: false``: every request on aiohttp's full path, as
+        before the fast lane; what the lane buys, in the same run."""
+        self._start_modelswap(target, lane=False)
+        target.description = "modelswap serve, limits.fastLane: false (aiohttp's full path)"
 
 
 def listening_pid(port: int) -> int | None:
