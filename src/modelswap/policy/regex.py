@@ -18,19 +18,20 @@ quadratic in the text, and two adjacent stars cubic.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-import re2
 
+@functools.cache
+def _re2() -> tuple[Any, Any]:
+    """RE2 and its options, imported with the first pattern (~2 MiB a gateway without a
+    policy's ``matches`` never needs)."""
+    import re2
 
-def _options() -> Any:
     options = re2.Options()
     options.log_errors = False  # the refusal is reported with the program's line:column
     options.never_capture = True  # only whether it matches is asked
-    return options
-
-
-_OPTIONS = _options()
+    return re2, options
 
 
 class RegexError(ValueError):
@@ -48,8 +49,9 @@ class Regex:
             encoded = pattern.encode("utf-8")
         except UnicodeEncodeError:
             raise RegexError("the pattern is not valid UTF-8") from None
+        re2, options = _re2()
         try:
-            self._compiled: Any = re2.compile(encoded, _OPTIONS)
+            self._compiled: Any = re2.compile(encoded, options)
         except re2.error as exc:
             reason = exc.args[0] if exc.args else exc
             text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-
-import dns.asyncresolver
-import dns.exception
-import dns.rdatatype
-import dns.resolver
+from typing import TYPE_CHECKING
 
 from modelswap.config.resolved import DnsDiscovery
+
+if TYPE_CHECKING:  # dnspython is imported only when a pool names its nameserver (~3 MiB)
+    import dns.asyncresolver
+    import dns.rdatatype
+    import dns.resolver
 
 DNS_TIMEOUT = 5.0
 UDP_RESEND = 1.0  # a lost datagram is asked again after this long (within DNS_TIMEOUT)
@@ -43,6 +44,8 @@ async def resolve_addresses(dns_: DnsDiscovery) -> tuple[str, ...]:
             if dns_.nameserver is None:
                 found = await _system_addresses(dns_.name)
             else:
+                import dns.rdatatype
+
                 resolver = _resolver(dns_.nameserver)
                 a, aaaa = await asyncio.gather(
                     _ask(resolver, dns_.name, dns.rdatatype.A),
@@ -74,6 +77,8 @@ async def _system_addresses(name: str) -> tuple[str, ...]:
 
 def _resolver(server: tuple[str, int]) -> dns.asyncresolver.Resolver:
     """A resolver that asks ``server`` alone: no /etc/resolv.conf, no search domains."""
+    import dns.asyncresolver
+
     resolver = dns.asyncresolver.Resolver(configure=False)
     resolver.nameservers = [server[0]]
     resolver.port = server[1]
@@ -86,6 +91,9 @@ def _resolver(server: tuple[str, int]) -> dns.asyncresolver.Resolver:
 async def _ask(
     resolver: dns.asyncresolver.Resolver, name: str, qtype: dns.rdatatype.RdataType
 ) -> tuple[str, ...]:
+    import dns.exception
+    import dns.resolver
+
     server = f"{resolver.nameservers[0]}:{resolver.port}"
     try:
         answer = await resolver.resolve(name, qtype, search=False, raise_on_no_answer=False)

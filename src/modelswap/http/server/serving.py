@@ -7,6 +7,9 @@ listener closes and the backends stop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import gc
 import logging
 import signal
 import sys
@@ -47,6 +50,14 @@ def _reloader(runtime: Runtime, config: Config, reloading: Reloading | None) -> 
     if reloading.watch:
         log.info("watching %s for changes", reloading.path)
     return reloader.request
+
+
+def _return_startup_memory() -> None:
+    """Hand back to the system the heap that reading the config and building the app left
+    free (glibc keeps it otherwise): ~3 MiB of the idle gateway's RSS. Elsewhere, nothing."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 async def serve(
@@ -112,6 +123,7 @@ async def serve(
     )
     print(f"modelswap {__version__} listening on http://{where}", file=sys.stderr, flush=True)
     runtime.listening()  # the spare keeper: made now that the socket listens
+    _return_startup_memory()
     if ready is not None:
         ready.set()
     try:
