@@ -125,7 +125,9 @@ _NOT_SENT_UP = frozenset(
         b"x-request-id",
     }
 )
-_NOT_SENT_DOWN = _NOT_SENT_UP - {b"authorization", b"x-api-key", b"api-key"}
+# Down: the framing, hop-by-hop headers and the request id are written anew, and ``Date`` is
+# the gateway's (as aiohttp's path sends one).
+_NOT_SENT_DOWN = (_NOT_SENT_UP - {b"authorization", b"x-api-key", b"api-key"}) | {b"date"}
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 # Seen in a request head, each sends the request to aiohttp's path.
 _HANDED_HEADERS = frozenset(
@@ -299,7 +301,7 @@ class FastLane:
         found = self._addresses.get(url, ())
         if found == ():
             parsed = urllib.parse.urlsplit(url)
-            plain = parsed.scheme == "http" and parsed.path in ("", "/") and parsed.hostname
+            plain = parsed.scheme == "http" and not parsed.path and parsed.hostname
             found = (parsed.hostname or "", parsed.port or 80) if plain else None
             if len(self._addresses) < 4096:
                 self._addresses[url] = found
@@ -357,7 +359,11 @@ class LaneConnection(asyncio.Protocol):
                 handler = self._hand_over("eof")
                 return bool(handler is not None and handler.eof_received())
             self._close()
-        return True  # a half-closed client still gets its answer
+            return True
+        # While a request is served an EOF is the client leaving, as aiohttp reads it (a
+        # half-close cannot be told from a close without writing): the transport closes and
+        # connection_lost cancels the request, which ends the backend's work and frees the model.
+        return False
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None
@@ -826,7 +832,8 @@ class _Exchange:
         hop-by-hop ones, its credentials and the framing; the backend's own key, the request
         id, the new length."""
         request = self.request
-        lines = [b"POST %b HTTP/1.1\r\nHost: %b:%d\r\n" % (self.url, host.encode(), port)]
+        named = f"[{host}]" if ":" in host else host  # an IPv6 address, bracketed
+        lines = [b"POST %b HTTP/1.1\r\nHost: %b:%d\r\n" % (self.url, named.encode(), port)]
         lines.extend(
             b"%b: %b\r\n" % (name, value)
             for name, value in self.raw_headers
