@@ -159,6 +159,20 @@ MUTATIONS = (
         ("tests/unit/observe/test_histogram.py",),
     ),
     Mutation(
+        "backend-pool-never-stale",  # a pooled connection closed unanswered is not asked again
+        "src/modelswap/http/relay/backend_pool.py",
+        "self._fail(BackendClosedError(self.reused, reason))",
+        "self._fail(BackendClosedError(False, reason))",
+        ("tests/unit/http/test_backend_pool.py",),
+    ),
+    Mutation(
+        "backend-pool-keeps-closing-connection",  # Connection: close ignored: pooled anyway
+        "src/modelswap/http/relay/backend_pool.py",
+        "            and head.keep_alive\n",
+        "\n",
+        ("tests/unit/http/test_backend_pool.py",),
+    ),
+    Mutation(
         "keeper-tree-gone-ignores-cgroup",  # the keeper exits with a helper left in the cgroup
         "src/modelswap/supervisor/keeper_program.py",
         "return no_children and (cgroup is None or not cgroup_populated(cgroup))",
