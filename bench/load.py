@@ -3,20 +3,34 @@
 Every function checks what came back (status, the answer's text, the chunk count and order)
 and returns the problems it found with the figures, so a fast wrong answer never counts.
 All loops are bounded in count and time.
+
+The aiohttp clients (streams, and throughput where wrk is absent) each run in their own fresh
+process, one per measurement (``python -m bench.load KIND ARGS``, see :class:`Child`), never in
+the suite's: one Python process tops out near 126,000 chunks/s, and a client sharing the
+suite's process would compare gateways under that limit rather than at their own. The child
+starts, imports, says it is ready and waits; the parent brackets only the load (e.g. the
+gateway's CPU time) between its "go" and the child's answer: figures and checks as JSON on
+stdout. A child that fails, answers garbage or overruns its time limit (it is then killed by
+its PID) is one wrong answer carrying its stderr's tail; the suite carries on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
+import os
 import re
+import selectors
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import aiohttp
 
@@ -66,6 +80,14 @@ class Outcome:
         self.failed += 1
         if len(self.errors) < MAX_ERRORS:
             self.errors.append(problem)
+
+    def absorb(self, other: dict[str, Any]) -> None:
+        """Add another outcome's counts and problems (``asdict`` of one, e.g. a child's)."""
+        self.checked += int(other["checked"])
+        errors = [str(e) for e in other["errors"]]
+        for problem in errors:
+            self.bad(problem)
+        self.failed += max(0, int(other["failed"]) - len(errors))
 
 
 # -- sequential requests (added latency, large bodies) -------------------------------------
@@ -226,13 +248,27 @@ async def _aiohttp_throughput(
     return done / elapsed
 
 
+def start_throughput(
+    port: int, headers: dict[str, str], concurrency: int, seconds: float, outcome: Outcome
+) -> Child:
+    """The aiohttp throughput client in its own process, ready to go (see :class:`Child`)."""
+    args = {"port": port, "headers": headers, "concurrency": concurrency, "seconds": seconds}
+    return Child("throughput", args, limit=seconds + 60 + 60, outcome=outcome)
+
+
 def aiohttp_throughput(
     port: int, headers: dict[str, str], concurrency: int, seconds: float, outcome: Outcome
 ) -> float:
-    return asyncio.run(_aiohttp_throughput(port, headers, concurrency, seconds, outcome))
+    """Requests per second of ``concurrency`` keep-alive workers over ``seconds`` (each
+    worker's connection opened first), every answer checked; the client in its own process."""
+    with start_throughput(port, headers, concurrency, seconds, outcome) as child:
+        return float(child.run().get("rps", 0.0))
 
 
-AIOHTTP_CLIENT = f"aiohttp {aiohttp.__version__} client"
+# For both aiohttp clients (streams; throughput without wrk): see ``Child``.
+AIOHTTP_CLIENT = (
+    f"aiohttp {aiohttp.__version__} client in its own process (a fresh one per target per round)"
+)
 
 
 # -- streams ---------------------------------------------------------------------------------
@@ -244,6 +280,18 @@ class StreamFigures:
     wall: float = 0.0
     ttfc: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StreamFigures:
+        """The figures a child sent (``asdict`` of one); none if it sent nothing."""
+        if not data:
+            return cls()
+        return cls(
+            chunks=int(data["chunks"]),
+            wall=float(data["wall"]),
+            ttfc=[float(x) for x in data["ttfc"]],
+            gaps=[float(x) for x in data["gaps"]],
+        )
 
 
 def _events_text(raw: bytes) -> str:
@@ -349,6 +397,35 @@ async def _streams(
     return figures
 
 
+def start_streams(
+    port: int,
+    headers: dict[str, str],
+    concurrency: int,
+    n: int,
+    rate: float,
+    outcome: Outcome,
+    *,
+    per_worker: int = 1,
+    timeout: float = 120.0,
+) -> Child:
+    """The stream client of :func:`streams` in its own process, ready to go: ``with`` it,
+    start what brackets the load, then ``StreamFigures.from_json(child.run())``."""
+    args = {
+        "port": port,
+        "headers": headers,
+        "concurrency": concurrency,
+        "n": n,
+        "rate": rate,
+        "per_worker": per_worker,
+        "timeout": timeout,
+    }
+    # Each request is bounded by ``timeout``; a worker runs ``per_worker`` of them after its
+    # start (spread over one paced stream's length). Past that, plus a margin, it is stuck.
+    spread = n / rate if rate > 0 else 0.0
+    limit = spread + per_worker * timeout + 30.0
+    return Child("streams", args, limit=limit, outcome=outcome)
+
+
 def streams(
     port: int,
     headers: dict[str, str],
@@ -363,5 +440,196 @@ def streams(
     """``concurrency`` workers, each running ``per_worker`` streams of ``n`` token chunks one
     after another (``rate`` chunks per second per stream, 0 = as fast as the backend can).
     The first stream's text is checked in full; every stream's chunk count and final
-    ``[DONE]``. ``wall`` runs from the first request to the end of the last stream."""
-    return asyncio.run(_streams(port, headers, concurrency, n, rate, per_worker, timeout, outcome))
+    ``[DONE]``. ``wall`` runs from the first request to the end of the last stream. The client
+    runs in its own process (see :class:`Child`)."""
+    with start_streams(
+        port, headers, concurrency, n, rate, outcome, per_worker=per_worker, timeout=timeout
+    ) as child:
+        return StreamFigures.from_json(child.run())
+
+
+# -- the client's own process ----------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "BENCHLOAD "  # the child's lines to the parent on stdout start with this
+READY_SECONDS = 60.0  # for the child to start and import (a loaded machine is slow)
+STDERR_TAIL = 600
+
+
+class Child:
+    """One load client in a fresh process of its own: ``sys.executable -m bench.load KIND
+    ARGS`` (``bench`` importable from this checkout). ``with`` it to start the child and wait
+    until it is ready (imported, nothing sent yet); :meth:`run` says go and returns the figures
+    it sent as JSON, having added its checks and problems to ``outcome``. Whatever goes wrong
+    (it cannot start, exits non-zero, sends bad JSON, or outruns ``limit`` seconds and is
+    killed by its PID) is one wrong answer in ``outcome`` with its stderr's tail, and
+    :meth:`run` returns ``{}``."""
+
+    def __init__(self, kind: str, args: dict[str, Any], *, limit: float, outcome: Outcome) -> None:
+        self.kind = kind
+        self.args = args
+        self.limit = limit
+        self.outcome = outcome
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr: IO[bytes] | None = None
+        self.buffer = b""
+        self.problem: str | None = None
+        self.answer: dict[str, Any] = {}
+
+    def __enter__(self) -> Child:
+        self.stderr = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.load", self.kind, json.dumps(self.args)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                cwd=REPO,
+                env=env,
+                bufsize=0,
+            )
+        except OSError as exc:
+            self.problem = f"{self.kind} client did not start: {exc}"
+            return self
+        line = self._line(time.monotonic() + READY_SECONDS)
+        if line != "ready":
+            self.problem = self._failure(f"was not ready (limit {READY_SECONDS:g} s)", line)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()  # only when stuck or failed: this child, by its PID
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(30)
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+        if self.stderr is not None:
+            self.stderr.close()
+
+    def run(self) -> dict[str, Any]:
+        """Say go; wait (at most ``limit`` seconds) for the child's answer and its exit."""
+        if self.problem is None:
+            self.problem = self._run()
+        if self.problem is not None:
+            self.outcome.bad(self.problem)
+            return {}
+        return self.answer
+
+    def _run(self) -> str | None:
+        if self.proc is None or self.proc.stdin is None:
+            return f"{self.kind} client process was not started"
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        except OSError as exc:
+            return self._failure(f"could not be told to go ({exc})", None)
+        deadline = time.monotonic() + self.limit
+        line = self._line(deadline)
+        if line is None:  # it ended its output (exited?) or outran its limit
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(max(0.0, min(5.0, deadline - time.monotonic())))
+            if self.proc.returncode is not None:
+                return self._failure("exited without an answer", None)
+            return self._failure(f"sent no answer (limit {self.limit:g} s)", None)
+        try:
+            data = json.loads(line)
+            self.outcome.absorb(data["outcome"])
+            self.answer = dict(data["figures"])
+        except (ValueError, KeyError, TypeError) as exc:
+            return self._failure(f"sent a bad answer ({type(exc).__name__}: {exc})", line)
+        try:
+            code = self.proc.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return self._failure("did not exit", None)
+        return None if code == 0 else self._failure("exited", None)
+
+    def _line(self, deadline: float) -> str | None:
+        """The child's next line marked for us (others are ignored), or None at its end of
+        output or at ``deadline``."""
+        if self.proc is None or self.proc.stdout is None:
+            return None
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                while b"\n" in self.buffer:
+                    raw, self.buffer = self.buffer.split(b"\n", 1)
+                    text = raw.decode(errors="replace")
+                    if text.startswith(MARK):
+                        return text[len(MARK) :]
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    return None
+                data = os.read(fd, 1 << 20)
+                if not data:
+                    return None
+                self.buffer += data
+
+    def _failure(self, what: str, line: str | None) -> str:
+        if self.proc is None:
+            return f"{self.kind} client process {what}"
+        if self.proc.poll() is None:
+            self.proc.kill()  # stuck or confused: this child, by its PID
+            what += f"; killed it (pid {self.proc.pid})"
+        else:
+            what += f" (exit status {self.proc.returncode})"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        tail = ""
+        if self.stderr is not None:
+            self.stderr.seek(0)
+            tail = self.stderr.read().decode(errors="replace").strip()[-STDERR_TAIL:]
+        got = f"; sent {line[:200]!r}" if line else ""
+        return f"{self.kind} client process {what}{got}; stderr: {tail or '(empty)'}"
+
+
+def _child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run one measurement here (in the child) and return what the parent needs."""
+    outcome = Outcome()
+    figures: dict[str, Any]
+    if kind == "streams":
+        done = asyncio.run(
+            _streams(
+                args["port"],
+                args["headers"],
+                args["concurrency"],
+                args["n"],
+                args["rate"],
+                args["per_worker"],
+                args["timeout"],
+                outcome,
+            )
+        )
+        figures = asdict(done)
+    elif kind == "throughput":
+        rps = asyncio.run(
+            _aiohttp_throughput(
+                args["port"], args["headers"], args["concurrency"], args["seconds"], outcome
+            )
+        )
+        figures = {"rps": rps}
+    else:
+        raise SystemExit(f"unknown load client {kind!r}")
+    return {"outcome": asdict(outcome), "figures": figures}
+
+
+def main(argv: list[str]) -> int:
+    """``python -m bench.load KIND ARGS_JSON``: say ready, wait for go, measure, answer."""
+    kind, args = argv[0], json.loads(argv[1])
+    print(MARK + "ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 2  # the parent gave up (or died) before the load
+    answer = _child(kind, args)
+    sys.stdout.write(MARK + json.dumps(answer, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

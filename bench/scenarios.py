@@ -212,18 +212,24 @@ def throughput(fleet: Fleet, plan: Plan, results: Results, client: str) -> None:
             for target in order:
                 outcome = load.Outcome()
                 procs = target.processes()
-                cpu0 = cpu_seconds(procs)
-                started = time.perf_counter()
                 if use_wrk:
+                    cpu0 = cpu_seconds(procs)
+                    started = time.perf_counter()
                     rps, _ = load.wrk_throughput(
                         target.port, target.headers, concurrency, plan.throughput_seconds, outcome
                     )
+                    elapsed = time.perf_counter() - started
+                    cpu = cpu_seconds(procs) - cpu0
                 else:
-                    rps = load.aiohttp_throughput(
+                    # The client's own process is started (and ready) before the bracket.
+                    with load.start_throughput(
                         target.port, target.headers, concurrency, plan.throughput_seconds, outcome
-                    )
-                elapsed = time.perf_counter() - started
-                cpu = cpu_seconds(procs) - cpu0
+                    ) as child:
+                        cpu0 = cpu_seconds(procs)
+                        started = time.perf_counter()
+                        rps = float(child.run().get("rps", 0.0))
+                        elapsed = time.perf_counter() - started
+                        cpu = cpu_seconds(procs) - cpu0
                 results.merge("throughput", case, target.name, outcome)
                 requests = rps * elapsed
                 results.add(
@@ -274,11 +280,13 @@ def stream_round(
     heavy = concurrency >= 128
     if heavy:
         reset_peak_rss(memory)
-    cpu0 = cpu_seconds(procs)
-    figures = load.streams(
+    # The client runs in its own fresh process, started (and ready) before the CPU bracket.
+    with load.start_streams(
         target.port, target.headers, concurrency, n, rate, outcome, per_worker=per_worker
-    )
-    cpu = cpu_seconds(procs) - cpu0
+    ) as child:
+        cpu0 = cpu_seconds(procs)
+        figures = load.StreamFigures.from_json(child.run())
+        cpu = cpu_seconds(procs) - cpu0
     results.merge("streams", case, target.name, outcome)
     if figures.chunks == 0:
         return
