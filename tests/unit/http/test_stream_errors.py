@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.relay.proxy import holds_error_event, _with_hint
+from modelswap.http.relay.proxy import _with_hint, holds_error_event
 from modelswap.http.request_obs import RequestObs
 from modelswap.redact import Redactor
 
