@@ -21,6 +21,7 @@ import httptools
 
 HIGH_WATER = 1 << 20  # bytes of answer buffered before the backend's socket is paused
 MAX_IDLE = 256  # idle connections kept per backend; more are closed as they come back
+IDLE_CLOSE = 15.0  # seconds an idle connection is kept (aiohttp's keep-alive time, as before)
 
 
 class BackendClosedError(ConnectionError):
@@ -57,6 +58,7 @@ class BackendConnection(asyncio.Protocol):
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.reused = False
+        self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
         self._reset()
 
@@ -215,11 +217,14 @@ class BackendConnection(asyncio.Protocol):
 
 
 class BackendPool:
-    """Idle connections by (host, port), newest first out; used on the event loop only."""
+    """Idle connections by (host, port), newest first out, each closed after IDLE_CLOSE
+    seconds unused (a backend's connection count goes back to none when no one asks); used on
+    the event loop only."""
 
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[BackendConnection]] = {}
         self._closed = False
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def connect(self, host: str, port: int) -> BackendConnection:
         """An idle connection to (host, port), else a new one (raises OSError; the caller
@@ -238,8 +243,24 @@ class BackendPool:
         idle = self._idle.setdefault(connection.key, [])
         if self._closed or len(idle) >= MAX_IDLE:
             connection.close()
-        else:
-            idle.append(connection)
+            return
+        loop = asyncio.get_running_loop()
+        connection.idle_since = loop.time()
+        idle.append(connection)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(IDLE_CLOSE / 4, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close the connections idle for IDLE_CLOSE seconds (the oldest are first in each
+        list); look again while any is left."""
+        loop = asyncio.get_running_loop()
+        expired = loop.time() - IDLE_CLOSE
+        for connections in self._idle.values():
+            while connections and connections[0].idle_since <= expired:
+                connections.pop(0).close()
+        self._sweeper = None
+        if any(self._idle.values()):
+            self._sweeper = loop.call_later(IDLE_CLOSE / 4, self._sweep)
 
     def forget(self, connection: BackendConnection) -> None:
         idle = self._idle.get(connection.key)
@@ -252,6 +273,9 @@ class BackendPool:
 
     def close(self) -> None:
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         idle, self._idle = self._idle, {}
         for connections in idle.values():
             for connection in connections:

@@ -42,6 +42,7 @@ from aiohttp import hdrs, web
 from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
 from modelswap.http.middleware.clients import client_network
+from modelswap.http.server.acceptor import Acceptor, listening_sockets
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
 from modelswap.http.server.fast_lane import FastLane, LaneConnection
 from modelswap.http.server.ledger import IDLE, NEW, PROMISED, WORK, ConnectionLedger, Standing
@@ -329,9 +330,10 @@ class GuardedSite(web.TCPSite):
         # net.core.somaxconn), as Go's and nginx's listeners ask: with aiohttp's 128, a burst of
         # connects overflows it while the loop is busy, and each SYN dropped costs its client a
         # 1 s retransmit; over-cap connections are answered by the ledger, not by the kernel.
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Doorman(self._place), self._host, self._port, backlog=socket.SOMAXCONN
-        )
+        # Accepted by our own loop (acceptor.py), not uvloop's libuv, which closes what it
+        # accepts once descriptors run out where asyncio waits.
+        sockets = listening_sockets(self._host, self._port, socket.SOMAXCONN)
+        self._server = Acceptor(sockets, lambda: _Doorman(self._place))  # type: ignore[assignment]
 
     async def stop(self) -> None:
         await super().stop()
