@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from modelswap.http.relay import backend_pool
 from modelswap.http.relay.backend_pool import (
     BackendBrokeError,
     BackendClosedError,
@@ -272,3 +273,18 @@ async def test_a_closed_pool_keeps_nothing(server: Server) -> None:
     connection.finish(reusable=True)
     assert pool.idle == 0
     await asyncio.wait_for(server.closed.wait(), HANG)
+
+
+async def test_a_connection_idle_past_its_time_is_closed(
+    server: Server, pool: BackendPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A backend's count of open connections goes back to none when no one asks (as aiohttp's
+    # pool did, after its keep-alive time); the time shortened so the test need not wait 15 s.
+    monkeypatch.setattr(backend_pool, "IDLE_CLOSE", 0.2)
+    connection = await pool.connect("127.0.0.1", server.port)
+    assert await exchange(connection) == (200, b"ok")
+    connection.finish(reusable=True)
+    assert pool.idle == 1
+    await asyncio.wait_for(server.closed.wait(), HANG)  # the server saw it close
+    assert pool.idle == 0
+    await until(lambda: connection.transport is None)
