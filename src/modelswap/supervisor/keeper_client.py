@@ -391,20 +391,23 @@ class Spare:
         waiting child holds — kept waiting by our copy of its command pipe until
         :meth:`discard` closes it."""
         # sock_recv, not a reader of our own: cancelled (the spare is taken), it leaves alone
-        # the reader that use() registers next on the same socket. Raced with the keeper's
-        # exit: uvloop keeps its own copy of the child's stdin (our socket's other end) until
-        # the process's pipes close, so there the end-of-file waits for the waiting child;
-        # its wait() returns at the exit itself (asyncio's waits for the pipes: the EOF wins).
+        # the reader that use() registers next on the same socket. uvloop keeps its own copy
+        # of the child's stdin (our socket's other end) until the process's pipes close, which
+        # the waiting child holds: there the end-of-file would never come. Its wait() returns
+        # at the exit itself (asyncio's only once the pipes close: there the EOF comes first),
+        # and then shutting our end's reading ends the sock_recv as an EOF would.
         loop = asyncio.get_running_loop()
-        closed = loop.create_task(loop.sock_recv(self._control, 1))
-        exited = loop.create_task(self.keeper.wait())
+        watch = loop.create_task(self._shut_when_exited())
         try:
-            await asyncio.wait((closed, exited), return_when=asyncio.FIRST_COMPLETED)
+            with contextlib.suppress(OSError):
+                await loop.sock_recv(self._control, 1)
         finally:
-            for waiter in (closed, exited):
-                waiter.cancel()
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await waiter
+            watch.cancel()
+
+    async def _shut_when_exited(self) -> None:
+        await self.keeper.wait()
+        with contextlib.suppress(OSError):
+            self._control.shutdown(socket.SHUT_RD)
 
     async def discard(self) -> None:
         """End it (it has started nothing) and wait until it has exited."""
