@@ -485,6 +485,27 @@ def _strips(obs: RequestObs | None) -> bool:
     return obs is not None and obs.usage is not None and obs.usage.strips
 
 
+def relayed_chunk(chunk: bytes, obs: RequestObs | None, redactor: Redactor) -> bytes:
+    """A chunk of the backend's answer as the client gets it (``b""``: nothing of it): counted,
+    its usage read (the injected usage chunk stripped), its error events masked and recorded.
+    Both relays use it: aiohttp's (:func:`_copy`) and the fast lane's."""
+    if obs is not None:
+        chunk = obs.tap(chunk)
+    if b'"error"' in chunk:
+        chunk = redact_error_events(chunk, redactor)
+        if obs is not None and holds_error_event(chunk):
+            obs.error_event("upstream_error")  # the backend's own, mid-stream
+    return chunk
+
+
+def broke_message(label: str, exc: BaseException) -> str:
+    return f"Backend for model `{label}` broke the response: {exc or type(exc)}"
+
+
+def stalled_message(label: str, idle: float) -> str:
+    return f"Backend for model `{label}` sent nothing for {idle:g} s; the response was cut."
+
+
 async def _copy(
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
@@ -506,9 +527,7 @@ async def _copy(
                 except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                     # (only the backend's side: a client that left fails the write below,
                     # which is not the backend's doing)
-                    message = (
-                        f"Backend for model `{target.label}` broke the response: {exc or type(exc)}"
-                    )
+                    message = broke_message(target.label, exc)
                     log.warning("%s", message)
                     return 502, message
                 now = loop.time()
@@ -519,20 +538,11 @@ async def _copy(
                     if obs is not None and (rest := obs.finish()):
                         await response.write(rest)
                     return None
-                if obs is not None:
-                    chunk = obs.tap(chunk)
-                    if not chunk:
-                        continue
-                if b'"error"' in chunk:
-                    chunk = redact_error_events(chunk, redactor)
-                    if obs is not None and holds_error_event(chunk):
-                        obs.error_event("upstream_error")  # the backend's own, mid-stream
-                await response.write(chunk)
+                chunk = relayed_chunk(chunk, obs, redactor)
+                if chunk:
+                    await response.write(chunk)
     except TimeoutError:
-        message = (
-            f"Backend for model `{target.label}` sent nothing for "
-            f"{timeouts.idle_between_chunks:g} s; the response was cut."
-        )
+        message = stalled_message(target.label, timeouts.idle_between_chunks)
         log.warning("%s", message)
         return 504, message
 
@@ -548,8 +558,26 @@ async def _end_with_error_event(
     obs: RequestObs | None = None,
     hint: str | None = None,
 ) -> web.StreamResponse:
-    """End a stream with the gateway's error event (``lead`` ends any event cut short), and
-    record it as the request's error. A ``hint`` (of vLLM's tool-choice refusal) goes beside
+    """End a stream with the gateway's error event (:func:`final_error_event`)."""
+    await response.write(
+        final_error_event(status, message, redactor, path, lead=lead, obs=obs, hint=hint)
+    )
+    await response.write_eof()
+    return response
+
+
+def final_error_event(
+    status: int,
+    message: str,
+    redactor: Redactor,
+    path: str,
+    *,
+    lead: bytes = b"\n\n",
+    obs: RequestObs | None = None,
+    hint: str | None = None,
+) -> bytes:
+    """The gateway's error event that ends a stream (``lead`` ends any event cut short),
+    recorded as the request's error. A ``hint`` (of vLLM's tool-choice refusal) goes beside
     the message and at its end."""
     code = "upstream_timeout" if status == 504 else "upstream_error"
     if hint is not None:
@@ -562,6 +590,4 @@ async def _end_with_error_event(
     if obs is not None:
         obs.error_event(code)
         obs.wrote(event)
-    await response.write(event)
-    await response.write_eof()
-    return response
+    return event

@@ -39,7 +39,6 @@ from modelswap.errors import ModelswapError, UpstreamError, UpstreamTimeoutError
 from modelswap.http.app_keys import AUTHORISED, CLIENT, Client
 from modelswap.http.error_responses import (
     HINT_HEADER,
-    envelope,
     error_code_of,
     error_response,
     response_for,
@@ -68,11 +67,12 @@ from modelswap.http.relay.proxy import (
     MAX_ERROR_BODY,
     STALE_RETRIES,
     TOOL_CHOICE_CODE,
-    holds_error_event,
+    broke_message,
+    final_error_event,
     redact_error_body,
-    redact_error_events,
+    relayed_chunk,
+    stalled_message,
 )
-from modelswap.http.relay.sse import error_event
 from modelswap.http.request_obs import OBS, RequestObs
 from modelswap.http.route_table import INFERENCE, USAGE_PATHS
 from modelswap.http.server.ledger import IDLE, PROMISED, WORK, ConnectionLedger, Standing
@@ -158,13 +158,12 @@ class HandOver(Exception):
 class _Head:
     """One request head, as httptools reads it."""
 
-    __slots__ = ("complete", "handed", "headers", "keep_alive", "length", "raw_headers", "url")
+    __slots__ = ("complete", "keep_alive", "length", "raw_headers", "url")
 
     def __init__(self) -> None:
         self.url = b""
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.complete = False
-        self.handed = False
         self.keep_alive = True
         self.length: int | None = None
 
@@ -458,8 +457,6 @@ class LaneConnection(asyncio.Protocol):
 
     def _parse_head(self, size: int) -> _Head | None:
         """The head if this lane may serve its request (judged on the head alone)."""
-        if not self._buffer.startswith(b"POST /"):
-            return None  # not an inference request: parsed by aiohttp alone
         head = _Head()
         parser = httptools.HttpRequestParser(head)
         try:
@@ -930,24 +927,13 @@ class _Exchange:
             try:
                 chunk = await upstream.read()
             except BackendBrokeError as exc:
-                failure = (
-                    502,
-                    f"Backend for model `{self.target.label}` broke the response: {exc}",
-                )
+                failure = (502, broke_message(self.target.label, exc))
                 break
             if not chunk:
                 if obs is not None and (rest := obs.finish()):
                     self._write(rest)
                 break
-            if obs is not None:
-                chunk = obs.tap(chunk)
-                if not chunk:
-                    continue
-            if b'"error"' in chunk:
-                chunk = redact_error_events(chunk, redactor)
-                if obs is not None and holds_error_event(chunk):
-                    obs.error_event("upstream_error")
-            self._write(chunk)
+            self._write(relayed_chunk(chunk, obs, redactor))
             if connection._write_ready is not None:
                 self._flush()
                 self.next_chunk_by = _NEVER  # a slow client is not a stalled backend
@@ -966,16 +952,9 @@ class _Exchange:
         self._error_event(*failure, obs)
 
     def _error_event(self, status: int, message: str, obs: RequestObs | None) -> None:
-        """End a stream with the gateway's error event (as proxy._end_with_error_event)."""
-        code = "upstream_timeout" if status == 504 else "upstream_error"
+        """End a stream with the gateway's error event (as aiohttp's path ends one)."""
         redactor = self.connection._lane.runtime.redactor
-        masked = redactor.data(envelope(message, status, code=code))
-        assert isinstance(masked, dict)
-        event = b"\n\n" + error_event(self.request.path, masked, status)
-        if obs is not None:
-            obs.error_event(code)
-            obs.wrote(event)
-        self._write(event)
+        self._write(final_error_event(status, message, redactor, self.request.path, obs=obs))
         self._end()
         self._flush()
 
@@ -1023,10 +1002,7 @@ class _Exchange:
             error = UpstreamTimeoutError(label, "response", timeouts.first_byte)
         elif self.expired == "idle":
             error = None
-            message = (
-                f"Backend for model `{label}` sent nothing for "
-                f"{timeouts.idle_between_chunks:g} s; the response was cut."
-            )
+            message = stalled_message(label, timeouts.idle_between_chunks)
         else:
             error = UpstreamTimeoutError(label, "complete response", timeouts.total or 0.0)
         if error is not None:
