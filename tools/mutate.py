@@ -125,7 +125,7 @@ MUTATIONS = (
     ),
     Mutation(
         "error-events-not-redacted",  # a backend's error event relayed with its secrets
-        "src/modelswap/http/relay/proxy.py",
+        "src/modelswap/http/relay/relay.py",
         "lines[index] = redact_error_body(line, redactor)",
         "lines[index] = line",
         ("tests/unit/http/test_error_redaction.py",),

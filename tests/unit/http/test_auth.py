@@ -26,7 +26,7 @@ from modelswap.http.middleware.auth import auth_middleware, match_key, presented
 from modelswap.http.middleware.cors import ALLOW_HEADERS, Cors
 from modelswap.http.middleware.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
 from modelswap.http.reading import check_upstream_path
-from modelswap.http.relay.proxy import request_headers
+from modelswap.http.relay.relay import headers_up
 from modelswap.http.route_table import (
     ADMIN,
     ANY,
@@ -581,14 +581,17 @@ def test_client_credentials_are_stripped_and_the_upstream_key_added() -> None:
         ("Connection", "keep-alive"),
         ("Host", "gateway"),
     )
-    out = request_headers(incoming, "upstream-key")
+    raw = [(name.encode(), value.encode()) for name, value in incoming.items()]
+    out = _headers(*((n.decode(), v.decode()) for n, v in headers_up(raw, "upstream-key", "id")))
     assert out.getall("Authorization") == ["Bearer upstream-key"]
     assert "x-api-key" not in out
     assert "api-key" not in out
+    assert "Connection" not in out
+    assert "Host" not in out
     assert out["Content-Type"] == "application/json"
     assert out["X-Custom"] == "kept"
     assert "client-key" not in json.dumps(list(out.items()))
-    bare = request_headers(incoming)
+    bare = _headers(*((n.decode(), v.decode()) for n, v in headers_up(raw, None, "id")))
     assert "Authorization" not in bare
     assert "client-key" not in json.dumps(list(bare.items()))
 

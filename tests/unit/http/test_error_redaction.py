@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.relay.proxy import redact_error_body, redact_error_events
+from modelswap.http.relay.relay import redact_error_body, redact_error_events
 from modelswap.redact import Redactor
 
 KNOWN = "known-secret-value-1234"

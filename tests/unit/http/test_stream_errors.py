@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from modelswap.http.relay.proxy import _with_hint, holds_error_event
+from modelswap.http.relay.relay import holds_error_event, with_hint
 from modelswap.http.request_obs import RequestObs
 from modelswap.redact import Redactor
 
@@ -28,12 +28,12 @@ def test_a_backends_error_event_is_told_from_content_that_mentions_error() -> No
 
 def test_the_hint_goes_beside_the_message_and_at_its_end() -> None:
     body = {"error": {"message": "tools need a parser", "type": "BadRequestError", "code": 400}}
-    out = json.loads(_with_hint(body, HINT, Redactor()))
+    out = json.loads(with_hint(body, HINT, Redactor()))
     assert out["error"]["hint"] == HINT
     assert out["error"]["message"] == f"tools need a parser Hint: {HINT}."
     assert (out["error"]["type"], out["error"]["code"]) == ("BadRequestError", 400)
     assert body["error"]["message"] == "tools need a parser"  # the input is left alone
-    flat = json.loads(_with_hint({"error": "tools need a parser"}, HINT, Redactor()))
+    flat = json.loads(with_hint({"error": "tools need a parser"}, HINT, Redactor()))
     assert flat == {"error": f"tools need a parser Hint: {HINT}.", "hint": HINT}
 
 

@@ -1,10 +1,10 @@
 """Pooled HTTP/1.1 connections to local backends on raw asyncio protocols, parsed by httptools
-(llhttp, the C parser uvicorn uses): the upstream half of the fast lane
-(:mod:`modelswap.http.server.fast_lane`).
+(llhttp, the C parser uvicorn uses): the relay's raw transport (:class:`PooledTransport`), used
+by the fast door (:mod:`modelswap.http.server.fast_door`).
 
 aiohttp's client costs ~75 µs of Python per request here (a request object, a response object,
 a connector lookup, three timeouts); this costs a dictionary lookup, one write and the parser's
-callbacks. It does only what the fast lane needs: plain ``http://`` to a host and port, a whole
+callbacks. It does only what the common case needs: plain ``http://`` to a host and port, a whole
 request written at once, the answer's head and then its body as it arrives (chunked framing
 decoded), a connection kept for the next request only when its answer was read to the end and
 both sides allow it. Everything else (TLS, peers, WebSockets, llama-swap's per-model connection
@@ -15,38 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from dataclasses import dataclass
 
 import httptools
+
+from modelswap.http.relay.transport import (
+    CONNECT,
+    FIRST_BYTE,
+    BackendBrokeError,
+    BackendClosedError,
+    BackendRefusedError,
+    Deadlines,
+    ResponseHead,
+)
+
+__all__ = ["BackendBrokeError", "BackendClosedError", "BackendConnection", "BackendPool"]
 
 HIGH_WATER = 1 << 20  # bytes of answer buffered before the backend's socket is paused
 MAX_IDLE = 256  # idle connections kept per backend; more are closed as they come back
 IDLE_CLOSE = 15.0  # seconds an idle connection is kept (aiohttp's keep-alive time, as before)
-
-
-class BackendClosedError(ConnectionError):
-    """The connection closed before any byte of the answer: a reused one the backend had
-    given up on (``stale``), or the backend itself refusing or dropping it."""
-
-    def __init__(self, stale: bool, reason: str) -> None:
-        super().__init__(reason)
-        self.stale = stale
-
-
-class BackendBrokeError(ConnectionError):
-    """The answer broke off, or could not be parsed, after it had begun."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseHead:
-    """An answer's head as it came (names and values as bytes, in order)."""
-
-    status: int
-    reason: bytes
-    headers: list[tuple[bytes, bytes]]
-    content_length: int | None
-    keep_alive: bool
-    event_stream: bool  # Content-Type: text/event-stream
 
 
 class BackendConnection(asyncio.Protocol):
@@ -280,3 +266,41 @@ class BackendPool:
         for connections in idle.values():
             for connection in connections:
                 connection.close()
+
+
+class PooledTransport:
+    """The relay's transport to one plain ``http://`` backend, on ``pool``'s connections."""
+
+    __slots__ = ("_host", "_pool", "_port", "_prefix")
+
+    def __init__(self, pool: BackendPool, host: str, port: int) -> None:
+        self._pool = pool
+        self._host = host
+        self._port = port
+        named = f"[{host}]" if ":" in host else host  # an IPv6 address, bracketed
+        self._prefix = b" HTTP/1.1\r\nHost: %b:%d\r\n" % (named.encode(), port)
+
+    async def open(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        deadlines: Deadlines,
+    ) -> tuple[ResponseHead, BackendConnection]:
+        deadlines.phase = CONNECT
+        try:
+            connection = await self._pool.connect(self._host, self._port)
+        except OSError as exc:
+            raise BackendRefusedError(str(exc) or type(exc).__name__) from exc
+        deadlines.phase = FIRST_BYTE
+        lines = [method.encode(), b" ", target.encode("latin-1"), self._prefix]
+        lines.extend(b"%b: %b\r\n" % pair for pair in headers)
+        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        lines.append(body)
+        connection.send(b"".join(lines))
+        try:
+            return await connection.head(), connection
+        except BaseException:
+            connection.close()
+            raise

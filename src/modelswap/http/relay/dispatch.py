@@ -27,12 +27,14 @@ from modelswap.errors import (
 from modelswap.http.reading import raw_query
 from modelswap.http.relay import proxy
 from modelswap.http.relay.apply_filters import apply_layers
+from modelswap.http.relay.client_transport import ClientTransport
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
 from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
+from modelswap.http.relay.relay import Upstream, observe_payload
+from modelswap.http.relay.response_sink import ResponseSink
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.request_obs import OBS
-from modelswap.http.route_table import USAGE_PATHS, upstream_path
-from modelswap.observe.usage import UsageTracker, request_usage_injection
+from modelswap.http.route_table import upstream_path
 from modelswap.routing.peer_directory import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
 
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 FALLBACK_ON = (StartError, UpstreamError, UpstreamTimeoutError, PeerUnavailableError)
 HOPS_HEADER = "X-Modelswap-Hops"
 MAX_HOPS = 8
+_HOPS = HOPS_HEADER.encode()
 
 
 def forwarded_path_qs(request: web.Request) -> str:
@@ -108,12 +111,15 @@ async def dispatch(
     if policy is not None and obs is not None:
         obs.metadata = policy.context  # context.<key>, as the last attempt left it
     preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
-    waiting = WaitingStream(request, runtime) if body.stream else None
+    sink = ResponseSink(request)
+    waiting = WaitingStream(request, runtime, sink) if body.stream else None
     try:
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
             try:
-                return await _attempt(request, runtime, target, body, waiting, has_next, policy)
+                return await _attempt(
+                    request, runtime, target, body, sink, waiting, has_next, policy
+                )
             except FALLBACK_ON as exc:
                 if not has_next:
                     raise
@@ -130,22 +136,16 @@ async def _attempt(
     runtime: Runtime,
     target: Target,
     body: RequestBody,
+    sink: ResponseSink,
     waiting: WaitingStream | None,
     has_next: bool,
     policy: PolicyRun | None = None,
 ) -> web.StreamResponse:
     payload, data = prepare_body(target, body, policy)  # a deny raises: nothing started
     obs = request.get(OBS)
-    if obs is not None:
-        obs.model, obs.bytes_in = target.label, len(payload)
-        obs.request_body = payload[: obs.request_limit]
-        injected = None
-        if data is not None and request.path in USAGE_PATHS:
-            injected = request_usage_injection(payload, data)
-        if injected is not None:  # ask for the usage chunk; the client will not see it
-            payload = injected
-        streamed = waiting is not None
-        obs.usage = UsageTracker(streamed=streamed, strip_usage_chunk=injected is not None)
+    payload = observe_payload(
+        obs, target.label, request.path, payload, data, streamed=waiting is not None
+    )
     if isinstance(target, LocalTarget):
         return await proxy.attempt_local(
             request,
@@ -153,10 +153,11 @@ async def _attempt(
             target.model,
             path_qs=forwarded_path_qs(request),
             body=payload,
+            sink=sink,
             waiting=waiting,
             raise_5xx=has_next,
         )
-    return await _attempt_peer(request, runtime, target, payload, waiting, has_next)
+    return await _attempt_peer(request, runtime, target, payload, sink, has_next)
 
 
 async def _attempt_peer(
@@ -164,7 +165,7 @@ async def _attempt_peer(
     runtime: Runtime,
     route: PeerRoute,
     body: bytes,
-    waiting: WaitingStream | None,
+    sink: ResponseSink,
     has_next: bool,
 ) -> web.StreamResponse:
     """Forward to a peer through its circuit breaker; the peer's key, never the client's."""
@@ -173,14 +174,15 @@ async def _attempt_peer(
     if not breaker.admit(directory.now()):
         raise PeerUnavailableError(route.peer.id, breaker.retry_in(directory.now()))
     statuses: list[int] = []
-    upstream = proxy.Upstream(
+    peer = route.peer
+    upstream = Upstream(
         route.label,
-        route.peer.proxy,
-        route.peer.api_key,
-        route.peer.timeouts,
+        ClientTransport(runtime.session_for(peer.timeouts), peer.proxy, peer.timeouts),
+        peer.api_key,
+        peer.timeouts,
         release=_nothing,
         raise_5xx=has_next,
-        extra_headers=((HOPS_HEADER, str(hops(request) + 1)),),
+        extra_headers=((_HOPS, b"%d" % (hops(request) + 1)),),
         on_status=statuses.append,
     )
     failed = False
@@ -191,7 +193,7 @@ async def _attempt_peer(
             upstream,
             path_qs=forwarded_path_qs(request),
             body=body,
-            into=waiting.response if waiting is not None else None,
+            sink=sink,
         )
     except (UpstreamError, UpstreamTimeoutError):
         if not statuses:

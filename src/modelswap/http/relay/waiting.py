@@ -24,6 +24,7 @@ from aiohttp import web
 
 from modelswap.errors import ModelswapError
 from modelswap.http.error_responses import error_code_of, response_for
+from modelswap.http.relay.response_sink import ResponseSink
 from modelswap.http.relay.sse import error_event, event_stream
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import CHAT_PATHS
@@ -36,12 +37,20 @@ KEEPALIVE = 5.0
 
 
 class WaitingStream:
-    """``acquire`` like the router's; ``response`` is set once the stream was opened early."""
+    """``acquire`` like the router's; opens ``sink`` early when the wait is long (the relay
+    then writes the answer into it)."""
 
-    def __init__(self, request: web.Request, runtime: Runtime) -> None:
+    def __init__(
+        self, request: web.Request, runtime: Runtime, sink: ResponseSink | None = None
+    ) -> None:
         self._request = request
         self._runtime = runtime
-        self.response: web.StreamResponse | None = None
+        self.sink = sink if sink is not None else ResponseSink(request)
+
+    @property
+    def response(self) -> web.StreamResponse | None:
+        """The stream, once opened early."""
+        return self.sink.response
 
     async def acquire(self, model: str) -> Lease:
         runtime = self._runtime
@@ -91,11 +100,9 @@ class WaitingStream:
         return f"data: {json.dumps(chunk)}\n\n".encode()
 
     async def _open(self) -> web.StreamResponse:
-        if self.response is None:
-            response = event_stream()
-            await response.prepare(self._request)
-            self.response = response
-        return self.response
+        if self.sink.response is None:
+            return await self.sink.open_early(event_stream())
+        return self.sink.response
 
     async def _write(self, response: web.StreamResponse, data: bytes) -> None:
         obs = self._request.get(OBS)
@@ -106,15 +113,16 @@ class WaitingStream:
     async def fail(self, error: ModelswapError) -> web.StreamResponse:
         """End the already-open stream with the error as a final ``data:`` event, and record
         its code (the request failed, though its status was 200)."""
-        assert self.response is not None
+        response = self.sink.response
+        assert response is not None
         answer = response_for(error, self._runtime.redactor)
         data = json.loads(_body(answer))
         obs = self._request.get(OBS)
         if obs is not None:
             obs.error_event(error_code_of(data))
-        await self._write(self.response, error_event(self._request.path, data, answer.status))
-        await self.response.write_eof()
-        return self.response
+        await self._write(response, error_event(self._request.path, data, answer.status))
+        await response.write_eof()
+        return response
 
 
 async def fail_or_raise(waiting: WaitingStream | None, error: ModelswapError) -> web.StreamResponse:

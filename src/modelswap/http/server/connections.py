@@ -44,7 +44,7 @@ from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
 from modelswap.http.middleware.clients import client_network
 from modelswap.http.server.acceptor import Acceptor, listening_sockets
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
-from modelswap.http.server.fast_lane import FastLane, LaneConnection
+from modelswap.http.server.fast_door import FastLane, LaneConnection
 from modelswap.http.server.ledger import IDLE, NEW, PROMISED, WORK, ConnectionLedger, Standing
 
 log = logging.getLogger("modelswap")

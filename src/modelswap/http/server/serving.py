@@ -24,7 +24,7 @@ from modelswap.http.middleware.draining import DRAIN
 from modelswap.http.routes.observe import GatewayLogHandler
 from modelswap.http.server.app import create_app
 from modelswap.http.server.connections import GuardedSite
-from modelswap.http.server.fast_lane import FastLane
+from modelswap.http.server.fast_door import FastLane
 from modelswap.http.server.ledger import ConnectionLedger
 from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime

@@ -25,6 +25,7 @@ import email.utils
 import logging
 import time
 import urllib.parse
+from collections.abc import Mapping
 from typing import Protocol, cast
 
 import httptools
@@ -33,16 +34,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from modelswap.backends.diagnose import tool_choice_hint
 from modelswap.config.resolved import ApiKey
-from modelswap.errors import ModelswapError, UpstreamError, UpstreamTimeoutError
+from modelswap.errors import ModelswapError, UpstreamUnreachableError
 from modelswap.http.app_keys import AUTHORISED, CLIENT, Client
-from modelswap.http.error_responses import (
-    HINT_HEADER,
-    error_code_of,
-    error_response,
-    response_for,
-)
+from modelswap.http.error_responses import error_code_of, error_response, response_for
 from modelswap.http.middleware.auth import match_key
 from modelswap.http.middleware.draining import DRAIN, Drain
 from modelswap.http.middleware.inflight_registry import (
@@ -54,31 +49,14 @@ from modelswap.http.middleware.inflight_registry import (
 from modelswap.http.middleware.observing import CLIENT_CLOSED, record_request
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
 from modelswap.http.reading import presented_key, request_id
-from modelswap.http.relay.backend_pool import (
-    BackendBrokeError,
-    BackendClosedError,
-    BackendConnection,
-    BackendPool,
-    ResponseHead,
-)
+from modelswap.http.relay.backend_pool import BackendPool, PooledTransport
 from modelswap.http.relay.dispatch import HOPS_HEADER, preflight, prepare_body
 from modelswap.http.relay.extract import RequestBody, parse_request
-from modelswap.http.relay.proxy import (
-    MAX_ERROR_BODY,
-    STALE_RETRIES,
-    TOOL_CHOICE_CODE,
-    broke_message,
-    final_error_event,
-    redact_error_body,
-    relayed_chunk,
-    stalled_message,
-)
+from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
 from modelswap.http.request_obs import OBS, RequestObs
-from modelswap.http.route_table import INFERENCE, USAGE_PATHS
+from modelswap.http.route_table import INFERENCE
 from modelswap.http.server.ledger import IDLE, PROMISED, WORK, ConnectionLedger, Standing
 from modelswap.jsonsafe import loads
-from modelswap.observe.usage import UsageTracker, request_usage_injection
-from modelswap.routing.local import Lease
 from modelswap.runtime import LocalTarget, Runtime
 
 log = logging.getLogger("modelswap")
@@ -98,36 +76,10 @@ FAST_PATHS = frozenset(
         "/infill",
     }
 )
-SWEEP = 0.25  # seconds between looks at the deadlines (header, body, backend timeouts)
+SWEEP = 0.25  # seconds between looks at the deadlines of a head or a body awaited
 MAX_FAST_BODY = 1 << 20  # larger bodies go to aiohttp's path (read as they arrive)
 MAX_HEAD = 64 * 1024  # no end of head by then: aiohttp's parser judges it
 PAUSE_AT = 4 * MAX_FAST_BODY  # bytes buffered while a request is served, before reading pauses
-# Headers a backend's request never carries from the client: hop-by-hop ones, the framing
-# (written anew), the client's credentials (a backend that needs a key gets its own) and the
-# request id (one per request, chosen here).
-_NOT_SENT_UP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"trailers",
-        b"transfer-encoding",
-        b"upgrade",
-        b"host",
-        b"content-length",
-        b"authorization",
-        b"x-api-key",
-        b"api-key",
-        b"x-request-id",
-    }
-)
-# Down: the framing, hop-by-hop headers and the request id are written anew, and ``Date`` is
-# the gateway's (as aiohttp's path sends one).
-_NOT_SENT_DOWN = (_NOT_SENT_UP - {b"authorization", b"x-api-key", b"api-key"}) | {b"date"}
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 # Seen in a request head, each sends the request to aiohttp's path.
 _HANDED_HEADERS = frozenset(
@@ -262,7 +214,7 @@ class FastLane:
         self.pool = BackendPool()
         self.date = _Date()
         self.connections: set[LaneConnection] = set()
-        self._addresses: dict[str, tuple[str, int] | None] = {}
+        self._transports: dict[str, PooledTransport | None] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self.counts: collections.Counter[str] = collections.Counter()  # "served" or a reason
         runtime.add_collector(_LaneCollector(self.counts))
@@ -295,16 +247,17 @@ class FastLane:
             and not config.observability.capture
         )
 
-    def address(self, url: str) -> tuple[str, int] | None:
-        """(host, port) of a plain ``http://`` backend URL with no path; else None."""
-        found = self._addresses.get(url, ())
+    def transport(self, url: str) -> PooledTransport | None:
+        """The pooled transport to a plain ``http://`` backend URL with no path; else None."""
+        found = self._transports.get(url, ())
         if found == ():
             parsed = urllib.parse.urlsplit(url)
             plain = parsed.scheme == "http" and not parsed.path and parsed.hostname
-            found = (parsed.hostname or "", parsed.port or 80) if plain else None
-            if len(self._addresses) < 4096:
-                self._addresses[url] = found
-        return cast("tuple[str, int] | None", found)
+            address = (parsed.hostname or "", parsed.port or 80)
+            found = PooledTransport(self.pool, *address) if plain else None
+            if len(self._transports) < 4096:
+                self._transports[url] = found
+        return cast("PooledTransport | None", found)
 
     def close(self) -> None:
         """The listener closes: idle connections close now, busy ones after their answer (the
@@ -327,7 +280,7 @@ class LaneConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._deadline = float("inf")  # of the head (or the body) awaited, when no task runs
         self._awaiting = "head"
-        self._exchange: _Exchange | None = None
+        self._answer: _Answer | None = None
         self._head: _Head | None = None
         self._body_at = 0  # where the body of the request being read starts in the buffer
         self._paused = False
@@ -401,11 +354,8 @@ class LaneConnection(asyncio.Protocol):
     def check(self, now: float) -> None:
         """The sweep: no complete head in headerTimeout closes the connection, as aiohttp's
         handler would; a body slow to follow its head goes to aiohttp's handler, which waits
-        for the rest. A request being served checks its backend's timeouts."""
-        if self._task is not None:
-            if self._exchange is not None:
-                self._exchange.check(now)
-        elif now >= self._deadline and self._transport is not None:
+        for the rest. (A request's backend deadlines are the relay's.)"""
+        if self._task is None and now >= self._deadline and self._transport is not None:
             self._deadline = float("inf")
             if self._awaiting == "body":
                 self._hand_over("slow_body")
@@ -531,19 +481,24 @@ class LaneConnection(asyncio.Protocol):
             runtime.withdraw(pending)  # it would wait (or fail): aiohttp's path waits
             return "not_ready"
         lease = future.result()
-        address = lane.address(lease.config.proxy)
-        if address is None:
+        transport = lane.transport(lease.config.proxy)
+        if transport is None:
             lease.release()
             return "not_ready"
         request[CLIENT] = Client(key)
         request[AUTHORISED] = True
         if self._standing.new or self._standing.kept:  # at work now (connections.at_work)
             self._move(WORK)
-        exchange = _Exchange(self, request, target, body, payload, data, lease, address)
-        exchange.url, exchange.raw_headers = head.url, head.raw_headers
-        exchange.keep_alive = head.keep_alive
-        self._exchange = exchange
-        self._task = exchange.task = asyncio.get_running_loop().create_task(exchange.run())
+        upstream = Upstream(
+            target.label,
+            transport,
+            lease.config.upstream_api_key,
+            target.model.timeouts,
+            lease.release,
+        )
+        answer = _Answer(self, request, head, body, payload, data, upstream)
+        self._answer = answer
+        self._task = answer.task = asyncio.get_running_loop().create_task(answer.run())
         return None
 
     def _key(self, request: LaneRequest) -> ApiKey | None:
@@ -585,7 +540,7 @@ class LaneConnection(asyncio.Protocol):
     def finished(self, keep_alive: bool, handed: str | None) -> None:
         """The task is over: hand over, close, or wait for the next request."""
         self._task = None
-        self._exchange = None
+        self._answer = None
         if self._transport is None:
             return
         if handed:
@@ -639,89 +594,156 @@ class LaneConnection(asyncio.Protocol):
 
 
 _FAST_URLS = frozenset(path.encode() for path in FAST_PATHS)
-_NEVER = float("inf")
 
 
-class _Exchange:
-    """One request served on the lane: backend, relay, record."""
+class _Answer:
+    """One request served on the fast door: run through the relay, whose sink it is (the
+    answer framed on the connection, flushed when the backend has nothing more in hand)."""
+
+    __slots__ = (
+        "chunked",
+        "code",
+        "connection",
+        "head_sent",
+        "keep_alive",
+        "out",
+        "parsed",
+        "payload",
+        "raw_headers",
+        "request",
+        "requested",
+        "stream",
+        "task",
+        "upstream",
+        "url",
+    )
 
     def __init__(
         self,
         connection: LaneConnection,
         request: LaneRequest,
-        target: LocalTarget,
+        head: _Head,
         body: RequestBody,
         payload: bytes,
-        data: object,
-        lease: Lease,
-        address: tuple[str, int],
+        parsed: Mapping[str, object] | None,
+        upstream: Upstream,
     ) -> None:
         self.connection = connection
         self.request = request
-        self.target = target
-        self.body = body
+        self.url = head.url  # the path, as the client sent it
+        self.raw_headers = head.raw_headers  # the client's, as they came
+        self.keep_alive = head.keep_alive
+        self.requested = body.model
+        self.stream = body.stream
         self.payload = payload
-        self.data = data
-        self.lease = lease
-        self.address = address
-        self.keep_alive = True
+        self.parsed = parsed
+        self.upstream = upstream
         self.head_sent = False
         self.chunked = False
-        self.sse = False
         self.code: str | None = None  # of an error the gateway answered itself
-        self.upstream: BackendConnection | None = None
         self.task: asyncio.Task[None] | None = None
-        self._out: list[bytes] = []  # what goes to the client at the next flush
-        self.url = b""  # the path, as the client sent it
-        self.raw_headers: list[tuple[bytes, bytes]] = []  # the client's, as they came
-        # The backend's timeouts, checked by the lane's sweep: the phase waited on and its end
-        # (connect, first byte, the next chunk), and the whole answer's.
-        timeouts = target.model.timeouts
-        now = asyncio.get_running_loop().time()
-        self.phase = "connect"
-        self.first_byte_by = now + timeouts.first_byte if timeouts.first_byte else _NEVER
-        self.connect_by = now + timeouts.connect if timeouts.connect else _NEVER
-        self.next_chunk_by = _NEVER
-        self.total_by = now + timeouts.total if timeouts.total else _NEVER
-        self.expired: str | None = None
+        self.out: list[bytes] = []  # what goes to the client at the next flush
 
-    def check(self, now: float) -> None:
-        """The lane's sweep: a timeout that passed cancels the task, saying which."""
-        if self.expired is not None or self.task is None:
-            return
-        if now >= self.total_by:
-            self.expired = "total"
-        elif self.phase == "connect" and now >= min(self.connect_by, self.first_byte_by):
-            self.expired = "connect" if self.connect_by <= self.first_byte_by else "first byte"
-        elif self.phase == "head" and now >= self.first_byte_by:
-            self.expired = "first byte"
-        elif self.phase == "body" and now >= self.next_chunk_by:
-            self.expired = "idle"
-        if self.expired is not None:
-            self.task.cancel()
+    # -- the relay's sink
+
+    @property
+    def started(self) -> bool:
+        return self.head_sent
+
+    @property
+    def backlogged(self) -> bool:
+        return self.connection._write_ready is not None
+
+    def head(
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], length: int | None
+    ) -> None:
+        """The answer's head, as aiohttp's path sends it (``headers`` as they go, the request
+        id, the framing, the keep-alive decision added); chunked without a length. It waits
+        for the body's first bytes when they are in already (one write, one system call, for
+        a whole small answer)."""
+        connection = self.connection
+        if not connection.may_keep():
+            self.keep_alive = False
+        headers.append((_REQUEST_ID, request_id(cast(web.Request, self.request)).encode()))
+        if status in (204, 304):
+            length = 0  # no body may follow
+        if length is not None:
+            headers.append((b"Content-Length", b"%d" % length))
+        else:
+            headers.append((b"Transfer-Encoding", b"chunked"))
+            self.chunked = True
+        if not self.keep_alive:
+            headers.append((b"Connection", b"close"))
+        self.request[RESPONSE] = _Sent(headers)
+        self.head_sent = True
+        lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason)]
+        lines.extend(b"%b: %b\r\n" % pair for pair in headers)
+        lines.append(connection._lane.date.header())
+        lines.append(b"\r\n")
+        self.out.append(b"".join(lines))
+
+    def write(self, data: bytes) -> None:
+        if self.chunked:
+            self.out.append(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            self.out.append(data)
+
+    async def drained(self) -> None:
+        out = self.out
+        if out:
+            self.connection.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
+        if self.connection._write_ready is not None:
+            await self.connection.drained()
+
+    async def end(self) -> None:
+        if self.chunked:
+            self.out.append(b"0\r\n\r\n")
+        await self.drained()
+
+    def abort(self, reason: str) -> None:
+        self.keep_alive = False
+        self.connection.abort()
+
+    # -- the request
 
     async def run(self) -> None:
         connection = self.connection
         lane = connection._lane
         runtime = lane.runtime
         request = self.request
+        upstream = self.upstream
         obs = RequestObs() if runtime.observing else None
         inflight = None
         if obs is not None:
             request[OBS] = obs
-            obs.requested = self.body.model
+            obs.requested = self.requested
             inflight = lane.registry.add(cast(web.Request, request), self.task)
         lane.drain.begin()
         status, code, handed = 500, None, None
         try:
-            status = await self._serve(obs)
-        except HandOver as exc:
-            handed = exc.reason
+            path = request.path
+            payload = observe_payload(
+                obs, upstream.label, path, self.payload, self.parsed, streamed=self.stream
+            )
+            outgoing = Outgoing(
+                "POST",
+                path,
+                path,
+                self.raw_headers,
+                request_id(cast(web.Request, request)),
+                payload,
+            )
+            status = await relay(outgoing, upstream, self, runtime.redactor, obs)
+        except UpstreamUnreachableError:
+            # Refused at once: aiohttp's path notices a dead backend and starts it again.
+            handed = "backend"
+        except ModelswapError as exc:  # nothing went out yet: answered as aiohttp's path does
+            response = response_for(exc, runtime.redactor)
+            self._write_response(response)
+            status = response.status
         except asyncio.CancelledError:
-            if self.expired is not None and self.task is not None:
-                self.task.uncancel()  # the lane's own deadline, not a disconnect
-                status = self._timed_out(obs)
-            elif inflight is not None and inflight.cancelled and not self.head_sent:
+            if inflight is not None and inflight.cancelled and not self.head_sent:
                 status, code = 502, CANCELLED_CODE
                 self._error(
                     f"Request {inflight.id} was cancelled (POST /api/inflight/{inflight.id}"
@@ -737,17 +759,14 @@ class _Exchange:
                 status = obs.status if done and obs is not None and obs.status else CLIENT_CLOSED
                 self.keep_alive = False
         except Exception:
-            log.exception("fast lane: request to %s failed", self.target.label)
+            log.exception("fast door: request to %s failed", upstream.label)
             self.keep_alive = False
             if not self.head_sent:
                 self._error("modelswap failed to handle the request (see its log).", 500, None)
             else:
                 connection.abort()
         finally:
-            upstream, self.upstream = self.upstream, None
-            if upstream is not None:
-                upstream.close()  # unread answer: the backend stops generating
-            self.lease.release()
+            upstream.release()  # (the relay has, unless it never began)
             if inflight is not None:
                 lane.registry.remove(inflight)
             lane.drain.end()
@@ -761,263 +780,6 @@ class _Exchange:
                     None,  # a capture's (captures are served on aiohttp's path)
                 )
             connection.finished(self.keep_alive, handed)
-
-    async def _serve(self, obs: RequestObs | None) -> int:
-        target = self.target
-        payload = self.payload
-        if obs is not None:
-            obs.model, obs.bytes_in = target.label, len(payload)
-            injected = None
-            if self.data is not None and self.request.path in USAGE_PATHS:
-                injected = request_usage_injection(payload, self.body.data)
-            if injected is not None:
-                payload = injected
-            obs.usage = UsageTracker(
-                streamed=self.body.stream, strip_usage_chunk=injected is not None
-            )
-        try:
-            upstream, head = await self._send(payload)
-        except ModelswapError as exc:  # nothing went out yet: answered as aiohttp's path does
-            response = response_for(exc, self.connection._lane.runtime.redactor)
-            self._write_response(response)
-            return response.status
-        if obs is not None:
-            obs.first_byte()
-            obs.status = head.status
-        if head.status >= 400:
-            await self._relay_error(upstream, head)
-        else:
-            await self._relay(upstream, head, obs)
-        return head.status
-
-    async def _send(self, payload: bytes) -> tuple[BackendConnection, ResponseHead]:
-        """The request written to a pooled connection, and the answer's head."""
-        lane = self.connection._lane
-        host, port = self.address
-        head = self._upstream_head(len(payload), host, port)
-        label = self.target.label
-        closed: BackendClosedError | None = None
-        for _ in range(STALE_RETRIES + 1):
-            self.phase = "connect"
-            try:
-                upstream = await lane.pool.connect(host, port)
-            except OSError as exc:
-                if closed is not None:
-                    # Not a stale connection: the backend itself is gone (it crashed on this
-                    # request). Said as the first failure said; never a restart and replay.
-                    raise UpstreamError(label, str(closed)) from None
-                # Refused at once: aiohttp's path notices a dead backend and starts it again.
-                raise HandOver("backend") from exc
-            self.upstream = upstream
-            self.phase = "head"
-            upstream.send(head + payload)
-            try:
-                return upstream, await upstream.head()
-            except BackendClosedError as exc:
-                # Closed before a byte of answer came: a pooled connection the backend had
-                # given up on; asked again on another (a fresh one is never stale).
-                self.upstream = None
-                upstream.close()
-                closed = closed or exc
-            except BackendBrokeError as exc:
-                raise UpstreamError(label, str(exc)) from None
-        assert closed is not None
-        raise UpstreamError(label, str(closed))
-
-    def _upstream_head(self, length: int, host: str, port: int) -> bytes:
-        """The request's head as the backend gets it: the client's headers as they came, but
-        hop-by-hop ones, its credentials and the framing; the backend's own key, the request
-        id, the new length."""
-        request = self.request
-        named = f"[{host}]" if ":" in host else host  # an IPv6 address, bracketed
-        lines = [b"POST %b HTTP/1.1\r\nHost: %b:%d\r\n" % (self.url, named.encode(), port)]
-        lines.extend(
-            b"%b: %b\r\n" % (name, value)
-            for name, value in self.raw_headers
-            if name.lower() not in _NOT_SENT_UP
-        )
-        key = self.lease.config.upstream_api_key
-        if key:
-            lines.append(f"Authorization: Bearer {key}\r\n".encode("latin-1"))
-        lines.append(f"{REQUEST_ID_HEADER}: {request_id(cast(web.Request, request))}\r\n".encode())
-        lines.append(b"Content-Length: %d\r\n\r\n" % length)
-        return b"".join(lines)
-
-    def _response_head(
-        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], length: int | None
-    ) -> bytes:
-        """The answer's head, as aiohttp's path sends it (``headers`` as they go, the request
-        id, the framing, the keep-alive decision added); chunked without a length."""
-        connection = self.connection
-        if not connection.may_keep():
-            self.keep_alive = False
-        headers.append((_REQUEST_ID, request_id(cast(web.Request, self.request)).encode()))
-        if length is not None:
-            headers.append((b"Content-Length", b"%d" % length))
-        else:
-            headers.append((b"Transfer-Encoding", b"chunked"))
-            self.chunked = True
-        if not self.keep_alive:
-            headers.append((b"Connection", b"close"))
-        self.request[RESPONSE] = _Sent(headers)
-        self.head_sent = True
-        lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason)]
-        lines.extend(b"%b: %b\r\n" % pair for pair in headers)
-        lines.append(connection._lane.date.header())
-        lines.append(b"\r\n")
-        return b"".join(lines)
-
-    @staticmethod
-    def _passed_down(head: ResponseHead) -> list[tuple[bytes, bytes]]:
-        """The backend's headers the client gets: not hop-by-hop ones, not the framing (written
-        anew), not the request id (ours), and no CORS: the gateway owns CORS."""
-        return [
-            (name, value)
-            for name, value in head.headers
-            if (lowered := name.lower()) not in _NOT_SENT_DOWN
-            and not lowered.startswith(b"access-control-")
-        ]
-
-    def _write(self, data: bytes) -> None:
-        """Body bytes for the client (framed when chunked), written at the next flush."""
-        if not data:
-            return
-        if self.chunked:
-            self._out.append(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
-            self._out.append(data)
-
-    def _end(self) -> None:
-        if self.chunked:
-            self._out.append(b"0\r\n\r\n")
-
-    def _flush(self) -> None:
-        out = self._out
-        if out:
-            self.connection.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
-
-    async def _relay(
-        self, upstream: BackendConnection, head: ResponseHead, obs: RequestObs | None
-    ) -> None:
-        headers = self._passed_down(head)
-        self.sse = sse = head.event_stream
-        if sse:
-            headers.append((b"X-Accel-Buffering", b"no"))
-            if not any(name.lower() == b"cache-control" for name, _ in headers):
-                headers.append((b"Cache-Control", b"no-cache"))
-        strips = obs is not None and obs.usage is not None and obs.usage.strips
-        length = head.content_length if not strips else None
-        if head.status in (204, 304):
-            length = 0  # no body may follow
-        connection = self.connection
-        # The head waits for the body's first bytes when they are in already (one write, one
-        # system call, for a whole small answer); else it goes at once (a stream's first token
-        # may be seconds away).
-        self._out.append(self._response_head(head.status, head.reason, headers, length))
-        redactor = connection._lane.runtime.redactor
-        loop = asyncio.get_running_loop()
-        idle = self.target.model.timeouts.idle_between_chunks
-        self.phase = "body"
-        failure: tuple[int, str] | None = None
-        while True:
-            self.next_chunk_by = loop.time() + idle
-            if not upstream.has_data:
-                self._flush()
-            try:
-                chunk = await upstream.read()
-            except BackendBrokeError as exc:
-                failure = (502, broke_message(self.target.label, exc))
-                break
-            if not chunk:
-                if obs is not None and (rest := obs.finish()):
-                    self._write(rest)
-                break
-            self._write(relayed_chunk(chunk, obs, redactor))
-            if connection._write_ready is not None:
-                self._flush()
-                self.next_chunk_by = _NEVER  # a slow client is not a stalled backend
-                await connection.drained()
-        if failure is None:
-            self._end()
-            self._flush()
-            self.upstream = None
-            upstream.finish(reusable=True)
-            return
-        log.warning("%s", failure[1])
-        if not sse:
-            self.keep_alive = False
-            connection.abort()  # a cut body: the client must notice
-            return
-        self._error_event(*failure, obs)
-
-    def _error_event(self, status: int, message: str, obs: RequestObs | None) -> None:
-        """End a stream with the gateway's error event (as aiohttp's path ends one)."""
-        redactor = self.connection._lane.runtime.redactor
-        self._write(final_error_event(status, message, redactor, self.request.path, obs=obs))
-        self._end()
-        self._flush()
-
-    async def _relay_error(self, upstream: BackendConnection, head: ResponseHead) -> None:
-        """A backend's error keeps its status and meaning, secrets masked, a known
-        misconfiguration's hint in a header (as proxy._relay_error)."""
-        body = bytearray()
-        while len(body) <= MAX_ERROR_BODY and (chunk := await upstream.read()):
-            body += chunk
-        if not upstream.complete:
-            log.warning(
-                "%s: the backend's %d body is longer than %d bytes; relayed cut there",
-                self.request.path,
-                head.status,
-                MAX_ERROR_BODY,
-            )
-            del body[MAX_ERROR_BODY:]
-        else:
-            self.upstream = None
-            upstream.finish(reusable=True)
-        redactor = self.connection._lane.runtime.redactor
-        hint = tool_choice_hint(head.status, bytes(body))
-        out = redact_error_body(bytes(body), redactor)
-        headers = self._passed_down(head)
-        if hint is not None:
-            headers.append((HINT_HEADER.encode(), hint.encode("latin-1", "replace")))
-        obs = self.request.get(OBS)
-        if isinstance(obs, RequestObs):
-            obs.wrote(out)
-            if hint is not None:
-                obs.error_event(TOOL_CHOICE_CODE)
-        self.connection.write(self._response_head(head.status, head.reason, headers, len(out)))
-        self.connection.write(out)
-
-    def _timed_out(self, obs: RequestObs | None) -> int:
-        """A backend timeout passed (:meth:`check`): a 504 before the answer began, as
-        aiohttp's path answers; after, the end of what the client has (an error event in a
-        stream, else a cut connection)."""
-        timeouts = self.target.model.timeouts
-        label = self.target.label
-        message: str
-        if self.expired == "connect":
-            error = UpstreamTimeoutError(label, "connection", timeouts.connect)
-        elif self.expired == "first byte":
-            error = UpstreamTimeoutError(label, "response", timeouts.first_byte)
-        elif self.expired == "idle":
-            error = None
-            message = stalled_message(label, timeouts.idle_between_chunks)
-        else:
-            error = UpstreamTimeoutError(label, "complete response", timeouts.total or 0.0)
-        if error is not None:
-            message = str(error)
-        if not self.head_sent:
-            assert error is not None  # the answer's head is in before the idle timeout runs
-            self._write_response(response_for(error, self.connection._lane.runtime.redactor))
-            return 504
-        log.warning("%s", message)
-        if self.sse:
-            self._error_event(504, message, obs)
-        else:
-            self.keep_alive = False
-            self.connection.abort()
-        return obs.status if obs is not None and obs.status else 200
 
     def _error(self, message: str, status: int, code: str | None) -> None:
         self._write_response(error_response(message, status, code=code))
@@ -1041,5 +803,7 @@ class _Exchange:
         except ValueError:
             self.code = None
         reason = (response.reason or "").encode("latin-1", "replace")
-        self.connection.write(self._response_head(response.status, reason, headers, len(body)))
-        self.connection.write(body)
+        self.head(response.status, reason, headers, len(body))
+        self.write(body)
+        self.connection.write(b"".join(self.out))
+        self.out.clear()
