@@ -706,6 +706,18 @@ class Runtime:
                 return route
         raise ModelNotFoundError(name, close_names(name, self.visible_names(key)))
 
+    def direct_target(self, name: str, key: ApiKey | None = None) -> LocalTarget | None:
+        """The local model ``name`` names when :meth:`target` would choose nothing for it: an
+        id or alias of a local model the key may use, without fallbacks. None for a selector,
+        a pin, a peer's model, a model with fallbacks or one the key may not use. No side
+        effects (a selector's choice and a peer pool's turn are :meth:`target`'s)."""
+        if name in self.config.selectors:
+            return None
+        model = self.config.resolve(name)
+        if model is None or model.fallback or (key is not None and not key.allows(model)):
+            return None
+        return LocalTarget(model, name)
+
     def _pin(self, name: str) -> str | None:
         """The model the active profile pins under ``name``, if any."""
         pins = self.config.scheduling.profiles.get(self.active_profile or "", {})

@@ -1,5 +1,6 @@
-"""What a route reads from a request, shared by every route and the relay: its body (within a
-cap), the body's cap, a safe upstream path, the key the client presented and the request's id.
+"""What a route reads from a request, shared by every route, the relay and both doors: its body
+(within a cap), the body's cap, a safe upstream path, the key the client presented (and the
+configured key it matches) and the request's id.
 
 Below the routes, the relay and the middleware: it imports none of them, so each may read a
 request the same way without reaching into another.
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import re
 import uuid
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from modelswap.bounded_read import BodyOverLimitError, read_capped
+from modelswap.config.resolved import ApiKey
 from modelswap.errors import BadRequestError, BodyTooLargeError
 from modelswap.runtime import Runtime
 
@@ -60,10 +64,10 @@ def check_upstream_path(raw_path: str, decoded: str) -> None:
         )
 
 
-def presented_key(request: web.Request) -> str | None:
+def presented_key(headers: Mapping[str, str]) -> str | None:
     """The key a client presented: ``Authorization: Bearer``, ``x-api-key``, or the password
     of ``Authorization: Basic``."""
-    auth = request.headers.get("Authorization", "")
+    auth = headers.get("Authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
@@ -73,8 +77,19 @@ def presented_key(request: web.Request) -> str | None:
         except (binascii.Error, UnicodeDecodeError):
             return None
         return decoded.partition(":")[2] or None
-    header = request.headers.get("x-api-key", "").strip()
+    header = headers.get("x-api-key", "").strip()
     return header or None
+
+
+def match_key(keys: tuple[ApiKey, ...], presented: str) -> ApiKey | None:
+    """The configured key equal to ``presented``. Every key is compared, each in constant
+    time, so neither the position nor the length of a match shows in the timing."""
+    found = None
+    candidate = presented.encode("utf-8", errors="replace")
+    for key in keys:
+        if hmac.compare_digest(candidate, key.secret.encode("utf-8")):
+            found = key
+    return found
 
 
 HEADER = "X-Request-Id"
@@ -86,10 +101,13 @@ def request_id(request: web.Request) -> str:
     """This request's id, chosen on first use and the same ever after."""
     found = request.get(REQUEST_ID)
     if found is None:
-        sent = request.headers.get(HEADER, "")
-        found = sent if _SANE.fullmatch(sent) else uuid.uuid4().hex
-        request[REQUEST_ID] = found
+        found = request[REQUEST_ID] = choose_request_id(request.headers.get(HEADER, ""))
     return found
+
+
+def choose_request_id(sent: str) -> str:
+    """The id the client sent, when sane; else a new one."""
+    return sent if _SANE.fullmatch(sent) else uuid.uuid4().hex
 
 
 def raw_query(request: web.Request) -> str:

@@ -34,6 +34,9 @@ class ModelPath:
     chat: bool = False  # a chat completion: llama-swap's loading chunk (sendLoadingState)
     usage: bool = False  # streamed answers carry a final usage chunk when asked
     anthropic: bool = False  # its clients read Anthropic's error shape
+    # The fast door serves it (http/server/fast_door.py): an OpenAI JSON body relayed to the
+    # same path, the answer as the backend sends it.
+    fast: bool = False
 
 
 # Routed by the body's `model`. llama.cpp's own names (/completion, /infill, /reranking) too.
@@ -41,18 +44,18 @@ class ModelPath:
 # .cpp's /sdapi, audio.cpp's task API (sent without /audioapi) and the versionless /v/ routes
 # (sent without /v, for a backend whose proxy URL ends in /v1; llama-swap's issue #728).
 MODEL_PATHS = (
-    ModelPath("/v1/chat/completions", chat=True, usage=True),
-    ModelPath("/v1/completions", usage=True),
-    ModelPath("/v1/embeddings"),
-    ModelPath("/v1/responses"),
-    ModelPath("/v1/rerank"),
-    ModelPath("/v1/reranking"),
-    ModelPath("/rerank"),
-    ModelPath("/reranking"),
+    ModelPath("/v1/chat/completions", chat=True, usage=True, fast=True),
+    ModelPath("/v1/completions", usage=True, fast=True),
+    ModelPath("/v1/embeddings", fast=True),
+    ModelPath("/v1/responses", fast=True),
+    ModelPath("/v1/rerank", fast=True),
+    ModelPath("/v1/reranking", fast=True),
+    ModelPath("/rerank", fast=True),
+    ModelPath("/reranking", fast=True),
     ModelPath("/v1/messages", anthropic=True),
     ModelPath("/v1/messages/count_tokens", anthropic=True),
-    ModelPath("/completion"),
-    ModelPath("/infill"),
+    ModelPath("/completion", fast=True),
+    ModelPath("/infill", fast=True),
     ModelPath("/v1/audio/{tail:.+}"),
     ModelPath("/v1/images/{tail:.+}"),
     ModelPath("/sdapi/v1/txt2img"),
@@ -71,6 +74,7 @@ INFERENCE_PATHS = tuple(p.path for p in MODEL_PATHS)
 CHAT_PATHS = frozenset(p.path for p in MODEL_PATHS if p.chat)
 USAGE_PATHS = frozenset(p.path for p in MODEL_PATHS if p.usage)
 ANTHROPIC_PATHS = frozenset(p.path for p in MODEL_PATHS if p.anthropic)
+FAST_PATHS = frozenset(p.path for p in MODEL_PATHS if p.fast)
 # GET routes whose model is the `model` query parameter, as in llama-swap
 QUERY_ROUTED_PATHS = ("/sdapi/v1/loras", "/v1/audio/voices")
 # llama-swap's ComfyUI pass-through: every path below it goes to the model `comfyui_auto`

@@ -20,12 +20,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from modelswap.config import load_config_text
 from modelswap.config.resolved import ApiKey
 from modelswap.errors import BadRequestError
+from modelswap.http import reading
 from modelswap.http.app_keys import client_key
-from modelswap.http.middleware import auth
-from modelswap.http.middleware.auth import auth_middleware, match_key, presented_key
+from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.cors import ALLOW_HEADERS, Cors
-from modelswap.http.middleware.throttle import MAX_DELAY, NETWORK_FREE, FailureLimiter
-from modelswap.http.reading import check_upstream_path
+from modelswap.http.reading import check_upstream_path, match_key, presented_key
 from modelswap.http.relay.relay import headers_up
 from modelswap.http.route_table import (
     ADMIN,
@@ -40,6 +39,7 @@ from modelswap.http.route_table import (
     scope_for,
 )
 from modelswap.http.server.app import create_app
+from modelswap.http.tracking.failure_limiter import MAX_DELAY, NETWORK_FREE, FailureLimiter
 from modelswap.runtime import Runtime
 
 
@@ -215,7 +215,7 @@ async def test_a_request_needs_the_scope_of_the_route_it_reaches(
 )
 def test_presented_key(headers: dict[str, str], expected: str | None) -> None:
     request = make_mocked_request("GET", "/v1/models", headers=headers)
-    assert presented_key(request) == expected
+    assert presented_key(request.headers) == expected
 
 
 # --- constant-time comparison (the code path, not timing) ----------------------------------
@@ -229,7 +229,7 @@ KEYS = (
 
 @pytest.fixture
 def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
-    """Every call to hmac.compare_digest made through modelswap.http.middleware.auth."""
+    """Every call to hmac.compare_digest made through modelswap.http.reading (match_key)."""
     calls: list[tuple[bytes, bytes]] = []
     original = hmac.compare_digest
 
@@ -237,7 +237,7 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
         calls.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", recorder)
+    monkeypatch.setattr(reading.hmac, "compare_digest", recorder)
     return calls
 
 

@@ -10,7 +10,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from modelswap.http.middleware.draining import Drain, drain_middleware
+from modelswap.http.middleware.draining import drain_middleware
+from modelswap.http.tracking.drain import Drain
 
 
 class Held:

@@ -9,8 +9,8 @@ from itertools import pairwise
 
 import pytest
 
-from modelswap.http.middleware.clients import client_network
-from modelswap.http.middleware.throttle import (
+from modelswap.http.tracking.clients import client_network
+from modelswap.http.tracking.failure_limiter import (
     FAILURE_WINDOW,
     FIRST_DELAY,
     GLOBAL_FREE,

@@ -13,7 +13,6 @@ before it. A request served with a valid key, or with no keys configured, is mar
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -22,22 +21,12 @@ from aiohttp.typedefs import Middleware
 from modelswap.config.resolved import ApiKey
 from modelswap.http.app_keys import AUTHORISED, CLIENT, Client
 from modelswap.http.error_responses import error_response
-from modelswap.http.middleware.throttle import FailureLimiter
-from modelswap.http.reading import presented_key
+from modelswap.http.reading import match_key, presented_key
 from modelswap.http.route_table import ANY, OPEN, scope_of
+from modelswap.http.tracking.failure_limiter import FailureLimiter
+from modelswap.http.tracking.scope import SCOPE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def match_key(keys: tuple[ApiKey, ...], presented: str) -> ApiKey | None:
-    """The configured key equal to ``presented``. Every key is compared, each in constant
-    time, so neither the position nor the length of a match shows in the timing."""
-    found = None
-    candidate = presented.encode("utf-8", errors="replace")
-    for key in keys:
-        if hmac.compare_digest(candidate, key.secret.encode("utf-8")):
-            found = key
-    return found
 
 
 KeySource = tuple[ApiKey, ...] | Callable[[], tuple[ApiKey, ...]]
@@ -57,7 +46,7 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
             return await handler(request)
         if needed == OPEN:
             return await handler(request)
-        presented = presented_key(request)
+        presented = presented_key(request.headers)
         key = match_key(keys, presented) if presented else None
         if key is None:
             # Only a wrong key is a guess; a missing one tells a client nothing.
@@ -79,6 +68,9 @@ def auth_middleware(keys: KeySource, limiter: FailureLimiter) -> Middleware:
             )
         request[CLIENT] = Client(key)
         request[AUTHORISED] = True
+        scope = request.get(SCOPE)
+        if scope is not None:
+            scope.key = key
         return await handler(request)
 
     return middleware

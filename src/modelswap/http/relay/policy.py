@@ -48,7 +48,7 @@ def policy_run(
         return None
     return PolicyRun(
         policies,
-        presented_key(request),
+        presented_key(request.headers),
         body.model,
         request.path,
         request.method,

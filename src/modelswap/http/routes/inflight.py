@@ -3,40 +3,36 @@
 llama-swap sends the table only as ``inflight`` events of ``/api/events``
 (``{"operation": "snapshot", "requests": [...]}``); modelswap serves that same snapshot object
 on a GET. Cancelling answers llama-swap's ``{"msg": "ok"}``, or 404 ``inflight request not
-found``; see :mod:`modelswap.http.middleware.inflight_registry` for what a cancel does.
+found``; see :mod:`modelswap.http.tracking.inflight` for what a cancel does.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from modelswap.http.app_keys import CLIENT, RUNTIME
+from modelswap.http.app_keys import RUNTIME
 from modelswap.http.error_responses import error_response
-from modelswap.http.middleware.inflight_registry import INFLIGHT, describe
-from modelswap.http.reading import request_id
-from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import ADMIN, READ, declare
+from modelswap.http.tracking.inflight import INFLIGHT, describe
 
 
 async def inflight(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     rows = []
     for entry in request.app[INFLIGHT].entries():
-        seen = entry.request
-        obs = seen.get(OBS)
-        client = seen.get(CLIENT)
-        key = client.key if client is not None else None
+        obs = entry.request.obs
+        key = entry.request.key
         rows.append(
             describe(
                 entry,
                 runtime.redactor,
-                model=obs.model if obs is not None else None,
-                requested=obs.requested if obs is not None else None,
-                bytes_out=obs.bytes_out if obs is not None else 0,
+                model=obs.model,
+                requested=obs.requested,
+                bytes_out=obs.bytes_out,
                 key_name=key.name if key is not None else None,
                 # the backend's status arrived (an event stream opened early is still waiting)
-                relaying=obs.status is not None if obs is not None else False,
-                error_code=obs.error_code if obs is not None else None,
+                relaying=obs.status is not None,
+                error_code=obs.error_code,
             )
         )
     return web.json_response({"operation": "snapshot", "requests": rows})
@@ -49,7 +45,7 @@ async def cancel(request: web.Request) -> web.Response:
     entry = request.app[INFLIGHT].cancel(wanted)
     if entry is None:
         return error_response("inflight request not found", 404, code="not_found")
-    runtime.publish("request.cancelled", id=entry.id, request_id=request_id(entry.request))
+    runtime.publish("request.cancelled", id=entry.id, request_id=entry.request.request_id)
     return web.json_response({"msg": "ok"})
 
 

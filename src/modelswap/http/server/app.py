@@ -16,13 +16,12 @@ from modelswap.http.error_responses import (
     in_anthropic_shape,
     response_for,
 )
-from modelswap.http.middleware import inflight_registry, request_id
+from modelswap.http.middleware import observing, request_id
 from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.concurrency import GlobalLimit
 from modelswap.http.middleware.cors import Cors
-from modelswap.http.middleware.draining import DRAIN, Drain, drain_middleware
+from modelswap.http.middleware.draining import drain_middleware
 from modelswap.http.middleware.observing import observe_middleware
-from modelswap.http.middleware.throttle import FailureLimiter
 from modelswap.http.route_table import (
     ANTHROPIC_PATHS,
     OPEN,
@@ -40,6 +39,9 @@ from modelswap.http.routes import openai as openai_routes
 from modelswap.http.routes import peer_status as peer_routes
 from modelswap.http.routes import plan as plan_routes
 from modelswap.http.server import connections
+from modelswap.http.tracking.drain import DRAIN, Drain
+from modelswap.http.tracking.failure_limiter import FailureLimiter
+from modelswap.http.tracking.inflight import INFLIGHT, InflightRegistry
 from modelswap.runtime import Runtime
 from modelswap.webui import routes as webui_routes
 
@@ -108,9 +110,9 @@ def create_app(runtime: Runtime) -> web.Application:
     app.on_response_prepare.append(connections.keep_within_share)
     app.on_response_prepare.append(request_id.on_prepare)
     app.on_response_prepare.append(cors.on_prepare)
-    app.on_response_prepare.append(inflight_registry.on_prepare)
+    app.on_response_prepare.append(observing.on_prepare)
     app[RUNTIME] = runtime
-    app[inflight_registry.INFLIGHT] = inflight_registry.InflightRegistry()
+    app[INFLIGHT] = InflightRegistry()
     app[DRAIN] = drain
     openai_routes.add_routes(app)
     observe_routes.add_routes(app)  # before admin's /logs/{model}: /logs/stream wins

@@ -41,11 +41,11 @@ from aiohttp import hdrs, web
 
 from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
-from modelswap.http.middleware.clients import client_network
 from modelswap.http.server.acceptor import Acceptor, listening_sockets
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
-from modelswap.http.server.fast_door import FastLane, LaneConnection
+from modelswap.http.server.fast_door import DoorConnection, FastDoor
 from modelswap.http.server.ledger import IDLE, NEW, PROMISED, WORK, ConnectionLedger, Standing
+from modelswap.http.tracking.clients import client_network
 
 log = logging.getLogger("modelswap")
 
@@ -305,11 +305,11 @@ class GuardedSite(web.TCPSite):
         host: str,
         port: int,
         ledger: ConnectionLedger,
-        lane: FastLane | None = None,
+        door: FastDoor | None = None,
     ) -> None:
         super().__init__(runner, host, port)
         self.ledger = ledger
-        self._lane = lane
+        self._door = door
         self._refusing: set[Refusal] = set()  # waiting ones included
         self._waiting: dict[str, dict[Waiting, None]] = {}  # by network, oldest first
         self._last_refusal = float("-inf")
@@ -337,19 +337,19 @@ class GuardedSite(web.TCPSite):
 
     async def stop(self) -> None:
         await super().stop()
-        if self._lane is not None:
-            self._lane.close()
+        if self._door is not None:
+            self._door.close()
         for refusing in list(self._refusing):
             refusing.close()
 
     def _handler(self, network: str) -> asyncio.Protocol:
-        """A new connection's first protocol: the fast lane's, where there is one."""
-        if self._lane is not None:
-            return LaneConnection(self._lane, self, network, NEW)
+        """A new connection's first protocol: the fast door's, where there is one."""
+        if self._door is not None:
+            return DoorConnection(self._door, self, network, NEW)
         return self.handler_for(network, NEW)
 
     def handler_for(self, network: str, standing: Standing) -> CountedHandler:
-        """aiohttp's handler for a connection (the fast lane hands one over as it stands)."""
+        """aiohttp's handler for a connection (the fast door hands one over as it stands)."""
         server = self._runner.server
         assert server is not None
         handler = CountedHandler(server, self, network)

@@ -25,7 +25,7 @@ import email.utils
 import logging
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Protocol, cast
 
 import httptools
@@ -36,55 +36,33 @@ from prometheus_client.metrics_core import Metric
 
 from modelswap.config.resolved import ApiKey
 from modelswap.errors import ModelswapError, UpstreamUnreachableError
-from modelswap.http.app_keys import AUTHORISED, CLIENT, Client
 from modelswap.http.error_responses import error_code_of, error_response, response_for
-from modelswap.http.middleware.auth import match_key
-from modelswap.http.middleware.draining import DRAIN, Drain
-from modelswap.http.middleware.inflight_registry import (
-    CANCELLED_CODE,
-    INFLIGHT,
-    RESPONSE,
-    InflightRegistry,
-)
-from modelswap.http.middleware.observing import CLIENT_CLOSED, record_request
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
-from modelswap.http.reading import presented_key, request_id
+from modelswap.http.reading import choose_request_id, match_key, presented_key
 from modelswap.http.relay.backend_pool import BackendPool, PooledTransport
 from modelswap.http.relay.dispatch import HOPS_HEADER, preflight, prepare_body
 from modelswap.http.relay.extract import RequestBody, parse_request
 from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
-from modelswap.http.request_obs import OBS, RequestObs
-from modelswap.http.route_table import INFERENCE
+from modelswap.http.route_table import FAST_PATHS, INFERENCE
 from modelswap.http.server.ledger import IDLE, PROMISED, WORK, ConnectionLedger, Standing
+from modelswap.http.tracking.drain import DRAIN, Drain
+from modelswap.http.tracking.inflight import CANCELLED_CODE, INFLIGHT, InflightRegistry
+from modelswap.http.tracking.scope import RequestScope
 from modelswap.jsonsafe import loads
-from modelswap.runtime import LocalTarget, Runtime
+from modelswap.runtime import Runtime
 
 log = logging.getLogger("modelswap")
 
-# The routes served here: JSON bodies naming their model, relayed to the same path.
-FAST_PATHS = frozenset(
-    {
-        "/v1/chat/completions",
-        "/v1/completions",
-        "/v1/embeddings",
-        "/v1/responses",
-        "/v1/rerank",
-        "/v1/reranking",
-        "/rerank",
-        "/reranking",
-        "/completion",
-        "/infill",
-    }
-)
 SWEEP = 0.25  # seconds between looks at the deadlines of a head or a body awaited
 MAX_FAST_BODY = 1 << 20  # larger bodies go to aiohttp's path (read as they arrive)
 MAX_HEAD = 64 * 1024  # no end of head by then: aiohttp's parser judges it
 PAUSE_AT = 4 * MAX_FAST_BODY  # bytes buffered while a request is served, before reading pauses
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
-# Seen in a request head, each sends the request to aiohttp's path.
-_HANDED_HEADERS = frozenset(
-    {"transfer-encoding", "expect", "upgrade", "origin", HOPS_HEADER.lower()}
-)
+_FAST_URLS = frozenset(path.encode() for path in FAST_PATHS)
+# A body framed otherwise than by Content-Length, or a protocol switch: aiohttp's to read.
+_UNFRAMED = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
+# Seen in a request head, each sends the request to aiohttp's path (CORS, a peer's hops).
+_HANDED_HEADERS = frozenset({b"origin", HOPS_HEADER.lower().encode()})
 
 
 class Site(Protocol):
@@ -127,37 +105,6 @@ class _Head:
 
     def on_headers_complete(self) -> None:
         self.complete = True
-
-
-class LaneRequest(dict[object, object]):
-    """What the in-flight listing, the request id and the activity record read of a request
-    (aiohttp's ``web.Request`` offers the same): its path, method, headers and peer, and keys
-    set on it as on aiohttp's."""
-
-    __slots__ = ("headers", "method", "path", "remote")
-
-    def __init__(self, path: str, headers: CIMultiDictProxy[str], remote: str | None) -> None:
-        super().__init__()
-        self.path = path
-        self.method = "POST"
-        self.headers = headers
-        self.remote = remote
-
-
-class _Sent:
-    """The response whose head went out, as the in-flight listing reads it (its headers
-    decoded only when read)."""
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._raw = raw
-
-    @property
-    def headers(self) -> CIMultiDict[str]:
-        return CIMultiDict[str](
-            (name.decode("latin-1"), value.decode("latin-1")) for name, value in self._raw
-        )
 
 
 class _Date:
@@ -203,7 +150,7 @@ class _LaneCollector:
         return [family]
 
 
-class FastLane:
+class FastDoor:
     """What every fast-lane connection shares: the runtime, the app's drain and in-flight
     table, the backend pool. Made by the site; closed with it."""
 
@@ -213,13 +160,13 @@ class FastLane:
         self.registry: InflightRegistry = app[INFLIGHT]
         self.pool = BackendPool()
         self.date = _Date()
-        self.connections: set[LaneConnection] = set()
+        self.connections: set[DoorConnection] = set()
         self._transports: dict[str, PooledTransport | None] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self.counts: collections.Counter[str] = collections.Counter()  # "served" or a reason
         runtime.add_collector(_LaneCollector(self.counts))
 
-    def watch(self, connection: LaneConnection) -> None:
+    def watch(self, connection: DoorConnection) -> None:
         """Keep ``connection``'s deadlines (swept every SWEEP seconds while any is open)."""
         self.connections.add(connection)
         if self._sweeper is None:
@@ -234,18 +181,84 @@ class FastLane:
             connection.check(now)
         self._sweeper = loop.call_later(SWEEP, self._sweep) if self.connections else None
 
-    def open_now(self) -> bool:
-        """Whether a request may take the lane at all now: what the gateway is configured to
-        do to every request (a shutdown's drain, a global limit, policies, captures) is done on
-        aiohttp's path."""
-        config = self.runtime.config
-        return (
-            config.limits.fast_lane
-            and not self.drain.draining
-            and not config.scheduling.global_concurrency_limit
-            and not config.policies
-            and not config.observability.capture
+    def admit(self, head: _Head, raw_body: bytes) -> str | _Admitted:
+        """THE hand-over predicate: the request as the door serves it, or the first reason
+        (the ``modelswap_fast_lane_requests_total`` label) aiohttp's path must serve it.
+        Nothing is leased unless every condition holds. In order:
+
+        ``off``: the door is off, or what the gateway does to every request is in force (a
+        shutdown's drain, the global limit, policies, captures); ``head``: not one of the
+        door's routes, or a header that needs the full path (CORS' ``Origin``, a peer's hop
+        count); ``body``: not JSON, over the JSON cap, or unreadable; ``key``: missing, wrong
+        or out of scope (the 401, 403 and throttle are aiohttp's); ``model``: not one local
+        model the key may use without fallbacks (Runtime.direct_target), or its filters or
+        the tool-choice preflight refuse; ``not_ready``: not ready, busy, with llama-swap's
+        connection settings, or a backend address that is not plain ``http://``.
+        """
+        runtime = self.runtime
+        config = runtime.config
+        if (
+            not config.limits.fast_lane
+            or self.drain.draining
+            or config.scheduling.global_concurrency_limit
+            or config.policies
+            or config.observability.capture
+        ):
+            return "off"
+        if head.url not in _FAST_URLS or any(
+            name.lower() in _HANDED_HEADERS for name, _ in head.raw_headers
+        ):
+            return "head"
+        headers = CIMultiDictProxy(
+            CIMultiDict[str](
+                (name.decode("latin-1"), value.decode("latin-1"))
+                for name, value in head.raw_headers
+            )
         )
+        content_type = headers.get("Content-Type", "application/json")
+        if not content_type.lower().startswith("application/json"):
+            return "body"
+        if len(raw_body) > config.max_request_body_bytes:
+            return "body"  # aiohttp's 413
+        key = None
+        if config.api_keys:
+            presented = presented_key(headers)
+            key = match_key(config.api_keys, presented) if presented else None
+            if key is None or INFERENCE not in key.scopes:
+                return "key"
+        try:
+            body = parse_request(content_type, raw_body)
+        except ModelswapError:
+            return "body"  # aiohttp's path answers the error in its shape
+        target = runtime.direct_target(body.model, key)
+        if target is None:
+            return "model"
+        try:
+            payload, parsed = prepare_body(target, body)
+            preflight(target, body)
+        except ModelswapError:
+            return "model"
+        model = runtime.find_model(target.model.id)
+        if model is None or not model.ready or target.model.timeouts.pooled is not None:
+            return "not_ready"
+        pending = runtime.admit(target.model.id)
+        future = pending.future
+        if not future.done() or future.cancelled() or future.exception() is not None:
+            runtime.withdraw(pending)  # it would wait (or fail): aiohttp's path waits
+            return "not_ready"
+        lease = future.result()
+        transport = self.transport(lease.config.proxy)
+        if transport is None:
+            lease.release()
+            return "not_ready"
+        upstream = Upstream(
+            target.label,
+            transport,
+            lease.config.upstream_api_key,
+            target.model.timeouts,
+            lease.release,
+        )
+        return _Admitted(headers, key, body, payload, parsed, upstream)
 
     def transport(self, url: str) -> PooledTransport | None:
         """The pooled transport to a plain ``http://`` backend URL with no path; else None."""
@@ -267,11 +280,11 @@ class FastLane:
             connection.close_when_idle()
 
 
-class LaneConnection(asyncio.Protocol):
+class DoorConnection(asyncio.Protocol):
     """One client connection on the fast lane until it is handed over (or closed)."""
 
-    def __init__(self, lane: FastLane, site: Site, network: str, standing: Standing) -> None:
-        self._lane = lane
+    def __init__(self, door: FastDoor, site: Site, network: str, standing: Standing) -> None:
+        self._door = door
         self._site = site
         self._network = network
         self._standing = standing
@@ -291,9 +304,16 @@ class LaneConnection(asyncio.Protocol):
 
     # -- the connection
 
+    @property
+    def peer(self) -> str | None:
+        """The client's address."""
+        transport = self._transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        return peer[0] if isinstance(peer, tuple) else None
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
-        self._lane.watch(self)
+        self._door.watch(self)
         self._await("head")
 
     def data_received(self, data: bytes) -> None:
@@ -319,7 +339,7 @@ class LaneConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None
-        self._lane.connections.discard(self)
+        self._door.connections.discard(self)
         if self._task is not None:
             self._task.cancel()
         waiter = self._write_ready
@@ -348,7 +368,7 @@ class LaneConnection(asyncio.Protocol):
     def _await(self, what: str) -> None:
         """Wait at most headerTimeout for the next request's head (or its body)."""
         self._awaiting = what
-        timeout = self._lane.runtime.config.limits.header_timeout
+        timeout = self._door.runtime.config.limits.header_timeout
         self._deadline = asyncio.get_running_loop().time() + timeout
 
     def check(self, now: float) -> None:
@@ -383,8 +403,8 @@ class LaneConnection(asyncio.Protocol):
                     self._hand_over("head")
                 return
             head = self._parse_head(end + 4)
-            if head is None or not self._lane.open_now():
-                self._hand_over("head" if head is None else "off")
+            if head is None:
+                self._hand_over("head")
                 return
             self._head, self._body_at = head, end + 4
             self._await("body")
@@ -401,12 +421,14 @@ class LaneConnection(asyncio.Protocol):
         if refused is not None:
             self._hand_over(refused)
             return
-        self._lane.counts["served"] += 1
+        self._door.counts["served"] += 1
         self._served = bytes(self._buffer[:whole])  # for a hand-over before any answer
         del self._buffer[:whole]
 
     def _parse_head(self, size: int) -> _Head | None:
-        """The head if this lane may serve its request (judged on the head alone)."""
+        """The head, if the door can read its request: a ``POST`` in HTTP/1.1 whose body is
+        framed by one ``Content-Length`` of at most MAX_FAST_BODY (whether the door serves
+        it is :meth:`FastDoor.admit`'s)."""
         head = _Head()
         parser = httptools.HttpRequestParser(head)
         try:
@@ -417,16 +439,15 @@ class LaneConnection(asyncio.Protocol):
             not head.complete
             or parser.get_method() != b"POST"
             or parser.get_http_version() != "1.1"
-            or head.url not in _FAST_URLS
         ):
             return None
         head.keep_alive = parser.should_keep_alive()
         length = None
         for name, value in head.raw_headers:
-            lowered = name.lower().decode("latin-1")
-            if lowered in _HANDED_HEADERS:
+            lowered = name.lower()
+            if lowered in _UNFRAMED:
                 return None
-            if lowered == "content-length":
+            if lowered == b"content-length":
                 if length is not None or not value.isdigit():
                     return None
                 length = int(value)
@@ -436,94 +457,28 @@ class LaneConnection(asyncio.Protocol):
         return head
 
     def _start(self, head: _Head, raw_body: bytes) -> str | None:
-        """Lease the model and start the task that serves the request; or why aiohttp's path
-        must serve it (returned, or raised as HandOver)."""
-        lane = self._lane
-        runtime = lane.runtime
-        headers = CIMultiDict[str](
-            (name.decode("latin-1"), value.decode("latin-1")) for name, value in head.raw_headers
-        )
-        content_type = headers.get("Content-Type", "application/json")
-        if not content_type.lower().startswith("application/json"):
-            return "body"
-        if len(raw_body) > runtime.config.max_request_body_bytes:
-            return "body"  # aiohttp's 413
-        path = head.url.decode("latin-1")
-        peer = self._transport.get_extra_info("peername") if self._transport else None
-        request = LaneRequest(
-            path, CIMultiDictProxy(headers), peer[0] if isinstance(peer, tuple) else None
-        )
-        key = self._key(request)
-        try:
-            body = parse_request(content_type, raw_body)
-        except ModelswapError:
-            return "body"  # aiohttp's path answers the error in its shape
-        # Runtime.target's first steps, without its side effects: a selector's choice and a
-        # peer pool's turn are taken on aiohttp's path only, once.
-        config = runtime.config
-        if body.model in config.selectors:
-            return "model"
-        local = config.resolve(body.model)
-        if local is None or local.fallback or (key is not None and not key.allows(local)):
-            return "model"
-        target = LocalTarget(local, body.model)
-        try:
-            payload, data = prepare_body(target, body)
-            preflight(target, body)
-        except ModelswapError:
-            return "model"
-        model = runtime.find_model(target.model.id)
-        if model is None or not model.ready or target.model.timeouts.pooled is not None:
-            return "not_ready"
-        pending = runtime.admit(target.model.id)
-        future = pending.future
-        if not future.done() or future.cancelled() or future.exception() is not None:
-            runtime.withdraw(pending)  # it would wait (or fail): aiohttp's path waits
-            return "not_ready"
-        lease = future.result()
-        transport = lane.transport(lease.config.proxy)
-        if transport is None:
-            lease.release()
-            return "not_ready"
-        request[CLIENT] = Client(key)
-        request[AUTHORISED] = True
+        """Start the task that serves the request; or why aiohttp's path must serve it."""
+        admitted = self._door.admit(head, raw_body)
+        if isinstance(admitted, str):
+            return admitted
         if self._standing.new or self._standing.kept:  # at work now (connections.at_work)
             self._move(WORK)
-        upstream = Upstream(
-            target.label,
-            transport,
-            lease.config.upstream_api_key,
-            target.model.timeouts,
-            lease.release,
-        )
-        answer = _Answer(self, request, head, body, payload, data, upstream)
+        answer = _Answer(self, head, admitted)
         self._answer = answer
         self._task = answer.task = asyncio.get_running_loop().create_task(answer.run())
         return None
 
-    def _key(self, request: LaneRequest) -> ApiKey | None:
-        """The client's key (None when no keys are configured); HandOver for a missing,
-        wrong or out-of-scope one: aiohttp's path answers it (401, 403, the throttle)."""
-        keys = self._lane.runtime.config.api_keys
-        if not keys:
-            return None
-        presented = presented_key(cast(web.Request, request))
-        key = match_key(keys, presented) if presented else None
-        if key is None or INFERENCE not in key.scopes:
-            raise HandOver("key")
-        return key
-
     def _hand_over(self, reason: str) -> asyncio.Protocol | None:
         """aiohttp's handler serves this connection from now on, from the start of the
         request at the buffer's start (``reason``: counted for /metrics)."""
-        self._lane.counts[reason] += 1
+        self._door.counts[reason] += 1
         transport = self._transport
         self._deadline = float("inf")
         self._head = None
         if transport is None:
             return None
         self._transport = None
-        self._lane.connections.discard(self)
+        self._door.connections.discard(self)
         handler = self._site.handler_for(self._network, self._standing)
         transport.set_protocol(handler)
         handler.connection_made(transport)
@@ -548,7 +503,7 @@ class LaneConnection(asyncio.Protocol):
                 self._move(WORK)
             self._buffer[:0] = self._served
             self._served = b""
-            self._lane.counts["served"] -= 1
+            self._door.counts["served"] -= 1
             self._hand_over(handed)
             return
         self._served = b""
@@ -567,7 +522,7 @@ class LaneConnection(asyncio.Protocol):
     def may_keep(self) -> bool:
         """As the answer's head goes out: whether the connection stays open after it (within
         the client's share of idle connections: connections.keep_within_share)."""
-        if self._closing or self._lane.drain.draining:
+        if self._closing or self._door.drain.draining:
             return False
         if self._standing is not WORK:
             return True
@@ -593,7 +548,26 @@ class LaneConnection(asyncio.Protocol):
             self._transport.abort()
 
 
-_FAST_URLS = frozenset(path.encode() for path in FAST_PATHS)
+class _Admitted:
+    """A request the door serves, as :meth:`FastDoor.admit` found it (its model leased)."""
+
+    __slots__ = ("body", "headers", "key", "parsed", "payload", "upstream")
+
+    def __init__(
+        self,
+        headers: CIMultiDictProxy[str],
+        key: ApiKey | None,
+        body: RequestBody,
+        payload: bytes,
+        parsed: Mapping[str, object] | None,
+        upstream: Upstream,
+    ) -> None:
+        self.headers = headers
+        self.key = key
+        self.body = body
+        self.payload = payload
+        self.parsed = parsed
+        self.upstream = upstream
 
 
 class _Answer:
@@ -601,46 +575,29 @@ class _Answer:
     answer framed on the connection, flushed when the backend has nothing more in hand)."""
 
     __slots__ = (
+        "admitted",
         "chunked",
-        "code",
         "connection",
         "head_sent",
         "keep_alive",
         "out",
-        "parsed",
-        "payload",
+        "path",
         "raw_headers",
-        "request",
-        "requested",
-        "stream",
+        "request_id",
+        "scope",
         "task",
-        "upstream",
-        "url",
     )
 
-    def __init__(
-        self,
-        connection: LaneConnection,
-        request: LaneRequest,
-        head: _Head,
-        body: RequestBody,
-        payload: bytes,
-        parsed: Mapping[str, object] | None,
-        upstream: Upstream,
-    ) -> None:
+    def __init__(self, connection: DoorConnection, head: _Head, admitted: _Admitted) -> None:
         self.connection = connection
-        self.request = request
-        self.url = head.url  # the path, as the client sent it
+        self.admitted = admitted
+        self.path = head.url.decode("latin-1")
         self.raw_headers = head.raw_headers  # the client's, as they came
         self.keep_alive = head.keep_alive
-        self.requested = body.model
-        self.stream = body.stream
-        self.payload = payload
-        self.parsed = parsed
-        self.upstream = upstream
+        self.request_id = choose_request_id(admitted.headers.get(REQUEST_ID_HEADER, ""))
         self.head_sent = False
         self.chunked = False
-        self.code: str | None = None  # of an error the gateway answered itself
+        self.scope: RequestScope | None = None
         self.task: asyncio.Task[None] | None = None
         self.out: list[bytes] = []  # what goes to the client at the next flush
 
@@ -664,7 +621,7 @@ class _Answer:
         connection = self.connection
         if not connection.may_keep():
             self.keep_alive = False
-        headers.append((_REQUEST_ID, request_id(cast(web.Request, self.request)).encode()))
+        headers.append((_REQUEST_ID, self.request_id.encode()))
         if status in (204, 304):
             length = 0  # no body may follow
         if length is not None:
@@ -674,11 +631,13 @@ class _Answer:
             self.chunked = True
         if not self.keep_alive:
             headers.append((b"Connection", b"close"))
-        self.request[RESPONSE] = _Sent(headers)
+        scope = self.scope
+        if scope is not None:
+            scope.response_headers = _Decoded(headers)
         self.head_sent = True
         lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason)]
         lines.extend(b"%b: %b\r\n" % pair for pair in headers)
-        lines.append(connection._lane.date.header())
+        lines.append(connection._door.date.header())
         lines.append(b"\r\n")
         self.out.append(b"".join(lines))
 
@@ -709,83 +668,75 @@ class _Answer:
 
     async def run(self) -> None:
         connection = self.connection
-        lane = connection._lane
-        runtime = lane.runtime
-        request = self.request
-        upstream = self.upstream
-        obs = RequestObs() if runtime.observing else None
-        inflight = None
-        if obs is not None:
-            request[OBS] = obs
-            obs.requested = self.requested
-            inflight = lane.registry.add(cast(web.Request, request), self.task)
-        lane.drain.begin()
+        door = connection._door
+        runtime = door.runtime
+        admitted = self.admitted
+        upstream = admitted.upstream
+        path = self.path
+        observing = runtime.observing
+        scope = self.scope = RequestScope(
+            runtime,
+            path,
+            method="POST",
+            request_id=self.request_id,
+            remote=connection.peer,
+            headers=admitted.headers,
+            key=admitted.key,
+            registry=door.registry if observing else None,
+            task=self.task,
+            drain=door.drain,
+            record=observing,
+        )
+        obs = scope.obs if observing else None
+        scope.obs.requested = admitted.body.model
         status, code, handed = 500, None, None
         try:
-            path = request.path
             payload = observe_payload(
-                obs, upstream.label, path, self.payload, self.parsed, streamed=self.stream
-            )
-            outgoing = Outgoing(
-                "POST",
+                obs,
+                upstream.label,
                 path,
-                path,
-                self.raw_headers,
-                request_id(cast(web.Request, request)),
-                payload,
+                admitted.payload,
+                admitted.parsed,
+                streamed=admitted.body.stream,
             )
+            outgoing = Outgoing("POST", path, path, self.raw_headers, self.request_id, payload)
             status = await relay(outgoing, upstream, self, runtime.redactor, obs)
         except UpstreamUnreachableError:
             # Refused at once: aiohttp's path notices a dead backend and starts it again.
             handed = "backend"
         except ModelswapError as exc:  # nothing went out yet: answered as aiohttp's path does
             response = response_for(exc, runtime.redactor)
-            self._write_response(response)
+            code = self._write_response(response)
             status = response.status
         except asyncio.CancelledError:
-            if inflight is not None and inflight.cancelled and not self.head_sent:
-                status, code = 502, CANCELLED_CODE
-                self._error(
-                    f"Request {inflight.id} was cancelled (POST /api/inflight/{inflight.id}"
-                    "/cancel) before its answer began.",
-                    502,
-                    CANCELLED_CODE,
-                )
-            elif inflight is not None and inflight.cancelled:
-                status, code = CLIENT_CLOSED, CANCELLED_CODE
+            cancelled = scope.cancelled(self.head_sent)
+            status, code = scope.status, scope.code
+            if cancelled is not None:
+                self._write_response(cancelled)
+            elif code == CANCELLED_CODE:
                 connection.abort()
             else:
-                done = obs is not None and obs.done_sent and obs.status
-                status = obs.status if done and obs is not None and obs.status else CLIENT_CLOSED
                 self.keep_alive = False
         except Exception:
             log.exception("fast door: request to %s failed", upstream.label)
             self.keep_alive = False
             if not self.head_sent:
-                self._error("modelswap failed to handle the request (see its log).", 500, None)
+                failed = "modelswap failed to handle the request (see its log)."
+                code = self._write_response(error_response(failed, 500))
             else:
                 connection.abort()
         finally:
             upstream.release()  # (the relay has, unless it never began)
-            if inflight is not None:
-                lane.registry.remove(inflight)
-            lane.drain.end()
-            if obs is not None and handed is None:
-                record_request(
-                    runtime,
-                    cast(web.Request, request),
-                    obs,
-                    status,
-                    code or self.code or obs.error_code,
-                    None,  # a capture's (captures are served on aiohttp's path)
-                )
+            if handed is None:
+                scope.status, scope.code = status, code
+                scope.finish()
+            else:
+                scope.forget()  # aiohttp's path records it
             connection.finished(self.keep_alive, handed)
 
-    def _error(self, message: str, status: int, code: str | None) -> None:
-        self._write_response(error_response(message, status, code=code))
-
-    def _write_response(self, response: web.Response) -> None:
-        """A whole gateway-authored answer (an error), before anything else went out."""
+    def _write_response(self, response: web.Response) -> str | None:
+        """A whole gateway-authored answer (an error), before anything else went out; its
+        error code."""
         body = response.body if isinstance(response.body, bytes) else b""
         headers = [
             (name.encode("latin-1"), value.encode("latin-1", "replace"))
@@ -794,16 +745,38 @@ class _Answer:
         ]
         if "Content-Type" not in response.headers:
             headers.append((b"Content-Type", f"{response.content_type}; charset=utf-8".encode()))
-        obs = self.request.get(OBS)
-        if isinstance(obs, RequestObs):
-            obs.wrote(body)
-        try:
-            data = loads(body)
-            self.code = error_code_of(data) if isinstance(data, dict) else None
-        except ValueError:
-            self.code = None
+        if self.scope is not None:
+            self.scope.obs.wrote(body)  # (counted whether or not recorded)
         reason = (response.reason or "").encode("latin-1", "replace")
         self.head(response.status, reason, headers, len(body))
         self.write(body)
         self.connection.write(b"".join(self.out))
         self.out.clear()
+        try:
+            data = loads(body)
+        except ValueError:
+            return None
+        return error_code_of(data) if isinstance(data, dict) else None
+
+
+class _Decoded(Mapping[str, str]):
+    """The answer's head as the in-flight listing reads it (decoded only when read)."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def _pairs(self) -> CIMultiDict[str]:
+        return CIMultiDict[str](
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in self._raw
+        )
+
+    def __getitem__(self, name: str) -> str:
+        return self._pairs()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pairs())
+
+    def __len__(self) -> int:
+        return len(self._raw)

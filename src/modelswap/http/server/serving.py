@@ -20,12 +20,12 @@ from aiohttp import web
 from modelswap import __version__
 from modelswap.config import Config
 from modelswap.config.security import host_port, open_switches, scope_hint
-from modelswap.http.middleware.draining import DRAIN
 from modelswap.http.routes.observe import GatewayLogHandler
 from modelswap.http.server.app import create_app
 from modelswap.http.server.connections import GuardedSite
-from modelswap.http.server.fast_door import FastLane
+from modelswap.http.server.fast_door import FastDoor
 from modelswap.http.server.ledger import ConnectionLedger
+from modelswap.http.tracking.drain import DRAIN
 from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime
 
@@ -90,8 +90,8 @@ async def serve(
     )
     await runner.setup()
     ledger = ConnectionLedger(limits.max_connections, limits.max_connections_per_client)
-    lane = FastLane(app, runtime)
-    site = GuardedSite(runner, config.listen_host, config.listen_port, ledger, lane)
+    door = FastDoor(app, runtime)
+    site = GuardedSite(runner, config.listen_host, config.listen_port, ledger, door)
     where = host_port(config.listen_host, config.listen_port)
     try:
         await site.start()

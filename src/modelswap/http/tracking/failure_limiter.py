@@ -2,7 +2,7 @@
 
 A failed attempt (a presented key that matches none) is answered 401 after a wait that grows
 with the recent failures of the client's network (an IPv4 address, an IPv6 /64:
-:mod:`modelswap.http.middleware.clients`), and with the recent failures of everyone, so that a
+:mod:`modelswap.http.tracking.clients`), and with the recent failures of everyone, so that a
 guesser
 spread over many addresses is slowed too. A valid key is never throttled, whatever its network
 did: one person behind a shared proxy or NAT cannot lock the others out.
@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from modelswap.http.middleware.clients import client_network
+from modelswap.http.tracking.clients import client_network
 
 log = logging.getLogger(__name__)
 

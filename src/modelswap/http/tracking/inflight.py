@@ -1,9 +1,10 @@
 """The requests in flight right now, and cancelling one (llama-swap's in-flight table).
 
-Each observed request (inference and ``/upstream``) is registered by the observing middleware
-for as long as its handler runs, under llama-swap's id scheme: a decimal counter from 1, as a
-string. Nothing is done per chunk: a listing reads the request's :class:`RequestObs` (bytes
-relayed, the model it resolved to) at that moment.
+Each observed request (inference and ``/upstream``) is registered by its
+:class:`~modelswap.http.tracking.scope.RequestScope` for as long as it is served, under
+llama-swap's id scheme: a decimal counter from 1, as a string. Nothing is done per chunk: a
+listing reads the request's :class:`RequestObs` (bytes relayed, the model it resolved to) at
+that moment.
 
 Cancelling cancels the handler's task — the same path a client that hangs up takes, so the
 upstream request is closed (the backend stops generating) and the model's lease released.
@@ -16,17 +17,39 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import cast
+from typing import Protocol, cast
 
 from aiohttp import web
 
-from modelswap.http.reading import request_id
+from modelswap.config.resolved import ApiKey
+from modelswap.http.request_obs import RequestObs
 from modelswap.redact import Redactor
 
 CANCELLED_CODE = "request_cancelled"
+
+
+class Listed(Protocol):
+    """What the listing reads of a request (its RequestScope)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def remote(self) -> str | None: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def response_headers(self) -> Mapping[str, str] | None: ...
+    @property
+    def obs(self) -> RequestObs: ...
+    @property
+    def key(self) -> ApiKey | None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -35,7 +58,7 @@ class InflightRequest:
     middleware can tell an operator's cancel from a client's disconnect."""
 
     id: str
-    request: web.Request
+    request: Listed
     task: asyncio.Task[object] | None
     started: float = field(default_factory=time.monotonic)
     at: float = field(default_factory=time.time)
@@ -50,7 +73,7 @@ class InflightRegistry:
         self._requests: dict[str, InflightRequest] = {}
 
     def add(
-        self, request: web.Request, task: asyncio.Task[object] | asyncio.Task[None] | None = None
+        self, request: Listed, task: asyncio.Task[object] | asyncio.Task[None] | None = None
     ) -> InflightRequest:
         """Register ``request``, served by ``task`` (by default the current one)."""
         entry = InflightRequest(
@@ -72,7 +95,7 @@ class InflightRegistry:
         if entry is not None:
             return entry
         for candidate in self._requests.values():
-            if request_id(candidate.request) == id_or_request_id:
+            if candidate.request.request_id == id_or_request_id:
                 return candidate
         return None
 
@@ -90,10 +113,6 @@ class InflightRegistry:
 
 
 INFLIGHT: web.AppKey[InflightRegistry] = web.AppKey("inflight", InflightRegistry)
-# The response that went out for a request (its headers sent), as the listing shows it.
-RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey(
-    "inflight_response", web.StreamResponse
-)
 
 
 def _rfc3339(at: float) -> str:
@@ -122,7 +141,7 @@ def describe(
 ) -> dict[str, object]:
     """llama-swap's ``InflightRequestEntry`` fields, then modelswap's own beside them."""
     request = entry.request
-    response = request.get(RESPONSE)
+    response = request.response_headers
     elapsed = (time.monotonic() if now is None else now) - entry.started
     return {
         "id": entry.id,
@@ -132,13 +151,13 @@ def describe(
         "method": request.method,
         "req_headers": _header_map(list(request.headers.items()), redactor),
         "remote_ip": request.remote or "",
-        "resp_headers": _header_map(list(response.headers.items()), redactor)
+        "resp_headers": _header_map(list(response.items()), redactor)
         if response is not None
         else {},
         "resp_bytes": bytes_out,
         "elapsed_ms": max(0, int(elapsed * 1000)),
         # modelswap's
-        "request_id": request_id(request),
+        "request_id": request.request_id,
         "requested": requested,
         "key_name": key_name,
         "state": "relaying" if relaying else "waiting",
@@ -146,8 +165,3 @@ def describe(
         # set once an error event went into its 200 stream: the request failed, though 200
         "error_code": error_code,
     }
-
-
-async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    """Remember the response whose headers go out (once per request, never per chunk)."""
-    request[RESPONSE] = response
