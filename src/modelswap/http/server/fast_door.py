@@ -1,20 +1,17 @@
-"""The fast lane: the hot path of inference on a raw asyncio protocol, in front of aiohttp.
+"""The fast door: the raw HTTP/1.1 door of inference, on an asyncio protocol in front of
+aiohttp. It is only a door: the request is relayed by the one relay
+(:mod:`modelswap.http.relay.relay`) and kept by the one request scope
+(:mod:`modelswap.http.tracking.scope`), as on aiohttp's door.
 
-Every accepted connection (within its client's share) starts here. A request whose every step
-is the common one — a JSON ``POST`` to an OpenAI inference route, one local model that is ready
-and free now, no filters, no policy, no CORS, no capture, a valid key or none configured — is
-served here: its head parsed by httptools (llhttp, in C), its model leased at once, its body
-written to a pooled backend connection (:mod:`modelswap.http.relay.backend_pool`) and the
-answer relayed as it arrives, with the same usage read, error masking, request id, in-flight
-entry, drain count and activity record as aiohttp's path. Anything else — a model that must
-start or that is busy, a key that is wrong, a body to filter, a backend that refused the
-connection before answering — is *handed over*: the connection, with every byte the client
-sent from the start of that request, goes to aiohttp's handler as if it had been there from the
-first byte, and aiohttp's path (waiting comments, restarts, fallbacks, peers, every error
-shape) does what it always did. Nothing has reached the client or been recorded by then.
-
-It exists for speed: a request on aiohttp's path costs ~400 µs of CPU here, on the lane ~160 µs
-(wrk c=32, same run; docs/PERFORMANCE.md, "Against llama-swap").
+Every accepted connection (within its client's share) starts here. Its head is parsed by
+httptools (llhttp, in C); a request that :meth:`FastDoor.admit` lets in — the common case: a
+JSON ``POST`` to one of route_table's fast routes, one local model ready and free now — has its
+model leased at once and goes up on a pooled backend connection
+(:class:`~modelswap.http.relay.backend_pool.PooledTransport`). Any other is *handed over*: the
+connection, with every byte the client sent from the start of that request, goes to aiohttp's
+handler as if it had been there from the first byte. Nothing has reached the client or been
+recorded by then. It exists for speed: ~160 µs of CPU per request, against ~400 µs on
+aiohttp's door (docs/PERFORMANCE.md, "Against llama-swap").
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import email.utils
 import logging
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
 from typing import Protocol, cast
 
 import httptools
@@ -34,21 +30,18 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from modelswap.config.resolved import ApiKey
-from modelswap.errors import ModelswapError, UpstreamUnreachableError
-from modelswap.http.error_responses import error_code_of, error_response, response_for
+from modelswap.errors import ModelswapError
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
-from modelswap.http.reading import choose_request_id, match_key, presented_key
+from modelswap.http.reading import match_key, presented_key
 from modelswap.http.relay.backend_pool import BackendPool, PooledTransport
 from modelswap.http.relay.dispatch import HOPS_HEADER, preflight, prepare_body
-from modelswap.http.relay.extract import RequestBody, parse_request
-from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
+from modelswap.http.relay.extract import parse_request
+from modelswap.http.relay.relay import Upstream
 from modelswap.http.route_table import FAST_PATHS, INFERENCE
+from modelswap.http.server.door_answer import Admitted, Answer
 from modelswap.http.server.ledger import IDLE, PROMISED, WORK, ConnectionLedger, Standing
 from modelswap.http.tracking.drain import DRAIN, Drain
-from modelswap.http.tracking.inflight import CANCELLED_CODE, INFLIGHT, InflightRegistry
-from modelswap.http.tracking.scope import RequestScope
-from modelswap.jsonsafe import loads
+from modelswap.http.tracking.inflight import INFLIGHT, InflightRegistry
 from modelswap.runtime import Runtime
 
 log = logging.getLogger("modelswap")
@@ -75,14 +68,6 @@ class Site(Protocol):
     def gone(self, network: str, standing: Standing) -> None: ...
 
     def handler_for(self, network: str, standing: Standing) -> asyncio.Protocol: ...
-
-
-class HandOver(Exception):
-    """Serve this request on aiohttp's path instead (nothing reached the client yet)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class _Head:
@@ -181,7 +166,7 @@ class FastDoor:
             connection.check(now)
         self._sweeper = loop.call_later(SWEEP, self._sweep) if self.connections else None
 
-    def admit(self, head: _Head, raw_body: bytes) -> str | _Admitted:
+    def admit(self, head: _Head, raw_body: bytes) -> str | Admitted:
         """THE hand-over predicate: the request as the door serves it, or the first reason
         (the ``modelswap_fast_lane_requests_total`` label) aiohttp's path must serve it.
         Nothing is leased unless every condition holds. In order:
@@ -258,7 +243,7 @@ class FastDoor:
             target.model.timeouts,
             lease.release,
         )
-        return _Admitted(headers, key, body, payload, parsed, upstream)
+        return Admitted(headers, key, body, payload, parsed, upstream)
 
     def transport(self, url: str) -> PooledTransport | None:
         """The pooled transport to a plain ``http://`` backend URL with no path; else None."""
@@ -293,7 +278,7 @@ class DoorConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._deadline = float("inf")  # of the head (or the body) awaited, when no task runs
         self._awaiting = "head"
-        self._answer: _Answer | None = None
+        self._answer: Answer | None = None
         self._head: _Head | None = None
         self._body_at = 0  # where the body of the request being read starts in the buffer
         self._paused = False
@@ -303,6 +288,18 @@ class DoorConnection(asyncio.Protocol):
         self._served = b""  # the request being served, as the client sent it
 
     # -- the connection
+
+    @property
+    def door(self) -> FastDoor:
+        return self._door
+
+    @property
+    def backlogged(self) -> bool:
+        """Whether the client's socket buffer is over its high-water mark."""
+        return self._write_ready is not None
+
+    def date_header(self) -> bytes:
+        return self._door.date.header()
 
     @property
     def peer(self) -> str | None:
@@ -414,10 +411,7 @@ class DoorConnection(asyncio.Protocol):
             return
         self._deadline = float("inf")
         self._head = None
-        try:
-            refused = self._start(head, bytes(self._buffer[self._body_at : whole]))
-        except HandOver as exc:
-            refused = exc.reason
+        refused = self._start(head, bytes(self._buffer[self._body_at : whole]))
         if refused is not None:
             self._hand_over(refused)
             return
@@ -463,7 +457,7 @@ class DoorConnection(asyncio.Protocol):
             return admitted
         if self._standing.new or self._standing.kept:  # at work now (connections.at_work)
             self._move(WORK)
-        answer = _Answer(self, head, admitted)
+        answer = Answer(self, head.url, head.raw_headers, head.keep_alive, admitted)
         self._answer = answer
         self._task = answer.task = asyncio.get_running_loop().create_task(answer.run())
         return None
@@ -546,237 +540,3 @@ class DoorConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
-
-
-class _Admitted:
-    """A request the door serves, as :meth:`FastDoor.admit` found it (its model leased)."""
-
-    __slots__ = ("body", "headers", "key", "parsed", "payload", "upstream")
-
-    def __init__(
-        self,
-        headers: CIMultiDictProxy[str],
-        key: ApiKey | None,
-        body: RequestBody,
-        payload: bytes,
-        parsed: Mapping[str, object] | None,
-        upstream: Upstream,
-    ) -> None:
-        self.headers = headers
-        self.key = key
-        self.body = body
-        self.payload = payload
-        self.parsed = parsed
-        self.upstream = upstream
-
-
-class _Answer:
-    """One request served on the fast door: run through the relay, whose sink it is (the
-    answer framed on the connection, flushed when the backend has nothing more in hand)."""
-
-    __slots__ = (
-        "admitted",
-        "chunked",
-        "connection",
-        "head_sent",
-        "keep_alive",
-        "out",
-        "path",
-        "raw_headers",
-        "request_id",
-        "scope",
-        "task",
-    )
-
-    def __init__(self, connection: DoorConnection, head: _Head, admitted: _Admitted) -> None:
-        self.connection = connection
-        self.admitted = admitted
-        self.path = head.url.decode("latin-1")
-        self.raw_headers = head.raw_headers  # the client's, as they came
-        self.keep_alive = head.keep_alive
-        self.request_id = choose_request_id(admitted.headers.get(REQUEST_ID_HEADER, ""))
-        self.head_sent = False
-        self.chunked = False
-        self.scope: RequestScope | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.out: list[bytes] = []  # what goes to the client at the next flush
-
-    # -- the relay's sink
-
-    @property
-    def started(self) -> bool:
-        return self.head_sent
-
-    @property
-    def backlogged(self) -> bool:
-        return self.connection._write_ready is not None
-
-    def head(
-        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], length: int | None
-    ) -> None:
-        """The answer's head, as aiohttp's path sends it (``headers`` as they go, the request
-        id, the framing, the keep-alive decision added); chunked without a length. It waits
-        for the body's first bytes when they are in already (one write, one system call, for
-        a whole small answer)."""
-        connection = self.connection
-        if not connection.may_keep():
-            self.keep_alive = False
-        headers.append((_REQUEST_ID, self.request_id.encode()))
-        if status in (204, 304):
-            length = 0  # no body may follow
-        if length is not None:
-            headers.append((b"Content-Length", b"%d" % length))
-        else:
-            headers.append((b"Transfer-Encoding", b"chunked"))
-            self.chunked = True
-        if not self.keep_alive:
-            headers.append((b"Connection", b"close"))
-        scope = self.scope
-        if scope is not None:
-            scope.response_headers = _Decoded(headers)
-        self.head_sent = True
-        lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason)]
-        lines.extend(b"%b: %b\r\n" % pair for pair in headers)
-        lines.append(connection._door.date.header())
-        lines.append(b"\r\n")
-        self.out.append(b"".join(lines))
-
-    def write(self, data: bytes) -> None:
-        if self.chunked:
-            self.out.append(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
-            self.out.append(data)
-
-    async def drained(self) -> None:
-        out = self.out
-        if out:
-            self.connection.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
-        if self.connection._write_ready is not None:
-            await self.connection.drained()
-
-    async def end(self) -> None:
-        if self.chunked:
-            self.out.append(b"0\r\n\r\n")
-        await self.drained()
-
-    def abort(self, reason: str) -> None:
-        self.keep_alive = False
-        self.connection.abort()
-
-    # -- the request
-
-    async def run(self) -> None:
-        connection = self.connection
-        door = connection._door
-        runtime = door.runtime
-        admitted = self.admitted
-        upstream = admitted.upstream
-        path = self.path
-        observing = runtime.observing
-        scope = self.scope = RequestScope(
-            runtime,
-            path,
-            method="POST",
-            request_id=self.request_id,
-            remote=connection.peer,
-            headers=admitted.headers,
-            key=admitted.key,
-            registry=door.registry if observing else None,
-            task=self.task,
-            drain=door.drain,
-            record=observing,
-        )
-        obs = scope.obs if observing else None
-        scope.obs.requested = admitted.body.model
-        status, code, handed = 500, None, None
-        try:
-            payload = observe_payload(
-                obs,
-                upstream.label,
-                path,
-                admitted.payload,
-                admitted.parsed,
-                streamed=admitted.body.stream,
-            )
-            outgoing = Outgoing("POST", path, path, self.raw_headers, self.request_id, payload)
-            status = await relay(outgoing, upstream, self, runtime.redactor, obs)
-        except UpstreamUnreachableError:
-            # Refused at once: aiohttp's path notices a dead backend and starts it again.
-            handed = "backend"
-        except ModelswapError as exc:  # nothing went out yet: answered as aiohttp's path does
-            response = response_for(exc, runtime.redactor)
-            code = self._write_response(response)
-            status = response.status
-        except asyncio.CancelledError:
-            cancelled = scope.cancelled(self.head_sent)
-            status, code = scope.status, scope.code
-            if cancelled is not None:
-                self._write_response(cancelled)
-            elif code == CANCELLED_CODE:
-                connection.abort()
-            else:
-                self.keep_alive = False
-        except Exception:
-            log.exception("fast door: request to %s failed", upstream.label)
-            self.keep_alive = False
-            if not self.head_sent:
-                failed = "modelswap failed to handle the request (see its log)."
-                code = self._write_response(error_response(failed, 500))
-            else:
-                connection.abort()
-        finally:
-            upstream.release()  # (the relay has, unless it never began)
-            if handed is None:
-                scope.status, scope.code = status, code
-                scope.finish()
-            else:
-                scope.forget()  # aiohttp's path records it
-            connection.finished(self.keep_alive, handed)
-
-    def _write_response(self, response: web.Response) -> str | None:
-        """A whole gateway-authored answer (an error), before anything else went out; its
-        error code."""
-        body = response.body if isinstance(response.body, bytes) else b""
-        headers = [
-            (name.encode("latin-1"), value.encode("latin-1", "replace"))
-            for name, value in response.headers.items()
-            if name.lower() not in ("content-length", "x-request-id")
-        ]
-        if "Content-Type" not in response.headers:
-            headers.append((b"Content-Type", f"{response.content_type}; charset=utf-8".encode()))
-        if self.scope is not None:
-            self.scope.obs.wrote(body)  # (counted whether or not recorded)
-        reason = (response.reason or "").encode("latin-1", "replace")
-        self.head(response.status, reason, headers, len(body))
-        self.write(body)
-        self.connection.write(b"".join(self.out))
-        self.out.clear()
-        try:
-            data = loads(body)
-        except ValueError:
-            return None
-        return error_code_of(data) if isinstance(data, dict) else None
-
-
-class _Decoded(Mapping[str, str]):
-    """The answer's head as the in-flight listing reads it (decoded only when read)."""
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._raw = raw
-
-    def _pairs(self) -> CIMultiDict[str]:
-        return CIMultiDict[str](
-            (name.decode("latin-1"), value.decode("latin-1")) for name, value in self._raw
-        )
-
-    def __getitem__(self, name: str) -> str:
-        return self._pairs()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._pairs())
-
-    def __len__(self) -> int:
-        return len(self._raw)

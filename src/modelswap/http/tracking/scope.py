@@ -59,6 +59,8 @@ class RequestScope:
         "_raw",
         "_record",
         "_registry",
+        "_response_headers",
+        "_sent_raw",
         "code",
         "inflight",
         "key",
@@ -67,7 +69,6 @@ class RequestScope:
         "path",
         "remote",
         "request_id",
-        "response_headers",
         "runtime",
         "status",
     )
@@ -98,7 +99,8 @@ class RequestScope:
         self.key = key
         self.status = 500
         self.code: str | None = None
-        self.response_headers: Mapping[str, str] | None = None
+        self._response_headers: Mapping[str, str] | None = None
+        self._sent_raw: Sequence[tuple[bytes, bytes]] | None = None
         obs = self.obs = RequestObs()
         capture = runtime.config.observability
         if capture.capture:
@@ -116,9 +118,23 @@ class RequestScope:
     def headers(self) -> Mapping[str, str]:
         """The request's headers (decoded when first read: the fast door holds bytes)."""
         if self._decoded is None:
-            pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in self._raw)
-            self._decoded = CIMultiDictProxy(CIMultiDict(pairs))
+            self._decoded = _decode(self._raw)
         return self._decoded
+
+    @property
+    def response_headers(self) -> Mapping[str, str] | None:
+        """The answer's headers, once its head went out (decoded when first read)."""
+        if self._response_headers is None and self._sent_raw is not None:
+            self._response_headers = _decode(self._sent_raw)
+        return self._response_headers
+
+    @response_headers.setter
+    def response_headers(self, headers: Mapping[str, str]) -> None:
+        self._response_headers = headers
+
+    def sent(self, raw_headers: Sequence[tuple[bytes, bytes]]) -> None:
+        """The answer's head went out with ``raw_headers`` (the fast door's, as bytes)."""
+        self._sent_raw = raw_headers
 
     def cancelled(self, answered: bool) -> web.Response | None:
         """The task serving the request was cancelled: by an operator (``POST
@@ -219,6 +235,11 @@ class RequestScope:
             if session:
                 return {"session_id": session, **(metadata or {})}
         return metadata
+
+
+def _decode(raw: Sequence[tuple[bytes, bytes]]) -> CIMultiDictProxy[str]:
+    pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in raw)
+    return CIMultiDictProxy(CIMultiDict(pairs))
 
 
 def _headers_json(headers: Mapping[str, str], redactor: Redactor) -> str:
