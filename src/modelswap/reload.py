@@ -67,7 +67,7 @@ def apply_config(runtime: Runtime, new: Config) -> ReloadReport:
     router = runtime.router
     added = {m: runtime.make_process(cfg) for m, cfg in new.models.items() if m not in old.models}
     report.added = sorted(added)
-    router.reconfigure(runtime.swapper(), runtime.policy(), added)
+    router.reconfigure(runtime.swapper(), runtime.scheduler_policy(), added)
     for model_id in old.models.keys() - new.models.keys():
         report.removed.append(model_id)
         runtime.spawn(router.retire(model_id, remove=True), f"remove:{model_id}")

@@ -394,7 +394,7 @@ class Runtime:
             m for m, p in self._router.processes.items() if p.state is ProcessState.SLEEPING
         )
 
-    def policy(self) -> SchedulerPolicy:
+    def scheduler_policy(self) -> SchedulerPolicy:
         sched = self.config.scheduling
         models = self.config.models.values()
         return SchedulerPolicy(
@@ -446,7 +446,7 @@ class Runtime:
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
-        self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())
+        self._router = LocalRouter(processes, self.events, self.swapper(), self.scheduler_policy())
         sampler = MemorySampler(
             self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
         )

@@ -1,6 +1,6 @@
 """The guarded site on real loopback sockets, in process: a client within its share is served
 while another address holds all of its own; a connection over a cap gets a whole 503 with
-Retry-After (never a reset), however its request arrives; the ledger and the refusals are
+Retry-After (never a reset), however its request arrives; the connection counts and the refusals are
 released when connections close."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.integration.conftest import free_port
 
 from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.server import connections
-from modelswap.http.server.connections import ConnectionLedger, GuardedSite, Handler
+from modelswap.http.server.connections import ConnectionCounts, GuardedSite, Handler
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ async def guarded(total: int, per_client: int) -> AsyncIterator[GuardedSite]:
     runner = web.AppRunner(web.Application(), handler_cancellation=True, keepalive_timeout=30)
     runner.app.router.add_get("/health", health)
     await runner.setup()
-    site = GuardedSite(runner, "127.0.0.1", free_port(), ConnectionLedger(total, per_client))
+    site = GuardedSite(runner, "127.0.0.1", free_port(), ConnectionCounts(total, per_client))
     await site.start()
     try:
         yield site
@@ -80,7 +80,9 @@ async def hold(site: GuardedSite, count: int, source: str = "127.0.0.1") -> list
     for _, writer in held:
         writer.write(b"GET /hea")
         await writer.drain()
-    await eventually(lambda: site.ledger.held_by(source) == count, "held connections counted")
+    await eventually(
+        lambda: site.connection_counts.held_by(source) == count, "held connections counted"
+    )
     return held
 
 
@@ -97,8 +99,10 @@ async def test_a_client_within_its_share_is_served_while_another_holds_all_of_it
         assert status_and_headers(other)[0] == 200, other
         for _, writer in held:
             writer.close()
-        await eventually(lambda: site.ledger.total == 0, "the ledger is released on close")
-        assert site.ledger.clients == 0
+        await eventually(
+            lambda: site.connection_counts.total == 0, "the connection counts is released on close"
+        )
+        assert site.connection_counts.clients == 0
         assert status_and_headers(await answer(await connect(site)))[0] == 200
         await eventually(lambda: site.refusing == 0, "refusals end")
 
@@ -111,7 +115,9 @@ async def test_over_the_total_every_client_is_refused_with_a_503() -> None:
         assert b"limits.maxConnections: 2" in over
         for _, writer in held:
             writer.close()
-        await eventually(lambda: site.ledger.total == 0, "the ledger is released on close")
+        await eventually(
+            lambda: site.connection_counts.total == 0, "the connection counts is released on close"
+        )
 
 
 async def test_a_refused_client_dripping_its_request_line_is_answered_once_it_is_in() -> None:
@@ -129,7 +135,9 @@ async def test_a_refused_client_dripping_its_request_line_is_answered_once_it_is
         assert b'"too_many_connections"' in rest
         writer.close()
         held[0][1].close()
-        await eventually(lambda: site.refusing == 0 and site.ledger.total == 0, "all released")
+        await eventually(
+            lambda: site.refusing == 0 and site.connection_counts.total == 0, "all released"
+        )
 
 
 async def test_a_refused_client_that_sends_nothing_is_answered_and_closed_in_bounded_time(
@@ -162,7 +170,9 @@ async def test_past_the_refusal_cap_connections_are_closed_at_once(
         assert site.refusing == 2
         for stream in (*slow, (reader, writer), *held):
             stream[1].close()
-        await eventually(lambda: site.refusing == 0 and site.ledger.total == 0, "released")
+        await eventually(
+            lambda: site.refusing == 0 and site.connection_counts.total == 0, "released"
+        )
 
 
 # ---- the share counts connections not at work (issue 28) ----------------------------------
@@ -199,7 +209,7 @@ async def serving(per_client: int, arrivals: int = 0) -> AsyncIterator[GuardedSi
     app.router.add_get("/together", gather)
     runner = web.AppRunner(app, handler_cancellation=True, keepalive_timeout=30)
     await runner.setup()
-    site = GuardedSite(runner, "127.0.0.1", free_port(), ConnectionLedger(64, per_client))
+    site = GuardedSite(runner, "127.0.0.1", free_port(), ConnectionCounts(64, per_client))
     await site.start()
     try:
         yield site
@@ -227,7 +237,9 @@ async def test_a_connection_over_its_share_waits_and_is_served_with_what_it_sent
         assert status == 200, answer
         assert answer == b'{"length": 300000}'
         writer.close()
-        await eventually(lambda: site.ledger.total == 0 and site.refusing == 0, "released")
+        await eventually(
+            lambda: site.connection_counts.total == 0 and site.refusing == 0, "released"
+        )
 
 
 async def test_requests_in_flight_do_not_count_and_idle_connections_stay_within_the_share() -> None:
@@ -240,11 +252,13 @@ async def test_requests_in_flight_do_not_count_and_idle_connections_stay_within_
         assert [status for status, _, _ in answers] == [200] * count  # none was refused
         closing = [h.get("connection") == "close" for _, h, _ in answers]
         assert closing.count(False) == share, closing  # the share is kept alive, no more
-        assert site.ledger.kept_by("127.0.0.1") == share
-        assert site.ledger.new_by("127.0.0.1") == 0  # idle ones are not new ones
+        assert site.connection_counts.kept_by("127.0.0.1") == share
+        assert site.connection_counts.new_by("127.0.0.1") == 0  # idle ones are not new ones
         for (reader, writer), closed in zip(streams, closing, strict=True):
             if closed:
                 assert await asyncio.wait_for(reader.read(), CEILING) == b""
             writer.close()
-        await eventually(lambda: site.ledger.total == 0, "the ledger is released on close")
+        await eventually(
+            lambda: site.connection_counts.total == 0, "the connection counts is released on close"
+        )
         assert site.refusing == 0

@@ -142,7 +142,7 @@ class Limits:
     max_headers: int = 100
     max_connections: int = 1024
     max_connections_per_client: int = 64  # per IPv4 address or IPv6 /64
-    fast_lane: bool = True  # the common inference request on http/server/fast_lane.py
+    fast_lane: bool = True  # the common inference request on http/server/fast_door.py
 
 
 @dataclass(frozen=True, slots=True)

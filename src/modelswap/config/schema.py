@@ -632,9 +632,9 @@ class RawLimits(BaseModel):
         True,
         alias="fastLane",
         description="Serve the common inference request (a JSON POST to an OpenAI route for "
-        "one ready local model, no filters, policies, CORS or capture) on the fast lane: a raw "
+        "one ready local model, no filters, policies, CORS or capture) on the fast door: a raw "
         "protocol with a C parser and pooled backend connections, ~3x cheaper per request. "
-        "Everything else is served by the full path either way; false sends every request "
+        "Everything else is served by aiohttp's door either way; false sends every request "
         "there.",
     )
 

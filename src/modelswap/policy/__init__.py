@@ -5,7 +5,7 @@ request body: ``default``/``set <path> to <value>``, ``remove <path>``, ``apply 
 ``deny [status] "message"``. :func:`parse` reads one (:mod:`.parser` has the grammar),
 :func:`check` and :func:`find_cycle` refuse what cannot be honoured, :func:`run` runs one
 over a :class:`Request`. Pure: no I/O, no modelswap imports; config compiles the programs
-(``config/policies.py``), the relay runs them (``http/relay/policy.py``).
+(``config/policies.py``), the relay runs them (``http/relay/spl.py``).
 """
 
 from modelswap.policy.evaluate import ABSENT, Denial, Request, read, run

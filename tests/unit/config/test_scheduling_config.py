@@ -373,7 +373,7 @@ def test_runtime_policy_from_config(tmp_path: Path) -> None:
             "a", "b", "c", extra={"a": "priority: 2, concurrencyLimit: 3", "b": "priority: -1"}
         ),
     )
-    policy = rt.policy()
+    policy = rt.scheduler_policy()
     assert (policy.queue_limit, policy.max_queue_wait) == (7, 11)
     assert (policy.drain_timeout, policy.max_in_flight) == (13, 17)
     assert dict(policy.priorities) == {"a": 2, "b": -1}

@@ -1,4 +1,4 @@
-"""The connection ledger (shares per client network, the total cap, nothing left behind) and the
+"""The connection counts (shares per client network, the total cap, nothing left behind) and the
 refusal answer's bytes. The site itself on real sockets: tests/integration/test_guarded_site.py."""
 
 from __future__ import annotations
@@ -6,47 +6,49 @@ from __future__ import annotations
 import json
 
 from modelswap.http.server.connections import (
+    AT_WORK,
+    AT_WORK_KEPT_ALIVE,
     IDLE,
     NEW,
-    PROMISED,
     RETRY_AFTER,
-    WORK,
-    ConnectionLedger,
+    ConnectionCounts,
     refusal,
 )
 
 
 def test_a_client_gets_its_share_and_the_others_the_rest() -> None:
-    ledger = ConnectionLedger(max_total=5, max_per_client=2)
-    assert ledger.admit("10.0.0.1") is None
-    assert ledger.admit("10.0.0.1") is None
-    over = ledger.admit("10.0.0.1")
+    connection_counts = ConnectionCounts(max_total=5, max_per_client=2)
+    assert connection_counts.admit("10.0.0.1") is None
+    assert connection_counts.admit("10.0.0.1") is None
+    over = connection_counts.admit("10.0.0.1")
     assert over is not None
     assert "10.0.0.1" in over
     assert "limits.maxConnectionsPerClient: 2" in over
-    assert ledger.held_by("10.0.0.1") == 2  # a refusal is not counted
+    assert connection_counts.held_by("10.0.0.1") == 2  # a refusal is not counted
     for client in ("10.0.0.2", "10.0.0.2", "10.0.0.3"):
-        assert ledger.admit(client) is None
-    full = ledger.admit("10.0.0.4")
+        assert connection_counts.admit(client) is None
+    full = connection_counts.admit("10.0.0.4")
     assert full is not None
     assert "limits.maxConnections: 5" in full
-    assert ledger.admit("10.0.0.1") is not None  # its own share is still the first reason
-    assert (ledger.total, ledger.clients) == (5, 3)
+    assert (
+        connection_counts.admit("10.0.0.1") is not None
+    )  # its own share is still the first reason
+    assert (connection_counts.total, connection_counts.clients) == (5, 3)
 
 
 def test_releasing_every_connection_leaves_nothing_behind() -> None:
-    ledger = ConnectionLedger(max_total=10_000, max_per_client=64)
+    connection_counts = ConnectionCounts(max_total=10_000, max_per_client=64)
     admitted = []
     for n in range(3000):
         client = f"10.0.{n % 300 // 256}.{n % 300 % 256}"
-        if ledger.admit(client) is None:
+        if connection_counts.admit(client) is None:
             admitted.append(client)
     assert len(admitted) == 3000
-    assert ledger.clients == 300
+    assert connection_counts.clients == 300
     for client in admitted:
-        ledger.release(client)
-    assert (ledger.total, ledger.clients) == (0, 0)
-    assert ledger.admit("10.0.0.1") is None
+        connection_counts.release(client)
+    assert (connection_counts.total, connection_counts.clients) == (0, 0)
+    assert connection_counts.admit("10.0.0.1") is None
 
 
 def test_the_refusal_is_a_whole_503_with_retry_after_in_the_openai_envelope() -> None:
@@ -70,26 +72,28 @@ def test_the_refusal_is_a_whole_503_with_retry_after_in_the_openai_envelope() ->
 
 
 def test_a_connection_at_work_leaves_the_share_and_idle_ones_have_their_own() -> None:
-    ledger = ConnectionLedger(max_total=10, max_per_client=2)
-    assert ledger.admit("10.0.0.1") is None
-    assert ledger.admit("10.0.0.1") is None
-    assert ledger.over_share("10.0.0.1")
-    ledger.move("10.0.0.1", NEW, WORK)  # its head is in and it is served
-    assert not ledger.over_share("10.0.0.1")
-    assert ledger.admit("10.0.0.1") is None
-    assert ledger.over_share("10.0.0.1")
-    ledger.move("10.0.0.1", NEW, WORK)
-    assert (ledger.held_by("10.0.0.1"), ledger.new_by("10.0.0.1")) == (3, 1)
+    connection_counts = ConnectionCounts(max_total=10, max_per_client=2)
+    assert connection_counts.admit("10.0.0.1") is None
+    assert connection_counts.admit("10.0.0.1") is None
+    assert connection_counts.over_share("10.0.0.1")
+    connection_counts.move("10.0.0.1", NEW, AT_WORK)  # its head is in and it is served
+    assert not connection_counts.over_share("10.0.0.1")
+    assert connection_counts.admit("10.0.0.1") is None
+    assert connection_counts.over_share("10.0.0.1")
+    connection_counts.move("10.0.0.1", NEW, AT_WORK)
+    assert (connection_counts.held_by("10.0.0.1"), connection_counts.new_by("10.0.0.1")) == (3, 1)
     for _ in range(2):  # two answers promise to keep their connection alive; a third cannot
-        assert ledger.may_keep("10.0.0.1")
-        ledger.move("10.0.0.1", WORK, PROMISED)
-    assert not ledger.may_keep("10.0.0.1")
-    ledger.move("10.0.0.1", PROMISED, IDLE)
-    assert (ledger.new_by("10.0.0.1"), ledger.kept_by("10.0.0.1")) == (1, 2)
-    assert ledger.admit("10.0.0.1") is None  # idle connections do not take the new share
-    assert ledger.admit("10.0.0.1") is not None
-    ledger.move("10.0.0.1", IDLE, WORK)  # an idle one at work again: its keep-alive anew
-    assert ledger.may_keep("10.0.0.1")
-    for standing in (NEW, NEW, WORK, PROMISED):
-        ledger.release("10.0.0.1", standing)
-    assert (ledger.total, ledger.clients) == (0, 0)
+        assert connection_counts.may_keep("10.0.0.1")
+        connection_counts.move("10.0.0.1", AT_WORK, AT_WORK_KEPT_ALIVE)
+    assert not connection_counts.may_keep("10.0.0.1")
+    connection_counts.move("10.0.0.1", AT_WORK_KEPT_ALIVE, IDLE)
+    assert (connection_counts.new_by("10.0.0.1"), connection_counts.kept_by("10.0.0.1")) == (1, 2)
+    assert connection_counts.admit("10.0.0.1") is None  # idle connections do not take the new share
+    assert connection_counts.admit("10.0.0.1") is not None
+    connection_counts.move(
+        "10.0.0.1", IDLE, AT_WORK
+    )  # an idle one at work again: its keep-alive anew
+    assert connection_counts.may_keep("10.0.0.1")
+    for standing in (NEW, NEW, AT_WORK, AT_WORK_KEPT_ALIVE):
+        connection_counts.release("10.0.0.1", standing)
+    assert (connection_counts.total, connection_counts.clients) == (0, 0)

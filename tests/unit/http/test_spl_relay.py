@@ -15,7 +15,7 @@ from modelswap.errors import PolicyDeniedError, PolicyFailedError
 from modelswap.http.error_responses import response_for
 from modelswap.http.relay.dispatch import prepare_body
 from modelswap.http.relay.extract import parse_request
-from modelswap.http.relay.policy import PolicyRun
+from modelswap.http.relay.spl import PolicyRun
 from modelswap.policy import PolicySet
 from modelswap.routing.peer_directory import PeerRoute
 from modelswap.runtime import LocalTarget

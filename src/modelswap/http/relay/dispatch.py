@@ -29,9 +29,9 @@ from modelswap.http.relay import proxy
 from modelswap.http.relay.apply_filters import apply_layers
 from modelswap.http.relay.client_transport import ClientTransport
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
-from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.relay import Upstream, observe_payload
 from modelswap.http.relay.response_sink import ResponseSink
+from modelswap.http.relay.spl import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import upstream_path

@@ -43,8 +43,15 @@ from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
 from modelswap.http.server.acceptor import Acceptor, listening_sockets
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
+from modelswap.http.server.connection_counts import (
+    AT_WORK,
+    AT_WORK_KEPT_ALIVE,
+    IDLE,
+    NEW,
+    ConnectionCounts,
+    ConnectionState,
+)
 from modelswap.http.server.fast_door import DoorConnection, FastDoor
-from modelswap.http.server.ledger import IDLE, NEW, PROMISED, WORK, ConnectionLedger, Standing
 from modelswap.http.tracking.clients import client_network
 
 log = logging.getLogger("modelswap")
@@ -72,10 +79,10 @@ def refusal(message: str) -> bytes:
 
 
 class CountedHandler(EnvelopeRequestHandler):
-    """aiohttp's connection handler that keeps its standing in the ledger: NEW when admitted,
-    WORK while a request is served (:meth:`at_work`), PROMISED or WORK as its answer is
-    prepared (:meth:`keep_alive_after`), IDLE after an answer that keeps it open; released
-    when it closes."""
+    """aiohttp's connection handler that keeps its state in the connection counts: NEW when
+    admitted, AT_WORK while a request is served (:meth:`at_work`), AT_WORK_KEPT_ALIVE or
+    AT_WORK as its answer is prepared (:meth:`keep_alive_after`), IDLE after an answer that
+    keeps it open; released when it closes."""
 
     def __init__(self, server: web.Server, site: GuardedSite, network: str) -> None:
         super().__init__(server, loop=asyncio.get_running_loop(), **server._kwargs)
@@ -83,7 +90,7 @@ class CountedHandler(EnvelopeRequestHandler):
         self._network = network
         self._standing = NEW
 
-    def _move(self, new: Standing) -> None:
+    def _move(self, new: ConnectionState) -> None:
         if self._site is not None:
             old, self._standing = self._standing, new
             self._site.moved(self._network, old, new)
@@ -92,18 +99,18 @@ class CountedHandler(EnvelopeRequestHandler):
         """Its request is served (its head is in, and it passed authentication): it counts
         toward neither of its client's shares until its answer is prepared."""
         if self._standing is NEW or self._standing is IDLE:  # keep-alive is decided anew
-            self._move(WORK)
+            self._move(AT_WORK)
 
     def keep_alive_after(self) -> bool:
         """As an answer is prepared: whether the connection may stay open after it. One at work
         may while its client's idle connections, with those promised, number under the share;
         one not at work (a new or idle one answered without being served) is counted already
         and stays as it is."""
-        if self._standing is not WORK:
+        if self._standing is not AT_WORK:
             return True
-        if self._site is None or not self._site.ledger.may_keep(self._network):
+        if self._site is None or not self._site.connection_counts.may_keep(self._network):
             return False
-        self._move(PROMISED)
+        self._move(AT_WORK_KEPT_ALIVE)
         return True
 
     async def finish_response(
@@ -114,7 +121,9 @@ class CountedHandler(EnvelopeRequestHandler):
         finally:
             # The answer has ended: a connection that stays open is idle (counted) until its
             # next request is at work; one at work without the promise is about to close.
-            if self._standing is PROMISED or (self._standing is WORK and resp.keep_alive):
+            if self._standing is AT_WORK_KEPT_ALIVE or (
+                self._standing is AT_WORK and resp.keep_alive
+            ):
                 self._move(IDLE)
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -244,8 +253,10 @@ class Waiting(Refusal):
         transport = self._transport
         if self._answered or transport is None or transport.is_closing():
             return
-        ledger = self._site.ledger
-        reason = ledger.reason(self.network) or ledger.share_reason(self.network)
+        connection_counts = self._site.connection_counts
+        reason = connection_counts.reason(self.network) or connection_counts.share_reason(
+            self.network
+        )
         self._answer = refusal(reason)
         self._site.log_refusal(self.network, reason)
         self._kept = bytearray()
@@ -284,7 +295,7 @@ class RefuseNow(asyncio.Protocol):
         transport.close()
 
 
-class _Doorman(asyncio.Protocol):
+class _FirstProtocol(asyncio.Protocol):
     """The first protocol of every accepted connection: hands it to whoever handles it."""
 
     def __init__(self, place: Callable[[asyncio.Transport], None]) -> None:
@@ -304,11 +315,11 @@ class GuardedSite(web.TCPSite):
         runner: web.AppRunner,
         host: str,
         port: int,
-        ledger: ConnectionLedger,
+        connection_counts: ConnectionCounts,
         door: FastDoor | None = None,
     ) -> None:
         super().__init__(runner, host, port)
-        self.ledger = ledger
+        self.connection_counts = connection_counts
         self._door = door
         self._refusing: set[Refusal] = set()  # waiting ones included
         self._waiting: dict[str, dict[Waiting, None]] = {}  # by network, oldest first
@@ -329,11 +340,11 @@ class GuardedSite(web.TCPSite):
         # The kernel's accept queue as long as it allows (it caps SOMAXCONN at
         # net.core.somaxconn), as Go's and nginx's listeners ask: with aiohttp's 128, a burst of
         # connects overflows it while the loop is busy, and each SYN dropped costs its client a
-        # 1 s retransmit; over-cap connections are answered by the ledger, not by the kernel.
+        # 1 s retransmit; over-cap connections are answered by our counts, not by the kernel.
         # Accepted by our own loop (acceptor.py), not uvloop's libuv, which closes what it
         # accepts once descriptors run out where asyncio waits.
         sockets = listening_sockets(self._host, self._port, socket.SOMAXCONN)
-        self._server = Acceptor(sockets, lambda: _Doorman(self._place))  # type: ignore[assignment]
+        self._server = Acceptor(sockets, lambda: _FirstProtocol(self._place))  # type: ignore[assignment]
 
     async def stop(self) -> None:
         await super().stop()
@@ -348,7 +359,7 @@ class GuardedSite(web.TCPSite):
             return DoorConnection(self._door, self, network, NEW)
         return self.handler_for(network, NEW)
 
-    def handler_for(self, network: str, standing: Standing) -> CountedHandler:
+    def handler_for(self, network: str, standing: ConnectionState) -> CountedHandler:
         """aiohttp's handler for a connection (the fast door hands one over as it stands)."""
         server = self._runner.server
         assert server is not None
@@ -359,14 +370,14 @@ class GuardedSite(web.TCPSite):
     def _place(self, transport: asyncio.Transport) -> None:
         peer = transport.get_extra_info("peername")
         network = client_network(peer[0] if isinstance(peer, tuple) else None)
-        reason = self.ledger.admit(network)
+        reason = self.connection_counts.admit(network)
         protocol: asyncio.BaseProtocol
         if reason is None:
             protocol = self._handler(network)
         elif len(self._refusing) >= MAX_REFUSING:
             self.log_refusal(network, reason)
             protocol = RefuseNow(refusal(reason))
-        elif self.ledger.over_share(network):
+        elif self.connection_counts.over_share(network):
             protocol = Waiting(self, network, self._done)
             self._refusing.add(protocol)
             self._waiting.setdefault(network, {})[protocol] = None
@@ -391,7 +402,7 @@ class GuardedSite(web.TCPSite):
 
     def admit_waiting(self, waiter: Waiting) -> bool:
         """Serve ``waiter`` if its client has a place now."""
-        if not waiter.open or self.ledger.admit(waiter.network) is not None:
+        if not waiter.open or self.connection_counts.admit(waiter.network) is not None:
             return False
         self._refusing.discard(waiter)
         self._unqueue(waiter)
@@ -401,20 +412,20 @@ class GuardedSite(web.TCPSite):
     def _promote(self, network: str) -> None:
         """A place may have freed for ``network``: its oldest waiting connections take them."""
         queue = self._waiting.get(network)
-        while queue and not self.ledger.over_share(network):
+        while queue and not self.connection_counts.over_share(network):
             waiter = next(iter(queue))
             if not self.admit_waiting(waiter):
                 if waiter.open:
                     return  # the total is full: it waits on (or is refused in time)
                 self._unqueue(waiter)  # closing: its connection_lost follows
 
-    def moved(self, network: str, old: Standing, new: Standing) -> None:
-        self.ledger.move(network, old, new)
+    def moved(self, network: str, old: ConnectionState, new: ConnectionState) -> None:
+        self.connection_counts.move(network, old, new)
         if new.new < old.new:
             self._promote(network)
 
-    def gone(self, network: str, standing: Standing) -> None:
-        self.ledger.release(network, standing)
+    def gone(self, network: str, standing: ConnectionState) -> None:
+        self.connection_counts.release(network, standing)
         self._promote(network)
 
     def log_refusal(self, network: str, reason: str) -> None:
@@ -426,10 +437,10 @@ class GuardedSite(web.TCPSite):
                 "%d open from %d clients)",
                 reason,
                 network,
-                self.ledger.held_by(network),
-                self.ledger.new_by(network),
-                self.ledger.kept_by(network),
-                self.ledger.total,
-                self.ledger.clients,
+                self.connection_counts.held_by(network),
+                self.connection_counts.new_by(network),
+                self.connection_counts.kept_by(network),
+                self.connection_counts.total,
+                self.connection_counts.clients,
             )
         self._last_refusal = now

@@ -38,8 +38,14 @@ from modelswap.http.relay.dispatch import HOPS_HEADER, preflight, prepare_body
 from modelswap.http.relay.extract import parse_request
 from modelswap.http.relay.relay import Upstream
 from modelswap.http.route_table import FAST_PATHS, INFERENCE
+from modelswap.http.server.connection_counts import (
+    AT_WORK,
+    AT_WORK_KEPT_ALIVE,
+    IDLE,
+    ConnectionCounts,
+    ConnectionState,
+)
 from modelswap.http.server.door_answer import Admitted, Answer
-from modelswap.http.server.ledger import IDLE, PROMISED, WORK, ConnectionLedger, Standing
 from modelswap.http.tracking.drain import DRAIN, Drain
 from modelswap.http.tracking.inflight import INFLIGHT, InflightRegistry
 from modelswap.runtime import Runtime
@@ -59,15 +65,15 @@ _HANDED_HEADERS = frozenset({b"origin", HOPS_HEADER.lower().encode()})
 
 
 class Site(Protocol):
-    """The guarded site, as the lane's connections use it (http/server/connections.py)."""
+    """The guarded site, as the fast door's connections use it (http/server/connections.py)."""
 
-    ledger: ConnectionLedger
+    connection_counts: ConnectionCounts
 
-    def moved(self, network: str, old: Standing, new: Standing) -> None: ...
+    def moved(self, network: str, old: ConnectionState, new: ConnectionState) -> None: ...
 
-    def gone(self, network: str, standing: Standing) -> None: ...
+    def gone(self, network: str, standing: ConnectionState) -> None: ...
 
-    def handler_for(self, network: str, standing: Standing) -> asyncio.Protocol: ...
+    def handler_for(self, network: str, standing: ConnectionState) -> asyncio.Protocol: ...
 
 
 class _Head:
@@ -107,15 +113,11 @@ class _Date:
         return self._value
 
 
-class _LaneCollector:
-    """``modelswap_fast_lane_requests_total``: requests served on the lane, and requests handed
-    to aiohttp's path by reason (``head``: not a JSON POST to a lane route, or a header that
-    needs the full path; ``other``: not an inference request at all, counted per connection
-    handed; ``off``: the lane is off, or the gateway drains, limits globally, runs policies
-    or captures; ``key``; ``body``; ``model``: a selector, an alias with fallbacks, filters,
-    the tool-choice preflight; ``not_ready``: starting, busy, asleep, or a backend address or
-    connection setting the lane does not handle; ``backend``: refused the connection;
-    ``slow_body``; ``eof``)."""
+class _DoorCounter:
+    """``modelswap_fast_lane_requests_total`` (named before the door was): requests served on
+    the fast door, and requests handed to aiohttp's door by reason — :meth:`FastDoor.admit`'s,
+    and ``other`` (not an inference ``POST``, counted per connection), ``head`` (a head the
+    door cannot read), ``backend`` (refused the connection), ``slow_body``, ``eof``."""
 
     def __init__(self, counts: collections.Counter[str]) -> None:
         self._counts = counts
@@ -123,7 +125,7 @@ class _LaneCollector:
     def collect(self) -> list[Metric]:
         family = CounterMetricFamily(
             "modelswap_fast_lane_requests",
-            "Requests served on the fast lane (outcome=served) or handed to the full path "
+            "Requests served on the fast door (outcome=served) or handed to the full path "
             "(outcome=handed_over, with the reason)",
             labels=["outcome", "reason"],
         )
@@ -136,7 +138,7 @@ class _LaneCollector:
 
 
 class FastDoor:
-    """What every fast-lane connection shares: the runtime, the app's drain and in-flight
+    """What every fast-door connection shares: the runtime, the app's drain and in-flight
     table, the backend pool. Made by the site; closed with it."""
 
     def __init__(self, app: web.Application, runtime: Runtime) -> None:
@@ -149,7 +151,7 @@ class FastDoor:
         self._transports: dict[str, PooledTransport | None] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self.counts: collections.Counter[str] = collections.Counter()  # "served" or a reason
-        runtime.add_collector(_LaneCollector(self.counts))
+        runtime.add_collector(_DoorCounter(self.counts))
 
     def watch(self, connection: DoorConnection) -> None:
         """Keep ``connection``'s deadlines (swept every SWEEP seconds while any is open)."""
@@ -266,9 +268,9 @@ class FastDoor:
 
 
 class DoorConnection(asyncio.Protocol):
-    """One client connection on the fast lane until it is handed over (or closed)."""
+    """One client connection on the fast door until it is handed over (or closed)."""
 
-    def __init__(self, door: FastDoor, site: Site, network: str, standing: Standing) -> None:
+    def __init__(self, door: FastDoor, site: Site, network: str, standing: ConnectionState) -> None:
         self._door = door
         self._site = site
         self._network = network
@@ -379,7 +381,7 @@ class DoorConnection(asyncio.Protocol):
             else:
                 self._close()
 
-    def _move(self, new: Standing) -> None:
+    def _move(self, new: ConnectionState) -> None:
         old, self._standing = self._standing, new
         self._site.moved(self._network, old, new)
 
@@ -456,7 +458,7 @@ class DoorConnection(asyncio.Protocol):
         if isinstance(admitted, str):
             return admitted
         if self._standing.new or self._standing.kept:  # at work now (connections.at_work)
-            self._move(WORK)
+            self._move(AT_WORK)
         answer = Answer(self, head.url, head.raw_headers, head.keep_alive, admitted)
         self._answer = answer
         self._task = answer.task = asyncio.get_running_loop().create_task(answer.run())
@@ -493,8 +495,8 @@ class DoorConnection(asyncio.Protocol):
         if self._transport is None:
             return
         if handed:
-            if self._standing is PROMISED:
-                self._move(WORK)
+            if self._standing is AT_WORK_KEPT_ALIVE:
+                self._move(AT_WORK)
             self._buffer[:0] = self._served
             self._served = b""
             self._door.counts["served"] -= 1
@@ -504,7 +506,7 @@ class DoorConnection(asyncio.Protocol):
         if not keep_alive or self._closing or self._eof:
             self._close()
             return
-        if self._standing is PROMISED or self._standing is WORK:
+        if self._standing is AT_WORK_KEPT_ALIVE or self._standing is AT_WORK:
             self._move(IDLE)
         if self._paused:
             self._paused = False
@@ -518,11 +520,11 @@ class DoorConnection(asyncio.Protocol):
         the client's share of idle connections: connections.keep_within_share)."""
         if self._closing or self._door.drain.draining:
             return False
-        if self._standing is not WORK:
+        if self._standing is not AT_WORK:
             return True
-        if not self._site.ledger.may_keep(self._network):
+        if not self._site.connection_counts.may_keep(self._network):
             return False
-        self._move(PROMISED)
+        self._move(AT_WORK_KEPT_ALIVE)
         return True
 
     def write(self, data: bytes) -> None:

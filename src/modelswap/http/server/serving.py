@@ -22,9 +22,9 @@ from modelswap.config import Config
 from modelswap.config.security import host_port, open_switches, scope_hint
 from modelswap.http.routes.observe import GatewayLogHandler
 from modelswap.http.server.app import create_app
+from modelswap.http.server.connection_counts import ConnectionCounts
 from modelswap.http.server.connections import GuardedSite
 from modelswap.http.server.fast_door import FastDoor
-from modelswap.http.server.ledger import ConnectionLedger
 from modelswap.http.tracking.drain import DRAIN
 from modelswap.reload import ConfigReloader, Reloading
 from modelswap.runtime import Runtime
@@ -89,9 +89,9 @@ async def serve(
         max_headers=limits.max_headers,
     )
     await runner.setup()
-    ledger = ConnectionLedger(limits.max_connections, limits.max_connections_per_client)
+    connection_counts = ConnectionCounts(limits.max_connections, limits.max_connections_per_client)
     door = FastDoor(app, runtime)
-    site = GuardedSite(runner, config.listen_host, config.listen_port, ledger, door)
+    site = GuardedSite(runner, config.listen_host, config.listen_port, connection_counts, door)
     where = host_port(config.listen_host, config.listen_port)
     try:
         await site.start()

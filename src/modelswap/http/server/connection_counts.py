@@ -1,7 +1,7 @@
-"""The connection ledger: how many connections each client network holds, by standing (new,
-at work, kept alive, idle), and whether one more may be admitted or kept. Read and moved by the
-guarded site's connections (:mod:`modelswap.http.server.connections`) and the fast lane's
-(:mod:`modelswap.http.server.fast_lane`); the rule is stated in the first.
+"""The connection counts: how many connections each client network holds, by state (new, at
+work, at work and kept alive, idle), and whether one more may be admitted or kept. Read and
+moved by the guarded site's connections (:mod:`modelswap.http.server.connections`) and the fast
+door's (:mod:`modelswap.http.server.fast_door`); the rule is stated in the first.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Standing:
+class ConnectionState:
     """Where one admitted connection stands: whether it counts toward its client's share of
     new connections (``new``) or of idle ones (``kept``); at work, toward neither."""
 
@@ -19,21 +19,23 @@ class Standing:
     kept: int
 
 
-NEW = Standing("new", 1, 0)  # not at work since it opened (its head not in, or not served)
-WORK = Standing("at work", 0, 0)  # its request is served; closed after the answer
-PROMISED = Standing("at work, kept alive", 0, 1)  # served; its answer keeps it open after
-IDLE = Standing("idle", 0, 1)  # kept alive between requests
+NEW = ConnectionState("new", 1, 0)  # not at work since it opened (its head not in, or not served)
+AT_WORK = ConnectionState("at work", 0, 0)  # its request is served; closed after the answer
+AT_WORK_KEPT_ALIVE = ConnectionState(
+    "at work, kept alive", 0, 1
+)  # served; its answer keeps it open after
+IDLE = ConnectionState("idle", 0, 1)  # kept alive between requests
 
 
 @dataclass(slots=True)
 class _Client:
     held: int = 0  # admitted and open
     new: int = 0  # of them NEW
-    kept: int = 0  # of them idle, or promised to be: IDLE and PROMISED
+    kept: int = 0  # of them idle, or promised to be: IDLE and AT_WORK_KEPT_ALIVE
 
 
-class ConnectionLedger:
-    """Connections held, in all and per client network, by :class:`Standing`. Every
+class ConnectionCounts:
+    """Connections held, in all and per client network, by :class:`ConnectionState`. Every
     :meth:`admit` that returns None is paired with one :meth:`release` (when that connection
     closes, with its standing then); :meth:`move` follows it in between."""
 
@@ -73,7 +75,7 @@ class ConnectionLedger:
             self.total += 1
         return reason
 
-    def move(self, network: str, old: Standing, new: Standing) -> None:
+    def move(self, network: str, old: ConnectionState, new: ConnectionState) -> None:
         client = self._clients[network]
         client.new += new.new - old.new
         client.kept += new.kept - old.kept
@@ -83,7 +85,7 @@ class ConnectionLedger:
         client = self._clients.get(network)
         return client is None or client.kept < self.max_per_client
 
-    def release(self, network: str, standing: Standing = NEW) -> None:
+    def release(self, network: str, standing: ConnectionState = NEW) -> None:
         client = self._clients[network]
         client.held -= 1
         client.new -= standing.new
