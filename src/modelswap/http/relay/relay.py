@@ -108,7 +108,8 @@ _DOWN = frozenset(name.encode() for name in NOT_SENT_DOWN)
 _HINT = HINT_HEADER.encode()
 
 
-@dataclass(frozen=True, slots=True)
+# (Per request: not frozen, which would cost ~2 µs more to build each.)
+@dataclass(slots=True)
 class Outgoing:
     """A request as the relay sends it, as both doors hold it: bytes as they came."""
 
@@ -120,7 +121,7 @@ class Outgoing:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Upstream:
     """Where one attempt goes: a local backend (under a lease) or a peer, and its way there."""
 

@@ -51,7 +51,7 @@ class BackendConnectTimeoutError(ConnectionError):
         self.seconds = seconds
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseHead:
     """An answer's head as it came (names and values as bytes, in order)."""
 

@@ -57,7 +57,7 @@ class Connection(Protocol):
     def finished(self, keep_alive: bool, handed: str | None) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admitted:
     """A request the fast door serves, as its admit found it (its model leased)."""
 
