@@ -102,6 +102,7 @@ class Deadlines:
     """One request's upstream deadlines, checked by the sweep while it is watched."""
 
     __slots__ = (
+        "_sweep",
         "_task",
         "connect_by",
         "expired",
@@ -125,7 +126,8 @@ class Deadlines:
         self.next_chunk_by = NEVER
         self.expired: str | None = None
         self._task = asyncio.current_task()
-        _sweep_for(loop).watch(self)
+        self._sweep = _sweep_for(loop)
+        self._sweep.watch(self)
 
     def check(self, now: float) -> None:
         """A deadline that passed cancels the task, saying which (in ``expired``)."""
@@ -149,7 +151,7 @@ class Deadlines:
             self._task.uncancel()
 
     def close(self) -> None:
-        _sweep_for(asyncio.get_running_loop()).watched.discard(self)
+        self._sweep.watched.discard(self)
 
 
 class _Sweep:
