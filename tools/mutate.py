@@ -40,6 +40,13 @@ class Mutation:
 
 MUTATIONS = (
     Mutation(
+        "mcp-tool-skips-scope",  # an admin MCP tool run for a read key (issue 39)
+        "src/modelswap/http/mcp/registry.py",
+        "if not caller.has_scope(tool.scope):",
+        "if False:",
+        ("tests/unit/http/test_mcp_endpoint.py",),
+    ),
+    Mutation(
         "relabel-drops-type",  # relayed backend metrics without their TYPE lines (issue 18)
         "src/modelswap/observe/relabel.py",
         'lines.append(f"# TYPE {name} {family.type}")',

@@ -97,13 +97,17 @@ async def test_the_sdk_negotiates_2026_and_every_tool_answers(gw: Gateway) -> No
 
         # docs
         index = await call(client, "docs__list_docs")
-        assert "- mcp — " in index and "- scheduling — " in index
+        assert "- mcp — " in index
+        assert "- scheduling — " in index
         found = await call(client, "docs__search_docs", {"query": "ttl unload"})
         assert "matches for 'ttl unload'" in found
         page = await call(client, "docs__get_doc", {"id": "scheduling", "max_lines": 5})
-        assert page.startswith("# ") and "lines 1-5 of" in page and "offset=5" in page
+        assert page.startswith("# ")
+        assert "lines 1-5 of" in page
+        assert "offset=5" in page
         schema = await call_json(client, "docs__get_config_schema", {"path": "models.*.ttl"})
-        assert schema["path"] == "models.*.ttl" and schema["description"]
+        assert schema["path"] == "models.*.ttl"
+        assert schema["description"]
 
         # the config, by path and by llama-swap's jq form
         ids = await call_json(client, "config__get_config", {"query": ".models | keys"})
@@ -119,7 +123,9 @@ async def test_the_sdk_negotiates_2026_and_every_tool_answers(gw: Gateway) -> No
         states = {row["id"]: row["state"] for row in models["models"]}
         assert states == {"alpha": "stopped", "beta": "ready"}
         beta = await call_json(client, "models__list_models", {"model": "beta"})
-        assert beta["id"] == "beta" and beta["state"] == "ready" and "since" in beta
+        assert beta["id"] == "beta"
+        assert beta["state"] == "ready"
+        assert "since" in beta
         why = await call_json(client, "models__why_stopped", {"model": "alpha"})
         assert why["last_stop"]["reason"] == "evicted"
         assert why["last_stop"]["target"] == "beta"
@@ -136,11 +142,14 @@ async def test_the_sdk_negotiates_2026_and_every_tool_answers(gw: Gateway) -> No
         activity = await call_json(client, "activity__search_activity", {"limit": 5})
         assert activity["shown"] == len(activity["requests"])
         tail = await call(client, "logs__tail_log", {"model": "beta", "lines": 5})
-        assert tail.startswith("The last ") and "beta's log" in tail
+        assert tail.startswith("The last ")
+        assert "beta's log" in tail
         gateway_tail = await call(client, "logs__tail_log")
         assert "the gateway's log" in gateway_tail
         clock = await call(client, "sys__now", {"timezone": "Asia/Tokyo"})
-        assert "UTC: " in clock and "Asia/Tokyo: " in clock and "+09:00" in clock
+        assert "UTC: " in clock
+        assert "Asia/Tokyo: " in clock
+        assert "+09:00" in clock
 
         # unload, reload
         unloaded = await call_json(client, "models__unload_model", {"model": "beta"})
@@ -172,7 +181,8 @@ async def test_the_handshake_revisions_answer_too(gw: Gateway) -> None:
         )
         status, headers, text = await post(gw, hello, plain)
         result = json.loads(text)["result"]
-        assert status == 200 and result["protocolVersion"] == spoken
+        assert status == 200
+        assert result["protocolVersion"] == spoken
         assert result["capabilities"] == {"tools": {"listChanged": False}}
         assert "mcp-session-id" not in {h.lower() for h in headers}  # stateless: no session
         status, _, text = await post(gw, rpc("ping"), {**plain, "MCP-Protocol-Version": spoken})
@@ -185,11 +195,14 @@ async def test_a_tool_that_fails_is_a_tool_error_not_an_http_error(gw: Gateway) 
         assert missing.is_error
         assert "gamma" in text_of(missing)
         no_doc = await client.call_tool("docs__get_doc", {"id": "nowhere"})
-        assert no_doc.is_error and "docs__list_docs" in text_of(no_doc)
+        assert no_doc.is_error
+        assert "docs__list_docs" in text_of(no_doc)
         bad_path = await client.call_tool("config__get_config", {"path": "models.nope"})
-        assert bad_path.is_error and "alpha, beta" in text_of(bad_path)
+        assert bad_path.is_error
+        assert "alpha, beta" in text_of(bad_path)
         bad_jq = await client.call_tool("config__get_config", {"query": ".models | length"})
-        assert bad_jq.is_error and "not other jq filters" in text_of(bad_jq)
+        assert bad_jq.is_error
+        assert "not other jq filters" in text_of(bad_jq)
 
 
 async def test_a_read_key_is_refused_the_admin_tools_by_name_of_the_scope(gw: Gateway) -> None:
@@ -205,7 +218,8 @@ async def test_a_read_key_is_refused_the_admin_tools_by_name_of_the_scope(gw: Ga
             refused = await client.call_tool(name, args)
             assert refused.is_error, name
             text = text_of(refused)
-            assert "`admin` scope" in text and "(watcher)" in text, text
+            assert "`admin` scope" in text, text
+            assert "(watcher)" in text, text
         models = await call_json(client, "models__list_models")
         assert {row["state"] for row in models["models"]} == {"stopped"}  # nothing was loaded
 
@@ -268,11 +282,13 @@ def rpc(method: str, params: dict[str, Any] | None = None, rid: int = 1) -> dict
 
 async def test_llama_swaps_stateless_post_form_and_tool_names(gw: Gateway) -> None:
     status, headers, text = await post(gw, rpc("tools/list"), envelope("tools/list"))
-    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert status == 200
+    assert headers["Content-Type"].startswith("application/json")
     assert headers["MCP-Protocol-Version"] == "2026-07-28"
     listing = json.loads(text)["result"]
     assert set(LLAMA_SWAP_NAMES) <= {tool["name"] for tool in listing["tools"]}
-    assert listing["ttlMs"] > 0 and listing["resultType"] == "complete"
+    assert listing["ttlMs"] > 0
+    assert listing["resultType"] == "complete"
     for name, args in (
         ("docs__list_docs", {}),
         ("docs__search_docs", {"query": "swap"}),
@@ -284,16 +300,20 @@ async def test_llama_swaps_stateless_post_form_and_tool_names(gw: Gateway) -> No
         body = rpc("tools/call", {"name": name, "arguments": args})
         status, _, text = await post(gw, body, envelope("tools/call", name))
         result = json.loads(text)["result"]
-        assert status == 200 and result["isError"] is False, (name, result)
-        assert result["content"][0]["type"] == "text" and result["content"][0]["text"]
+        assert status == 200, (name, result)
+        assert result["isError"] is False, (name, result)
+        assert result["content"][0]["type"] == "text"
+        assert result["content"][0]["text"]
 
 
 async def test_the_transport_edges(gw: Gateway) -> None:
     # one event when the client takes only an event stream
     only_events = {**envelope("ping"), "Accept": "text/event-stream"}
     status, headers, text = await post(gw, rpc("ping", rid=7), only_events)
-    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
-    assert text.startswith("event: message\ndata: ") and text.endswith("\n\n")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/event-stream")
+    assert text.startswith("event: message\ndata: ")
+    assert text.endswith("\n\n")
     assert json.loads(text.split("data: ", 1)[1]) == {
         "jsonrpc": "2.0",
         "id": 7,
@@ -305,14 +325,17 @@ async def test_the_transport_edges(gw: Gateway) -> None:
     assert (status, text) == (202, "")
     # headers that contradict the body, a revision not spoken, a method not served
     status, _, text = await post(gw, rpc("tools/list"), envelope("ping"))
-    assert status == 400 and json.loads(text)["error"]["code"] == -32020
+    assert status == 400
+    assert json.loads(text)["error"]["code"] == -32020
     wrong_name = rpc("tools/call", {"name": "sys__now", "arguments": {}})
     status, _, text = await post(gw, wrong_name, envelope("tools/call", "docs__list_docs"))
-    assert status == 400 and json.loads(text)["error"]["code"] == -32020
+    assert status == 400
+    assert json.loads(text)["error"]["code"] == -32020
     old = {**envelope("tools/list"), "Mcp-Protocol-Version": "2023-01-01"}
     status, _, text = await post(gw, rpc("tools/list"), old)
     refused = json.loads(text)["error"]
-    assert status == 400 and refused["code"] == -32022
+    assert status == 400
+    assert refused["code"] == -32022
     assert "2026-07-28" in refused["data"]["supported"]
     status, _, text = await post(gw, rpc("resources/list"), envelope("resources/list"))
     assert json.loads(text)["error"]["code"] == -32601
@@ -321,15 +344,18 @@ async def test_the_transport_edges(gw: Gateway) -> None:
     assert json.loads(text)["error"]["code"] == -32602
     # a batch, and a body that is not JSON
     status, _, text = await post(gw, [rpc("ping")], envelope("ping"))
-    assert status == 400 and json.loads(text)["error"]["code"] == -32600
+    assert status == 400
+    assert json.loads(text)["error"]["code"] == -32600
     async with (
         aiohttp.ClientSession() as session,
         session.post(gw.url("/api/mcp"), data=b"{nope", headers=envelope("ping")) as resp,
     ):
-        assert resp.status == 400 and (await resp.json())["error"]["code"] == -32700
+        assert resp.status == 400
+        assert (await resp.json())["error"]["code"] == -32700
         # no server-initiated stream: GET is 405 and says what is allowed
         async with session.get(gw.url("/api/mcp"), headers=envelope("ping")) as got:
-            assert got.status == 405 and got.headers["Allow"] == "POST"
+            assert got.status == 405
+            assert got.headers["Allow"] == "POST"
         # the route needs a key with the read scope
         async with session.post(gw.url("/api/mcp"), json=rpc("ping")) as anonymous:
             assert anonymous.status == 401

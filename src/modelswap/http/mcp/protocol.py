@@ -66,6 +66,8 @@ def error(
     body: dict[str, Any] = {"code": code, "message": text}
     if data is not None:
         body["data"] = data
+    if status >= 400:  # refused at the HTTP level: also readable as the gateway's own envelope
+        body.update(type="invalid_request_error", param=None)
     return Reply(status, {"jsonrpc": "2.0", "id": request_id, "error": body})
 
 

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from modelswap import jsonsafe
 from modelswap.http.app_keys import RUNTIME, client_key
+from modelswap.http.error_responses import GATEWAY_ERROR_HEADER
 from modelswap.http.mcp import protocol
 from modelswap.http.mcp.registry import Caller, Reload
 from modelswap.http.mcp.tools import build_registry
@@ -39,6 +40,8 @@ def answer_type(accept: str) -> str | None:
 
 def _response(reply: protocol.Reply, kind: str) -> web.Response:
     headers = {protocol.PROTOCOL_HEADER: reply.version} if reply.version else {}
+    if reply.status >= 400:
+        headers[GATEWAY_ERROR_HEADER] = "1"  # the gateway's answer, not a backend's
     if reply.message is None:
         return web.Response(status=reply.status, headers=headers)
     text = json.dumps(reply.message, ensure_ascii=False, separators=(",", ":"))
