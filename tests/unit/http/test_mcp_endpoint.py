@@ -5,14 +5,16 @@ the cap, the envelope's checks; and the pieces — paths into the config, the ca
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from modelswap.config import load_config_text
-from modelswap.http.mcp import config_tools
+from modelswap.http.mcp import config_tools, docs_tools
 from modelswap.http.mcp.registry import MAX_RESULT_BYTES, ToolError, cap
 from modelswap.http.routes.mcp import answer_type
 from modelswap.http.server.app import create_app
@@ -150,3 +152,14 @@ def test_the_cap_cuts_at_a_line_and_says_how_much() -> None:
 )
 def test_the_answer_follows_accept(accept: str, kind: str | None) -> None:
     assert answer_type(accept) == kind
+
+
+def test_the_docs_ship_inside_the_package() -> None:
+    """``modelswap/docs`` (a link to docs/, package data) holds every page of the site, so an
+    installed gateway's docs__* tools read them."""
+    repo = Path(__file__).resolve().parents[3]
+    pages = {path.stem for path in (repo / "docs").glob("*.md")}
+    assert set(docs_tools.shipped()) == pages
+    assert docs_tools.shipped()["mcp"].title == "The MCP endpoint"
+    package_data = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "docs/*.md" in package_data["package-data"]["modelswap"]
