@@ -134,9 +134,13 @@ async def test_the_sdk_negotiates_2026_and_every_tool_answers(gw: Gateway) -> No
         assert running["answer"] == "beta has not stopped: it is ready."
         swaps = await call_json(client, "swaps__last_swaps")
         assert [s["target"] for s in swaps["swaps"]] == ["beta", "alpha"]
-        if "models__dry_run" in listed:  # the dry run's branch: its own tests hold its answer
+        # The load dry run (Runtime.dry_run, branch `dryrun`): listed once it is merged.
+        if "models__dry_run" in listed:
             predicted = await call_json(client, "models__dry_run", {"model": "alpha"})
             assert predicted["model"] == "alpha"
+            assert [e["model"] for e in predicted["evict"]] == ["beta"]
+            after = await call_json(client, "models__list_models")
+            assert {r["id"]: r["state"] for r in after["models"]} == states  # nothing started
 
         # what happened
         activity = await call_json(client, "activity__search_activity", {"limit": 5})
