@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from modelswap.config import load_config_text
 from modelswap.http.mcp import config_tools, docs_tools
 from modelswap.http.mcp.registry import MAX_RESULT_BYTES, ToolError, cap
-from modelswap.http.routes.mcp import answer_type
+from modelswap.http.routes.mcp import answer_type, origin_allowed
 from modelswap.http.server.app import create_app
 from modelswap.redact import MASK
 from modelswap.runtime import Runtime
@@ -163,3 +163,31 @@ def test_the_docs_ship_inside_the_package() -> None:
     assert docs_tools.shipped()["mcp"].title == "The MCP endpoint"
     package_data = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "docs/*.md" in package_data["package-data"]["modelswap"]
+
+
+async def test_a_browser_page_from_elsewhere_is_refused(client: Client) -> None:
+    """MCP's transport asks for ``Origin`` to be checked (DNS rebinding): a page on another
+    site is refused; one on loopback, or a client that is no browser, is served."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    auth = {"Authorization": f"Bearer {READ_KEY}", **MODERN}
+    for origin, status in (
+        ("http://evil.example", 403),
+        ("http://127.0.0.1.evil.example:8080", 403),
+        ("null", 403),
+        ("http://localhost:5173", 200),
+        ("http://[::1]:8080", 200),
+        (None, 200),
+    ):
+        headers = auth if origin is None else {**auth, "Origin": origin}
+        async with client.post("/api/mcp", json=body, headers=headers) as resp:
+            assert resp.status == status, origin
+            if status == 403:
+                assert "security.corsOrigins" in (await resp.json())["error"]["message"]
+
+
+def test_an_origin_listed_for_cors_is_allowed() -> None:
+    listed = load_config_text(
+        "security: {corsOrigins: ['https://app.example']}\nmodels:\n  a:\n    cmd: x ${PORT}\n"
+    ).security
+    assert origin_allowed(listed, "https://app.example")
+    assert not origin_allowed(listed, "https://other.example")

@@ -169,30 +169,28 @@ async def get_config_schema(caller: Caller, args: Args) -> object:
     return out
 
 
-TOOLS = (
-    Tool(
-        "config__get_config",
-        "Read the running configuration",
-        "The configuration modelswap runs now, resolved, with every secret masked — the whole "
-        "of it or the part `path` names: `models` (a section), `models.NAME.cmd`, "
-        "`.models | keys` (the model ids). llama-swap's jq `query` is read the same way for "
-        "paths.",
-        get_config,
-        properties={
-            "path": {"type": "string", "description": "Dotted path, e.g. 'models.qwen.ttl'."},
-            "query": {"type": "string", "description": "llama-swap's form: '.models | keys'."},
-        },
-        scope=ADMIN,
-        hint="Ask for one part: path 'models.NAME', or '.models | keys' for the ids.",
-    ),
-    Tool(
-        "docs__get_config_schema",
-        "Look up a configuration key",
-        "What a configuration key accepts: its type, description, default and the keys below "
-        "it. `path` is dotted, '*' for one entry of a map (e.g. 'models.*.ttl'); empty for "
-        "the top level. An unknown key is an error: that key does not exist.",
-        get_config_schema,
-        properties={"path": {"type": "string", "description": "e.g. 'models.*.ttl'."}},
-        hint="Look up a deeper path.",
-    ),
+GET_CONFIG = Tool(
+    "config__get_config",
+    "Read the running configuration",
+    "The configuration modelswap runs now, resolved, with every secret masked — the whole "
+    "of it or the part `path` names: `models` (a section), `models.NAME.cmd`, "
+    "`.models | keys` (the model ids). llama-swap's jq `query` is read the same way for "
+    "paths.",
+    get_config,
+    properties={
+        "path": {"type": "string", "description": "Dotted path, e.g. 'models.qwen.ttl'."},
+        "query": {"type": "string", "description": "llama-swap's form: '.models | keys'."},
+    },
+    scope=ADMIN,
+    hint="Ask for one part: path 'models.NAME', or '.models | keys' for the ids.",
+)
+GET_SCHEMA = Tool(
+    "docs__get_config_schema",
+    "Look up a configuration key",
+    "What a configuration key accepts: its type, description, default and the keys below "
+    "it. `path` is dotted, '*' for one entry of a map (e.g. 'models.*.ttl'); empty for "
+    "the top level. An unknown key is an error: that key does not exist.",
+    get_config_schema,
+    properties={"path": {"type": "string", "description": "e.g. 'models.*.ttl'."}},
+    hint="Look up a deeper path.",
 )

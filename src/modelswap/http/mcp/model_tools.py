@@ -8,7 +8,6 @@ may not use is unknown here too.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -147,7 +146,6 @@ async def reload_config(caller: Caller, args: Args) -> object:
             "The config file was rejected; the running config stays. Problems: "
             + ("; ".join(problems) or "see logs__tail_log")
         )
-    await asyncio.sleep(0)  # let the retirements the reload spawned begin
     return {"reloaded": True, **report.as_dict()}
 
 

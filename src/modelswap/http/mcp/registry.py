@@ -140,12 +140,9 @@ class Outcome:
 
     text: str
     is_error: bool = False
-    truncated: bool = False
 
     def result(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"content": [{"type": "text", "text": self.text}]}
-        out["isError"] = self.is_error
-        return out
+        return {"content": [{"type": "text", "text": self.text}], "isError": self.is_error}
 
 
 def cap(text: str, limit: int = MAX_RESULT_BYTES, hint: str = "") -> tuple[str, bool]:
@@ -210,5 +207,4 @@ class Registry:
             text = answer
         else:
             text = json.dumps(redactor.data(answer), indent=1, ensure_ascii=False, default=str)
-        text, truncated = cap(redactor.text(text), hint=tool.hint)
-        return Outcome(text, truncated=truncated)
+        return Outcome(cap(redactor.text(text), hint=tool.hint)[0])

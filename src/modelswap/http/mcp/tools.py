@@ -11,8 +11,8 @@ def build_registry() -> Registry:
     """The tools. ``models__dry_run`` only where the runtime has the load dry run
     (``Runtime.dry_run``, issue 39's other half)."""
     registry = Registry(docs_tools.TOOLS)
-    registry.add(config_tools.TOOLS[1])  # docs__get_config_schema, beside the docs
-    registry.add(config_tools.TOOLS[0])
+    registry.add(config_tools.GET_SCHEMA)  # docs__get_config_schema, beside the docs
+    registry.add(config_tools.GET_CONFIG)
     for tool in model_tools.READ_TOOLS:
         registry.add(tool)
     if callable(getattr(Runtime, "dry_run", None)):
