@@ -40,9 +40,9 @@ LLAMA_SWAP_NAMES = (
 
 @pytest.fixture
 def gw(gateway: StartGateway, tmp_path: Path) -> Gateway:
-    """Two fake models (one at a time: loading one evicts the other), the activity log on,
-    an admin key and a read-only key; ``alpha`` carries a secret in its environment and prints
-    it while it loads."""
+    """Three fake models (one at a time: loading one evicts another; ``broken`` never starts),
+    the activity log on, an admin key and a read-only key; ``alpha`` carries a secret in its
+    environment and prints it while it loads."""
     startup_log = tmp_path / "alpha-startup.log"
     startup_log.write_text(f"loading with HF_TOKEN={PLANTED}\nmodel loaded\n")
     alpha = fake_cmd("--print-log", str(startup_log))
@@ -50,6 +50,7 @@ def gw(gateway: StartGateway, tmp_path: Path) -> Gateway:
         f"  alpha:\n    cmd: {alpha}\n    env:\n      HF_TOKEN: {PLANTED}\n"
         f"    description: the first fake\n"
         f"  beta:\n    cmd: {fake_cmd()}\n"
+        f"  broken:\n    cmd: {fake_cmd('--fail-start')}\n"
     )
     keys = (
         "apiKeys:\n"
@@ -111,7 +112,7 @@ async def test_the_sdk_negotiates_2026_and_every_tool_answers(gw: Gateway) -> No
 
         # the config, by path and by llama-swap's jq form
         ids = await call_json(client, "config__get_config", {"query": ".models | keys"})
-        assert ids["value"] == ["alpha", "beta"]
+        assert ids["value"] == ["alpha", "beta", "broken"]
         described = await call_json(client, "config__get_config", {"path": "models.alpha"})
         assert described["value"]["description"] == "the first fake"
 
@@ -121,7 +122,7 @@ async def test_the_sdk_negotiates_2026_and_every_tool_answers(gw: Gateway) -> No
         await call_json(client, "models__load_model", {"model": "beta"})
         models = await call_json(client, "models__list_models")
         states = {row["id"]: row["state"] for row in models["models"]}
-        assert states == {"alpha": "stopped", "beta": "ready"}
+        assert states == {"alpha": "stopped", "beta": "ready", "broken": "stopped"}
         beta = await call_json(client, "models__list_models", {"model": "beta"})
         assert beta["id"] == "beta"
         assert beta["state"] == "ready"
@@ -204,6 +205,12 @@ async def test_a_tool_that_fails_is_a_tool_error_not_an_http_error(gw: Gateway) 
         bad_path = await client.call_tool("config__get_config", {"path": "models.nope"})
         assert bad_path.is_error
         assert "alpha, beta" in text_of(bad_path)
+        failed = await client.call_tool("models__load_model", {"model": "broken"})
+        assert failed.is_error  # a start that fails is the tool's error, with its diagnosis
+        assert "broken" in text_of(failed)
+        why = await call_json(client, "models__why_stopped", {"model": "broken"})
+        assert why["state"] == "failed"
+        assert why["last_failure"]["code"]
         bad_jq = await client.call_tool("config__get_config", {"query": ".models | length"})
         assert bad_jq.is_error
         assert "not other jq filters" in text_of(bad_jq)
