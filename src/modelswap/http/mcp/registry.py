@@ -151,14 +151,13 @@ def cap(text: str, limit: int = MAX_RESULT_BYTES, hint: str = "") -> tuple[str, 
     raw = text.encode()
     if len(raw) <= limit:
         return text, False
-    note = f"\n[truncated: {{shown}} of {len(raw)} bytes shown. {hint}]".strip()
-    room = max(0, limit - len(note.encode()) - 16)
+    tail = f" of {len(raw)} bytes shown. {hint}".rstrip() + "]"
+    room = max(0, limit - len(tail.encode()) - 40)  # 40: the newline, "[truncated: ", a count
     head = raw[:room].decode(errors="ignore")
     line_end = head.rfind("\n")
     if line_end > room // 2:
         head = head[:line_end]
-    shown = len(head.encode())
-    return head + "\n" + note.format(shown=shown).lstrip("\n"), True
+    return f"{head}\n[truncated: {len(head.encode())}{tail}", True
 
 
 class Registry:
