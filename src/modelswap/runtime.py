@@ -47,6 +47,8 @@ from modelswap.planner.accuracy import PlanCache
 from modelswap.planner.memory import Plan
 from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
+from modelswap.routing.clients import ANONYMOUS, Client
+from modelswap.routing.gate import ClientGate
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
 from modelswap.routing.matrix_swapper import MatrixSwapper
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
@@ -215,6 +217,8 @@ class Runtime:
     ) -> None:
         self.config = config
         self.allow_unauthenticated_network = allow_unauthenticated_network
+        # Per-key quotas at the door (docs/sharing.md); the config is read at each request.
+        self.gate = ClientGate(lambda: self.config.key_defaults)
         self.events = EventBus()
         self.started_at = time.time()
         self.redactor = Redactor(config.secrets)
@@ -603,13 +607,14 @@ class Runtime:
         """Stop the models (None: all); the ones stopped."""
         return await self.router.unload(model_ids)
 
-    async def acquire(self, model_id: str) -> Lease:
-        """Wait until a request may be sent to ``model_id`` (started if needed)."""
-        return await self.router.acquire(model_id)
+    async def acquire(self, model_id: str, client: Client = ANONYMOUS) -> Lease:
+        """Wait until a request may be sent to ``model_id`` (started if needed); ``client``
+        orders it in the fair queue (``gate.admit(key).client``)."""
+        return await self.router.acquire(model_id, client)
 
-    def admit(self, model_id: str) -> PendingLease:
+    def admit(self, model_id: str, client: Client = ANONYMOUS) -> PendingLease:
         """A place in the queue for ``model_id``, without waiting (see :meth:`withdraw`)."""
-        return self.router.admit(model_id)
+        return self.router.admit(model_id, client)
 
     def withdraw(self, pending: PendingLease) -> None:
         """Leave the queue (or give back a lease granted but unused)."""

@@ -17,6 +17,7 @@ from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis, StartError
 from modelswap.events import Event, EventBus
 from modelswap.planner.weights import weight_files
+from modelswap.routing.clients import ANONYMOUS, Client
 from modelswap.routing.protocols import Admission, Swapper
 from modelswap.routing.scheduler import Scheduler, SchedulerPolicy
 from modelswap.routing.swappers import ExclusiveSwapper
@@ -48,6 +49,7 @@ class PendingLease:
     model: str
     future: asyncio.Future[Lease]
     arrived: float
+    client: Client = ANONYMOUS  # whose request: its class and share in the fair queue
 
 
 @dataclass(eq=False)
@@ -109,12 +111,13 @@ class LocalRouter:
 
     # ---- for request handlers --------------------------------------------------------------
 
-    def admit(self, model: str) -> PendingLease:
+    def admit(self, model: str, client: Client = ANONYMOUS) -> PendingLease:
         """Ask for a lease without waiting: the future is already done when the scheduler
         grants (or refuses) at once — a ready, free model. Whoever stops waiting before it is
-        done, or without using it, calls :meth:`withdraw`."""
+        done, or without using it, calls :meth:`withdraw`. ``client``: whose request it is
+        (its class and weight order the queue; docs/sharing.md)."""
         loop = asyncio.get_running_loop()
-        pending = PendingLease(model, loop.create_future(), self.now())
+        pending = PendingLease(model, loop.create_future(), self.now(), client)
         self.scheduler.on_request(pending)
         if not pending.future.done():
             self._ensure_ticking()  # it waits: the scheduler needs the time
@@ -130,9 +133,9 @@ class LocalRouter:
             fut.cancel()
             self.scheduler.on_cancel(pending)
 
-    async def acquire(self, model: str) -> Lease:
+    async def acquire(self, model: str, client: Client = ANONYMOUS) -> Lease:
         """Wait until ``model`` may serve this request. Raises StartError and friends."""
-        pending = self.admit(model)
+        pending = self.admit(model, client)
         try:
             return await pending.future
         except asyncio.CancelledError:
