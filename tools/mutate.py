@@ -245,8 +245,8 @@ MUTATIONS = (
     Mutation(
         "quota-retry-after-zero",  # a 429 that says retry at once (issue 40)
         "src/modelswap/routing/quota.py",
-        "return windows[name], bucket.seconds_until(1.0)",
-        "return windows[name], 0.0",
+        'return "requests", account.requests.seconds_until(1.0)',
+        'return "requests", 0.0',
         ("tests/unit/routing/test_quota.py",),
     ),
 )

@@ -20,6 +20,8 @@ from modelswap.errors import RateLimitedError
 from modelswap.routing.clients import Client, client_for
 from modelswap.routing.quota import QuotaLedger, Ticket, Verdict, window_headers
 
+MAX_CLIENTS = 4096
+
 
 @dataclass(eq=False)
 class Admitted:
@@ -53,16 +55,26 @@ class ClientGate:
         self._defaults = defaults
         self._clock = clock
         self.ledger = QuotaLedger()
+        # key -> its Client, made once (the fast path); a reload brings new keys and defaults
+        self._clients: dict[int, tuple[ApiKey | None, KeyDefaults, Client]] = {}
 
     def client(self, key: ApiKey | None) -> Client:
-        return client_for(key, self._defaults())
+        defaults = self._defaults()
+        known = self._clients.get(id(key))
+        if known is not None and known[0] is key and known[1] is defaults:
+            return known[2]
+        client = client_for(key, defaults)
+        if len(self._clients) > MAX_CLIENTS:  # old configs' keys: start again
+            self._clients.clear()
+        self._clients[id(key)] = (key, defaults, client)
+        return client
 
     def admit(self, key: ApiKey | None) -> Admitted:
         """Let a request of ``key`` (None: no keys are configured) in, or raise
         :class:`RateLimitedError` naming the limit, with its headers and Retry-After."""
         client = self.client(key)
         verdict = self.ledger.admit(client.name, client.quota, self._clock())
-        refused = verdict.refused_by
+        refused = verdict.refusal
         if refused is not None:
             raise RateLimitedError(
                 client.name, refused.name, refused.limit, verdict.retry_after, verdict.headers()

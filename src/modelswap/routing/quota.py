@@ -74,27 +74,94 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class _Levels:
+    """A client's limits and what was left of each at one moment (windows are built from it
+    only when asked: most answers need them once, a refusal never needs more)."""
+
+    quota: Quota
+    in_flight: int
+    requests: float
+    tokens: float
+    tokens_day: float
+
+    def headers(self) -> dict[str, str]:
+        """:func:`window_headers` of :meth:`windows`, made directly (every answer of a
+        limited key carries them)."""
+        quota = self.quota
+        found: dict[str, str] = {}
+        if quota.concurrency:
+            found["x-ratelimit-limit-concurrency"] = str(quota.concurrency)
+            left = quota.concurrency - self.in_flight
+            found["x-ratelimit-remaining-concurrency"] = str(left if left > 0 else 0)
+            found["x-ratelimit-reset-concurrency"] = "0ms"
+        if quota.requests_per_minute:
+            _bucket_headers(found, "requests", quota.requests_per_minute, MINUTE, self.requests)
+        if quota.tokens_per_minute:
+            _bucket_headers(found, "tokens", quota.tokens_per_minute, MINUTE, self.tokens)
+        if quota.tokens_per_day:
+            _bucket_headers(found, "tokens-day", quota.tokens_per_day, DAY, self.tokens_day)
+        return found
+
+    def windows(self) -> tuple[Window, ...]:
+        quota = self.quota
+        found: list[Window] = []
+        if quota.concurrency:
+            left = max(0, quota.concurrency - self.in_flight)
+            found.append(Window("concurrency", quota.concurrency, left, 0.0))
+        for name, capacity, period, level in (
+            ("requests", quota.requests_per_minute, MINUTE, self.requests),
+            ("tokens", quota.tokens_per_minute, MINUTE, self.tokens),
+            ("tokens-day", quota.tokens_per_day, DAY, self.tokens_day),
+        ):
+            if capacity:
+                reset = max(0.0, (capacity - level) * period / capacity)
+                found.append(Window(name, capacity, max(0, math.floor(level)), reset))
+        return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """``admit``'s answer. Refused: ``refused_by`` is the limit, ``retry_after`` the seconds
-    until a retry can pass it. ``windows``: every limit the client has, after this request."""
+    """``admit``'s answer. Refused: ``refused_by`` names the limit, ``retry_after`` the
+    seconds until a retry can pass it. ``windows``: every limit the client has, as this
+    request left them."""
 
     ticket: Ticket | None
-    windows: tuple[Window, ...] = ()
-    refused_by: Window | None = None
+    levels: _Levels | None = None
+    refused_by: str | None = None
     retry_after: float = 0.0
 
     @property
     def allowed(self) -> bool:
         return self.ticket is not None
 
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        return self.levels.windows() if self.levels is not None else ()
+
+    @property
+    def refusal(self) -> Window | None:
+        """The limit that refused the request, as its headers show it."""
+        if self.refused_by is None:
+            return None
+        return next((w for w in self.windows if w.name == self.refused_by), None)
+
     def headers(self) -> dict[str, str]:
         """The ``x-ratelimit-*`` headers (OpenAI's names for ``requests`` and ``tokens``),
         plus ``Retry-After`` (whole seconds) and ``retry-after-ms`` when refused."""
-        found = window_headers(self.windows)
+        found = self.levels.headers() if self.levels is not None else {}
         if self.refused_by is not None:
             found["retry-after"] = str(max(1, math.ceil(self.retry_after)))
             found["retry-after-ms"] = str(max(1, math.ceil(self.retry_after * 1000)))
         return found
+
+
+def _bucket_headers(
+    found: dict[str, str], name: str, capacity: int, period: float, level: float
+) -> None:
+    found["x-ratelimit-limit-" + name] = str(capacity)
+    found["x-ratelimit-remaining-" + name] = str(int(level) if level > 0 else 0)
+    reset = (capacity - level) * period / capacity
+    found["x-ratelimit-reset-" + name] = duration_text(reset if reset > 0 else 0.0)
 
 
 def window_headers(windows: tuple[Window, ...]) -> dict[str, str]:
@@ -110,6 +177,8 @@ def duration_text(seconds: float) -> str:
     """A duration as OpenAI writes ``x-ratelimit-reset-*``: ``250ms``, ``7.5s``, ``1m30s``."""
     if seconds < 1:
         return f"{round(seconds * 1000)}ms"
+    if seconds < 60 and seconds == int(seconds):
+        return f"{int(seconds)}s"
     minutes, rest = divmod(seconds, 60.0)
     hours, minutes = divmod(int(minutes), 60)
     text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
@@ -155,12 +224,12 @@ class QuotaLedger:
         account = self._account(client, quota, now)
         refused, retry = self._refusal(account)
         if refused is not None:
-            return Verdict(None, self._windows(account), refused, retry)
+            return Verdict(None, self._levels(account), refused, retry)
         account.in_flight += 1
         account.tickets += 1
         if account.requests is not None:
             account.requests.level -= 1
-        return Verdict(Ticket(client), self._windows(account))
+        return Verdict(Ticket(client), self._levels(account))
 
     def finish(self, ticket: Ticket, now: float, tokens: int | None, estimate: int = 0) -> None:
         """The request has ended: give back its place, charge ``tokens`` (the backend's usage;
@@ -183,7 +252,7 @@ class QuotaLedger:
         """The client's limits as they stand (for the headers of every answer it gets)."""
         if not quota:
             return ()
-        return self._windows(self._account(client, quota, now))
+        return self._levels(self._account(client, quota, now)).windows()
 
     def usage(self, client: str) -> tuple[int, int, int]:
         """(in flight, requests admitted, tokens charged) since the gateway started."""
@@ -199,11 +268,14 @@ class QuotaLedger:
         if account is None:
             account = self._accounts[client] = _Account(quota)
             self._reshape(account, quota, now)
-        elif account.quota != quota:  # a reload changed it: new sizes, the debt kept
+        elif account.quota is not quota and account.quota != quota:  # reloaded: new sizes
             self._reshape(account, quota, now)
-        for bucket in (account.requests, account.tokens, account.tokens_day):
-            if bucket is not None:
-                bucket.refill(now)
+        if account.requests is not None:
+            account.requests.refill(now)
+        if account.tokens is not None:
+            account.tokens.refill(now)
+        if account.tokens_day is not None:
+            account.tokens_day.refill(now)
         return account
 
     @staticmethod
@@ -212,7 +284,7 @@ class QuotaLedger:
             if not capacity:
                 return None
             new = _Bucket.full(capacity, period, now)
-            if old is not None:
+            if old is not None:  # the debt is kept
                 old.refill(now)
                 new.level = min(new.capacity, old.level)
             return new
@@ -222,35 +294,29 @@ class QuotaLedger:
         account.tokens_day = bucket(account.tokens_day, quota.tokens_per_day, DAY)
         account.quota = quota
 
-    def _refusal(self, account: _Account) -> tuple[Window | None, float]:
+    @staticmethod
+    def _refusal(account: _Account) -> tuple[str | None, float]:
         """The first limit that refuses one more request, and seconds until it would not."""
-        windows = {w.name: w for w in self._windows(account)}
         concurrency = account.quota.concurrency
         if concurrency and account.in_flight >= concurrency:
-            return windows["concurrency"], CONCURRENCY_RETRY_SECONDS
-        for name, bucket in (
-            ("requests", account.requests),
-            ("tokens", account.tokens),
-            ("tokens-day", account.tokens_day),
-        ):
-            if bucket is not None and bucket.level < 1:
-                return windows[name], bucket.seconds_until(1.0)
+            return "concurrency", CONCURRENCY_RETRY_SECONDS
+        if account.requests is not None and account.requests.level < 1:
+            return "requests", account.requests.seconds_until(1.0)
+        if account.tokens is not None and account.tokens.level < 1:
+            return "tokens", account.tokens.seconds_until(1.0)
+        if account.tokens_day is not None and account.tokens_day.level < 1:
+            return "tokens-day", account.tokens_day.seconds_until(1.0)
         return None, 0.0
 
     @staticmethod
-    def _windows(account: _Account) -> tuple[Window, ...]:
-        found: list[Window] = []
-        quota = account.quota
-        if quota.concurrency:
-            left = max(0, quota.concurrency - account.in_flight)
-            found.append(Window("concurrency", quota.concurrency, left, 0.0))
-        for name, bucket in (
-            ("requests", account.requests),
-            ("tokens", account.tokens),
-            ("tokens-day", account.tokens_day),
-        ):
-            if bucket is not None:
-                left = max(0, math.floor(bucket.level))
-                reset = bucket.seconds_until(bucket.capacity)
-                found.append(Window(name, int(bucket.capacity), left, reset))
-        return tuple(found)
+    def _levels(account: _Account) -> _Levels:
+        def level(bucket: _Bucket | None) -> float:
+            return bucket.level if bucket is not None else 0.0
+
+        return _Levels(
+            account.quota,
+            account.in_flight,
+            level(account.requests),
+            level(account.tokens),
+            level(account.tokens_day),
+        )

@@ -8,7 +8,7 @@ import pytest
 from modelswap.config.resolved import ApiKey, KeyDefaults, Quota
 from modelswap.errors import RateLimitedError
 from modelswap.routing.gate import ClientGate
-from modelswap.routing.quota import QuotaLedger, duration_text, estimate_tokens
+from modelswap.routing.quota import QuotaLedger, duration_text, estimate_tokens, window_headers
 
 
 def test_requests_per_minute_refuses_the_next_request_and_says_when_to_retry() -> None:
@@ -18,9 +18,9 @@ def test_requests_per_minute_refuses_the_next_request_and_says_when_to_retry() -
         assert ledger.admit("alice", quota, 100.0).allowed
     refused = ledger.admit("alice", quota, 100.0)
     assert not refused.allowed
-    assert refused.refused_by is not None
-    assert (refused.refused_by.name, refused.refused_by.limit) == ("requests", 3)
-    assert refused.refused_by.remaining == 0
+    assert refused.refusal is not None
+    assert (refused.refusal.name, refused.refusal.limit) == ("requests", 3)
+    assert refused.refusal.remaining == 0
     assert refused.retry_after == pytest.approx(20.0)  # one request refills in 60 / 3 s
     headers = refused.headers()
     assert headers["x-ratelimit-limit-requests"] == "3"
@@ -54,8 +54,8 @@ def test_concurrency_counts_requests_until_they_finish() -> None:
     a = ledger.admit("bob", quota, 0.0)
     b = ledger.admit("bob", quota, 0.0)
     refused = ledger.admit("bob", quota, 0.0)
-    assert refused.refused_by is not None
-    assert refused.refused_by.name == "concurrency"
+    assert refused.refusal is not None
+    assert refused.refusal.name == "concurrency"
     assert refused.retry_after > 0
     assert a.ticket is not None
     assert b.ticket is not None
@@ -72,8 +72,8 @@ def test_tokens_are_charged_at_the_end_and_a_debt_refuses_until_it_refills() -> 
     assert dict(verdict.headers())["x-ratelimit-remaining-tokens"] == "600"
     ledger.finish(verdict.ticket, 0.0, tokens=900)  # usage: prompt + completion
     refused = ledger.admit("dan", quota, 0.0)
-    assert refused.refused_by is not None
-    assert refused.refused_by.name == "tokens"
+    assert refused.refusal is not None
+    assert refused.refusal.name == "tokens"
     assert refused.retry_after == pytest.approx(30.1)  # 300 of debt + 1 token at 10/s
     assert ledger.admit("dan", quota, 30.2).allowed
 
@@ -140,3 +140,20 @@ def test_the_anonymous_client_gets_key_defaults_at_the_gate() -> None:
         gate.admit(None)
     assert info.value.client == "anonymous"
     assert gate.headers(None)["x-ratelimit-remaining-requests"] == "0"
+
+
+@pytest.mark.parametrize("used", [0, 1, 7, 30])
+def test_the_fast_headers_say_what_the_windows_say(used: int) -> None:
+    # Every answer of a limited key builds its headers directly; they must match the windows.
+    ledger = QuotaLedger()
+    quota = Quota(concurrency=50, requests_per_minute=30, tokens_per_minute=5000, tokens_per_day=9)
+    verdict = ledger.admit("g", quota, 0.0)
+    for step in range(used):
+        verdict = ledger.admit("g", quota, step * 0.5)
+        if verdict.ticket is not None:
+            ledger.finish(verdict.ticket, step * 0.5, tokens=200)
+    expected = window_headers(verdict.windows)
+    if verdict.refused_by is not None:
+        expected["retry-after"] = verdict.headers()["retry-after"]
+        expected["retry-after-ms"] = verdict.headers()["retry-after-ms"]
+    assert verdict.headers() == expected
