@@ -238,7 +238,7 @@ MUTATIONS = (
     Mutation(
         "fair-idle-client-credit",  # a returning client keeps credit from its idle time
         "src/modelswap/routing/fairshare.py",
-        "self._virtual[client.rank] = start",
+        "self._virtual[rank] = start",
         "pass",
         ("tests/unit/routing/test_fair_share_sim.py",),
     ),

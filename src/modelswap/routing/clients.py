@@ -13,6 +13,7 @@ from modelswap.config.resolved import PRIORITY_CLASSES, ApiKey, KeyDefaults, Quo
 
 ANONYMOUS_NAME = "anonymous"
 _NO_QUOTA = Quota()
+_RANKS = {name: rank for rank, name in enumerate(PRIORITY_CLASSES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +27,7 @@ class Client:
 
     @property
     def rank(self) -> int:
-        try:
-            return PRIORITY_CLASSES.index(self.priority)
-        except ValueError:
-            return 0
+        return _RANKS.get(self.priority, 0)
 
 
 ANONYMOUS = Client()

@@ -34,8 +34,8 @@ A = TypeVar("A", bound=Admission)
 
 def client_of(admission: Admission) -> Client:
     """The admission's client (an Admission that names none is the anonymous client's)."""
-    client = getattr(admission, "client", None)
-    return client if isinstance(client, Client) else ANONYMOUS
+    client = getattr(admission, "client", ANONYMOUS)
+    return client if type(client) is Client else ANONYMOUS
 
 
 class FairShare:
@@ -52,9 +52,10 @@ class FairShare:
 
     def charge(self, client: Client, units: float = 1.0) -> None:
         """``client`` was granted ``units`` of service."""
-        start = self.tag(client)
+        rank = client.rank
+        start = max(self._finish.get(client.name, 0.0), self._virtual.get(rank, 0.0))
         self._finish[client.name] = start + units / client.weight
-        self._virtual[client.rank] = start
+        self._virtual[rank] = start
 
     def serve(self, waiting: Sequence[A], now: float, max_wait: float) -> Iterator[A]:
         """``waiting`` in the order to serve them (the rules in the module doc). The clocks

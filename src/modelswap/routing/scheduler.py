@@ -285,6 +285,14 @@ class Scheduler:
     def _grant_fairly(self, ready: list[Admission]) -> None:
         """Grant what ``ready`` (queued for running, unblocked models) has room for, one at
         a time in fair-queue order: each grant moves its client's share on."""
+        if not ready:
+            return
+        if len(ready) == 1:  # the common case, a request for a ready model: no choice to make
+            adm = ready[0]
+            if self._has_room(adm):
+                self._queue.remove(adm)
+                self._grant(adm)
+            return
         full: set[str] = set()  # models with no free place left: their waiters keep waiting
         for adm in self._fair.serve(ready, self._effects.now(), self._policy.max_queue_wait):
             if adm.model in full:
