@@ -82,6 +82,14 @@ class Scheduler:
         snapshot: places in the queue, ``GET /api/queue``)."""
         return self._fair.order(self._queue, self._effects.now(), self._policy.max_queue_wait)
 
+    def place(self, admission: Admission) -> int | None:
+        """``admission``'s place among the requests waiting for its model, 1 for the next
+        served (None: it waits no more). For a waiting client's ``queued 3rd for m``."""
+        if admission not in self._queue:
+            return None
+        same = [a for a in self.waiting() if a.model == admission.model]
+        return same.index(admission) + 1
+
     @property
     def queue_length(self) -> int:
         return len(self._queue)

@@ -24,6 +24,7 @@ class InstantProcess:
         self.model = model
         self.config = SimpleNamespace(ttl=0, sleep_mode=False)
         self.state = ProcessState.STOPPED
+        self.cache_saved = self.cache_restored = None
 
     async def ensure_ready(self) -> None:
         self.state = ProcessState.READY
@@ -49,14 +50,21 @@ async def test_an_interactive_request_gets_the_next_free_place_before_a_batch_ba
     backlog = [router.admit("m", BATCH) for _ in range(5)]
     person = router.admit("m", PERSON)
     assert [p.client for p in router.scheduler.waiting()] == [PERSON, *[BATCH] * 5]
+    assert router.scheduler.place(person) == 1
+    assert [router.scheduler.place(p) for p in backlog] == [2, 3, 4, 5, 6]
+    other = router.admit("m", Client("bo"))
+    assert router.scheduler.place(other) == 2  # another person: ahead of the batch too
     serving.release()
     assert person.future.done()
+    assert router.scheduler.place(person) is None
     assert not any(p.future.done() for p in backlog)
     person.future.result().release()
+    assert other.future.done()
+    other.future.result().release()
     assert backlog[0].future.done()  # then the backlog, in its order
     backlog[0].future.result().release()
-    for pending in backlog[1:]:
-        router.withdraw(pending)
+    for pending in router.scheduler.waiting():
+        router.withdraw(pending)  # type: ignore[arg-type]
     await router.close()
 
 
