@@ -5,7 +5,7 @@ With no ``apiKeys`` configured every route is open — modelswap then listens on
 exposure policy in ``config.security``).
 
 A wrong key is answered 401 after a wait that grows with recent failures
-(:mod:`modelswap.http.middleware.throttle`); a valid key is answered at once, whatever came
+(:mod:`modelswap.http.tracking.failure_limiter`); a valid key is answered at once, whatever came
 before it. A request served with a valid key, or with no keys configured, is marked
 ``AUTHORISED``: its connection is then at work, out of its client's connection share
 (``http/server/connections.py``); an open route reached without a key is not.

@@ -3,7 +3,7 @@ at work, and a clean 503 for the rest.
 
 aiohttp serves every connection it accepts until ``headerTimeout``. So that one client cannot
 take the whole ``limits.maxConnections`` with slow headers or idle connections, each client
-network (an IPv4 address, an IPv6 /64: :mod:`modelswap.http.middleware.clients`) may hold
+network (an IPv4 address, an IPv6 /64: :mod:`modelswap.http.tracking.clients`) may hold
 ``maxConnectionsPerClient`` *new* connections — not at work since they opened: their request
 head not complete yet, or their request answered without being served (a missing or wrong key
 where keys are configured, a CORS preflight, the shutdown's 503) — and as many *idle* ones, kept
