@@ -21,12 +21,13 @@ from prometheus_client.registry import Collector
 
 from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
+from modelswap.backends.hints import auto_tool_choice_unsupported
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
 from modelswap.backends.registry import capability_report, keeps_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
-from modelswap.config.resolved import ApiKey, Selector, Timeouts
+from modelswap.config.resolved import ApiKey, Filters, Selector, Timeouts
 from modelswap.errors import AmbiguousModelError, Diagnosis, ModelNotFoundError, ModelswapError
 from modelswap.events import Event, EventBus
 from modelswap.model_stats import MemorySampler, StatsStore
@@ -93,6 +94,16 @@ class LocalTarget:
     @property
     def label(self) -> str:
         return self.model.id
+
+    def body_edits(self) -> tuple[tuple[Filters, ...], str]:
+        """The filter layers a body takes on its way here, and the model name the backend
+        knows (``useModelName``, else the name as sent, as llama-swap does)."""
+        return self.model.filters_for(self.name), self.model.upstream_name_for(self.name)
+
+    def tool_choice_refusal(self) -> str | None:
+        """A hint when the backend is known to refuse automatic tool choice (a vLLM started
+        without a tool-call parser)."""
+        return auto_tool_choice_unsupported(self.model.cmd, self.model.backend)
 
 
 Target = LocalTarget | PeerRoute

@@ -21,7 +21,7 @@ import aiohttp
 
 from modelswap import jsonsafe
 from modelswap.bounded_read import BodyOverLimitError, read_capped
-from modelswap.config.resolved import DnsDiscovery, Peer
+from modelswap.config.resolved import DnsDiscovery, Filters, Peer
 from modelswap.errors import AmbiguousModelError
 from modelswap.routing.breaker import CircuitBreaker
 from modelswap.routing.dns import DnsError, resolve_addresses
@@ -46,6 +46,14 @@ class PeerRoute:
     @property
     def label(self) -> str:
         return f"{self.peer.id}/{self.model}"
+
+    def body_edits(self) -> tuple[tuple[Filters, ...], str]:
+        """The peer's filters, and the name the peer knows the model by."""
+        filters = self.peer.filters
+        return ((filters,) if filters else ()), self.model
+
+    def tool_choice_refusal(self) -> None:
+        """None: the peer's own gateway judges its backends."""
 
 
 class PeerDirectory:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from modelswap.backends.hints import asks_for_auto_tool_choice, auto_tool_choice_unsupported
+from modelswap.backends.hints import asks_for_auto_tool_choice
 from modelswap.errors import (
     ModelswapError,
     PeerUnavailableError,
@@ -69,13 +69,7 @@ def prepare_body(
     ``model`` renamed to the name the backend or peer knows, then the Swap Policy Language's
     programs (``policy``; a ``deny`` raises) — re-serialised only when something changed;
     otherwise the very bytes the client sent."""
-    if isinstance(target, LocalTarget):
-        layers = target.model.filters_for(target.name)
-        upstream_name = target.model.upstream_name_for(target.name)  # as llama-swap: as sent
-    else:
-        peer_filters = target.peer.filters
-        layers = (peer_filters,) if peer_filters else ()
-        upstream_name = target.model
+    layers, upstream_name = target.body_edits()
     if request.data is None:  # multipart: only the model field can change
         if upstream_name == request.model:
             return request.raw, None
@@ -96,9 +90,9 @@ def preflight(target: Target, body: RequestBody, policy: PolicyRun | None = None
     """Refuse at once what the target's backend is known to refuse only after its start
     (which can take many minutes): automatic tool choice on a vLLM started without a
     tool-call parser. Judged on the body as the backend would get it (filters applied)."""
-    if not isinstance(target, LocalTarget) or body.data is None or not body.data.get("tools"):
+    if body.data is None or not body.data.get("tools"):
         return
-    hint = auto_tool_choice_unsupported(target.model.cmd, target.model.backend)
+    hint = target.tool_choice_refusal()
     if hint is not None and asks_for_auto_tool_choice(prepare_body(target, body, policy)[1]):
         raise ToolChoiceUnsupportedError(target.label, hint)
 
