@@ -41,6 +41,10 @@ class StatsStore:
         self._listens: dict[str, list[float]] = {}
         self._listen_to_ready: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
+        # Each run's own peak (the last KEEP_STARTS runs): the spread a load dry run states.
+        self._run_peaks: dict[str, dict[str, list[int]]] = {}
+        self._run_of: dict[tuple[str, str], int] = {}  # (model, resource) -> the run sampled
+        self._run_count: dict[tuple[str, str], int] = {}  # runs sampled since this start
         self._save_timer: asyncio.TimerHandle | None = None
         self._load()
 
@@ -56,6 +60,10 @@ class StatsStore:
                 listens = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
                 if listens:
                     self._listens[model] = listens
+                runs = entry.get("run_peak_bytes", {})
+                self._run_peaks[model] = {
+                    str(k): [int(x) for x in v][-KEEP_STARTS:] for k, v in runs.items()
+                }
                 after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
                 if after:
                     self._listen_to_ready[model] = after[-KEEP_STARTS:]
@@ -83,6 +91,8 @@ class StatsStore:
             if m in self._listen_to_ready:
                 entry["listen_to_ready_seconds"] = self._listen_to_ready[m]
             entry["peak_bytes"] = self._peaks.get(m, {})
+            if self._run_peaks.get(m):
+                entry["run_peak_bytes"] = self._run_peaks[m]
             models[m] = entry
         data = {"version": 1, "models": models}
         try:
@@ -112,8 +122,38 @@ class StatsStore:
         starts = self._starts.get(model)
         return statistics.median(starts) if starts else DEFAULT_START_SECONDS
 
-    def record_peak(self, model: str, resource: str, used: int) -> bool:
-        """Remember ``used`` if it is a new peak; True when it was."""
+    def start_samples(self, model: str) -> list[float]:
+        """The last starts' seconds (oldest first)."""
+        return list(self._starts.get(model, []))
+
+    def record_peak(self, model: str, resource: str, used: int, run: int | None = None) -> bool:
+        """Remember ``used`` if it is a new peak; True when it was. Each ``run``'s (the
+        backend's pid) own peak is kept too, saved with the next save: a run's peak grows at
+        every other sample, which must not write the file each time."""
+        if run is not None:
+            self._record_run(model, resource, used, run)
+        return self._record_peak(model, resource, used)
+
+    def _record_run(self, model: str, resource: str, used: int, run: int) -> None:
+        history = self._run_peaks.setdefault(model, {}).setdefault(resource, [])
+        if self._run_of.get((model, resource)) != run:
+            self._run_of[(model, resource)] = run
+            self._run_count[(model, resource)] = self._run_count.get((model, resource), 0) + 1
+            history.append(used)
+            del history[:-KEEP_STARTS]
+        elif used > history[-1]:
+            history[-1] = used
+
+    def run_peaks(self, model: str) -> Mapping[str, list[int]]:
+        """Each of the last runs' peak per resource (oldest first; the newest may be running)."""
+        return {r: list(v) for r, v in self._run_peaks.get(model, {}).items()}
+
+    def runs_sampled(self, model: str) -> dict[str, int]:
+        """How many runs of ``model`` were sampled per resource since the gateway started (a
+        run's peak in :meth:`run_peaks` is the newest once this count grew past a mark)."""
+        return {r: n for (m, r), n in self._run_count.items() if m == model}
+
+    def _record_peak(self, model: str, resource: str, used: int) -> bool:
         peaks = self._peaks.setdefault(model, {})
         if used > peaks.get(resource, 0):
             peaks[resource] = used
@@ -222,7 +262,7 @@ class MemorySampler:
         gpu = await gpu_usage_by_pid()
         changed = False
         for model, pid in running.items():
-            changed |= self._stats.record_peak(model, "ram", tree_rss(pid))
+            changed |= self._stats.record_peak(model, "ram", tree_rss(pid), run=pid)
             if gpu:
                 pids = {pid} | {c.pid for c in _children(pid)}
                 totals: dict[str, int] = {}
@@ -230,7 +270,7 @@ class MemorySampler:
                     for resource, used in gpu.get(p, {}).items():
                         totals[resource] = totals.get(resource, 0) + used
                 for resource, used in totals.items():
-                    changed |= self._stats.record_peak(model, resource, used)
+                    changed |= self._stats.record_peak(model, resource, used, run=pid)
         if changed:
             self._stats.save()
 

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.registry import Collector
 
+from modelswap.backends.causes import OUT_OF_MEMORY_CODES
 from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
@@ -27,9 +28,15 @@ from modelswap.backends.registry import capability_report, keeps_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
-from modelswap.errors import AmbiguousModelError, Diagnosis, ModelNotFoundError, ModelswapError
+from modelswap.errors import (
+    AmbiguousModelError,
+    Diagnosis,
+    ModelNotFoundError,
+    ModelswapError,
+    StartError,
+)
 from modelswap.events import Event, EventBus
-from modelswap.model_stats import MemorySampler, StatsStore
+from modelswap.model_stats import DEFAULT_START_SECONDS, MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
 from modelswap.observe.capabilities import (
     CapabilityMemory,
@@ -43,25 +50,27 @@ from modelswap.observe.metrics import Metrics, ModelView
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.records import RequestRecord
-from modelswap.planner.accuracy import PlanCache
+from modelswap.planner.accuracy import PlanCache, running_fields
+from modelswap.planner.hf import ModelReadError
 from modelswap.planner.memory import Plan
+from modelswap.planner.weights import weight_files
 from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
-from modelswap.routing.matrix_swapper import MatrixSwapper
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
-from modelswap.routing.profiles import PinnedSwapper
+from modelswap.routing.prediction import (
+    LoadPrediction,
+    ModelFacts,
+    PlannerFigure,
+    compare,
+    planner_figure,
+    predict,
+)
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
 from modelswap.routing.selector_choice import TargetState, choose
-from modelswap.routing.swappers import (
-    BudgetSwapper,
-    CombinedSwapper,
-    ExclusiveSwapper,
-    GroupSpec,
-    GroupSwapper,
-)
+from modelswap.routing.swapper_from_config import build_swapper, policy_name
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -194,8 +203,16 @@ class ModelStatus:
         return self._runtime.configured[self.model]
 
     def last_swap(self) -> dict[str, Any] | None:
-        """The receipt of the last swap to it (it outlives an unload)."""
-        return self._runtime.swaps.last(self.model)
+        """The receipt of the last swap to it (it outlives an unload), with ``prediction``: how
+        the dry run taken before it compared."""
+        record = self._runtime.swaps.last(self.model)
+        if record is None or "predicted" not in record:
+            return record
+        comparison = self._runtime.swap_comparison(self.model, record)
+        del record["predicted"]
+        if comparison is not None:
+            record["prediction"] = comparison
+        return record
 
     def plan(self) -> Plan | None:
         """The fit planner's plan for its current start."""
@@ -271,6 +288,11 @@ class Runtime:
         self._hardware: dict[str, object] | None = None
         self.swaps = LastSwaps()  # each model's last-swap record, for /running and the UI
         self.events.add_listener(self.swaps.on_event)
+        self._dry_plans: dict[tuple[str, ...], Plan | None] = {}  # dry runs' plans, per cmd
+        # The dry run taken as each cold model was first asked for (with its runs sampled so
+        # far), set beside its swap's record when it is done.
+        self._before_swap: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
+        self.events.add_listener(self._compare_swap)
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
         obs = self.config.observability
@@ -342,27 +364,122 @@ class Runtime:
         return self.stats.median_start(model_id) * (model.evict_cost if model else 1.0)
 
     def swapper(self) -> Swapper:
-        cfg = self.config
-        sched = cfg.scheduling
-        groups = [
-            GroupSpec(
-                g.name, g.members, swap=g.swap, exclusive=g.exclusive, persistent=g.persistent
-            )
-            for g in sched.groups
-        ]
-        swapper: Swapper = GroupSwapper(groups, list(cfg.models)) if groups else ExclusiveSwapper()
-        if sched.matrix is not None:  # llama-swap's matrix decides instead of groups
-            swapper = MatrixSwapper(sched.matrix, sched.evict_costs)
-        if sched.resources:
-            persistent = {m for g in sched.groups if g.persistent for m in g.members}
-            budget = BudgetSwapper(
-                sched.resources, self.uses, self.evict_cost, persistent, self._sleeping
-            )
-            # With budgets and no groups, the budgets alone decide what runs together; a
-            # matrix first, then the budgets over what it leaves running.
-            combine = bool(groups) or sched.matrix is not None
-            swapper = CombinedSwapper(swapper, budget) if combine else budget
-        return PinnedSwapper(swapper, self.pinned) if sched.profiles else swapper
+        return build_swapper(self.config, self.uses, self.evict_cost, self._sleeping, self.pinned)
+
+    # ---- the load dry run (issue 39; routing/prediction.py) ---------------------------------
+
+    async def dry_run(self, model_id: str) -> LoadPrediction:
+        """What loading ``model_id`` (an id or alias) would do now; starts and stops nothing.
+        Plans its files first (in a worker thread, once per command line). Raises
+        ModelNotFoundError."""
+        model = self.resolve(model_id)
+        key = tuple(model.cmd)
+        if key not in self._dry_plans:
+            self._dry_plans[key] = await asyncio.to_thread(self._plan_now, list(model.cmd))
+        return self.predict_load(model.id)
+
+    def predict_load(self, model_id: str) -> LoadPrediction:
+        """:meth:`dry_run` without the planning: synchronous, reads no model file (a plan made
+        before is used). Raises ModelNotFoundError."""
+        model = self.resolve(model_id)
+        return predict(
+            model.id,
+            self.router.scheduler.snapshot(),
+            self.model_facts,
+            self.config.scheduling.resources,
+            policy=policy_name(self.config),
+        )
+
+    def model_facts(self, model_id: str) -> ModelFacts:
+        """What is known about ``model_id`` for a dry run: declared and measured memory, start
+        times, how long its requests hold a lease, the planner's estimate, the prefetch and
+        the prompt cache a start would use."""
+        model = self.config.models.get(model_id)
+        process = self.router.processes.get(model_id)
+        last = self.swaps.last(model_id)
+        return ModelFacts(
+            declared=model.uses if model is not None else {},
+            peaks=self.stats.peaks(model_id),
+            run_peaks=self.stats.run_peaks(model_id),
+            starts=self.stats.start_samples(model_id),
+            default_start=DEFAULT_START_SECONDS,
+            served=tuple(self.router.served_seconds.get(model_id, ())),
+            state=process.state.value if process is not None else "stopped",
+            planner=self._planner_figure(model_id, process),
+            prefetch=_prefetch_facts(model) if model is not None else None,
+            prompt_cache=self._prompt_cache_facts(model) if model is not None else None,
+            stop_seconds=last.get("stop_seconds") if last and last.get("evict") else None,
+        )
+
+    def _predict_before_start(self, model_id: str) -> None:
+        if model_id in self.config.models:
+            predicted = self.predict_load(model_id).to_json()
+            self._before_swap[model_id] = (predicted, self.stats.runs_sampled(model_id))
+
+    def _compare_swap(self, event: Event) -> None:
+        """A swap is done: its record keeps the dry run taken before it (compared when read)."""
+        if event.kind != "swap.done":
+            return
+        target = str(event.data.get("target"))
+        before = self._before_swap.pop(target, None)
+        if before is not None:
+            predicted, runs = before
+            self.swaps.annotate(target, "predicted", {"dry_run": predicted, "runs_before": runs})
+
+    def swap_comparison(self, model_id: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """How the dry run before ``record``'s swap compared with it: evicted set, time, and
+        memory once the run it started has been sampled."""
+        predicted = record.get("predicted")
+        if not isinstance(predicted, dict):
+            return None
+        runs_before = predicted.get("runs_before", {})
+        peaks = self.stats.run_peaks(model_id)
+        measured = {
+            resource: peaks[resource][-1]
+            for resource, count in self.stats.runs_sampled(model_id).items()
+            if count > runs_before.get(resource, 0) and peaks.get(resource)
+        }
+        return compare(predicted["dry_run"], record, measured)
+
+    def _explain_failure(self, model_id: str, error: StartError) -> None:
+        """A start that ran out of memory answers with the dry run (what it needs, whether it
+        can fit here at all, the planner's fixes)."""
+        if error.diagnosis.code in OUT_OF_MEMORY_CODES and model_id in self.config.models:
+            data = self.redactor.data(self.predict_load(model_id).to_json())
+            error.prediction = data if isinstance(data, dict) else None
+
+    def _planner_figure(
+        self, model_id: str, process: ManagedProcess | None
+    ) -> PlannerFigure | None:
+        model = self.config.models.get(model_id)
+        plan = self._dry_plans.get(tuple(model.cmd)) if model is not None else None
+        plan = plan or self.plans.get(model_id)
+        if plan is None:
+            return None
+        started = self.plans.get(model_id)
+        receipt = process.capacity if process is not None else None
+        error = running_fields(started, receipt).get("plan_error_pct")
+        return planner_figure(plan, error if isinstance(error, int | float) else None)
+
+    def _plan_now(self, argv: list[str]) -> Plan | None:
+        """The planner on ``argv`` (None: it names no local model, or cannot be read)."""
+        try:
+            return self.plans.plan(argv)
+        except (ModelReadError, ValueError, OSError, KeyError, TypeError) as exc:
+            log.debug("dry run: no plan (%s)", exc)
+            return None
+
+    def _prompt_cache_facts(self, model: ModelConfig) -> dict[str, Any] | None:
+        if not model.prompt_cache or self.slot_store.root is None:
+            return None
+        saved = self.slot_store.entries(model.id)
+        size = sum(e.bytes for e in saved)
+        out: dict[str, Any] = {"saved_slots": len(saved), "bytes": size}
+        rates = self.slot_store.rates(model.id)
+        if saved and rates is not None and rates.read_bytes_per_second:
+            out["restore_seconds"] = round(size / rates.read_bytes_per_second, 3)
+        out["note"] = "restored within the start (counted in its measured time)"
+        return out
 
     def pinned(self) -> frozenset[str]:
         """The active profile's models: never evicted while it is active."""
@@ -446,7 +563,14 @@ class Runtime:
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
-        self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())
+        self._router = LocalRouter(
+            processes,
+            self.events,
+            self.swapper(),
+            self.policy(),
+            explain_failure=self._explain_failure,
+            before_cold_start=self._predict_before_start,
+        )
         sampler = MemorySampler(
             self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
         )
@@ -754,3 +878,18 @@ class Runtime:
             for route in self.peers.routes()
             if key is None or key.allows_names((route.label, route.model))
         ]
+
+
+def _prefetch_facts(model: ModelConfig) -> dict[str, Any]:
+    """Whether a swap to ``model`` reads its weights ahead (beside the drain and the stop of
+    what it evicts), and how much."""
+    if not model.prefetch:
+        return {"will": False, "why": "prefetch: false"}
+    files = weight_files(model.cmd)
+    if not files:
+        return {"will": False, "why": "the command names no local weight files"}
+    size = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+    return {"will": True, "files": len(files), "bytes": size}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Set
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from modelswap.config import ModelConfig
@@ -29,6 +30,7 @@ from modelswap.supervisor.stops import IDLE, UNLOADED, StopRecord, evicted
 log = logging.getLogger(__name__)
 
 RETIRE_ROUNDS = 5
+SERVED_HISTORY = 50  # requests per model whose service time a dry run's drain estimate reads
 # The last-swap record waits this long at most for a cancelled prefetch's thread to finish
 # its chunk.
 PREFETCH_SETTLE_SECONDS = 1.0
@@ -75,7 +77,7 @@ class Lease:
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._router._release(self.model)
+            self._router._release(self.model, time.monotonic() - self.granted_at)
 
 
 class LocalRouter:
@@ -89,8 +91,16 @@ class LocalRouter:
         policy: SchedulerPolicy | None = None,
         *,
         tick_seconds: float = 1.0,
+        explain_failure: Callable[[str, StartError], None] | None = None,
+        before_cold_start: Callable[[str], None] | None = None,
     ) -> None:
         self.processes = dict(processes)
+        # Completes a failed start's error before its waiters hear it (the dry run of a model
+        # that does not fit): called once per failed start.
+        self._explain_failure = explain_failure
+        # Told of the first request for a model that is not running, before the scheduler
+        # decides on it: the runtime records its dry run, to set beside the swap that follows.
+        self._before_cold_start = before_cold_start
         self._events = events
         self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self, policy)
         self._tick_seconds = tick_seconds
@@ -101,6 +111,8 @@ class LocalRouter:
         self._idle_timers: dict[str, asyncio.TimerHandle] = {}
         self._stop_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_used: dict[str, float] = {}
+        # How long each model's last requests held their lease: a dry run's drain estimate.
+        self.served_seconds: dict[str, deque[float]] = {}
         self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._prefetches: dict[str, Prefetch | PrefetchRecord] = {}  # a record: decided against
         self._due_at: dict[str, float] = {}  # target -> when its swap began to wait (drain)
@@ -115,10 +127,24 @@ class LocalRouter:
         done, or without using it, calls :meth:`withdraw`."""
         loop = asyncio.get_running_loop()
         pending = PendingLease(model, loop.create_future(), self.now())
+        if self._before_cold_start is not None and self._cold(model):
+            try:
+                self._before_cold_start(model)
+            except Exception:  # a report must never refuse a request
+                log.exception("model %s: no dry run before its start", model)
         self.scheduler.on_request(pending)
         if not pending.future.done():
             self._ensure_ticking()  # it waits: the scheduler needs the time
         return pending
+
+    def _cold(self, model: str) -> bool:
+        """Not running, no start under way for it, nobody waiting for it yet."""
+        scheduler = self.scheduler
+        return (
+            model not in scheduler.running
+            and scheduler.swapping != model
+            and not scheduler.queued(model)
+        )
 
     def withdraw(self, pending: PendingLease) -> None:
         """The waiter left: leave the queue (causing no start), or give back a lease that was
@@ -322,6 +348,7 @@ class LocalRouter:
             await self.processes[target].ensure_ready()
         except StartError as exc:
             error = exc
+            self._explained(target, exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not leave waiters hanging
@@ -340,6 +367,14 @@ class LocalRouter:
             self._publish_last_swap(target, evict, drained, clock, error, prefetched)
         except Exception:
             log.exception("swap to %s: no last-swap record", target)
+
+    def _explained(self, target: str, error: StartError) -> None:
+        if self._explain_failure is None:
+            return
+        try:
+            self._explain_failure(target, error)
+        except Exception:  # an explanation must never keep waiters from their answer
+            log.exception("swap to %s: could not explain the failure", target)
 
     def _eviction_outcome(
         self, evict: frozenset[str], target: str, error: Exception | None
@@ -513,8 +548,10 @@ class LocalRouter:
 
     # ---- leases and idle timers ------------------------------------------------------------
 
-    def _release(self, model: str) -> None:
+    def _release(self, model: str, held: float) -> None:
         self.last_used[model] = time.time()
+        served = self.served_seconds.setdefault(model, deque(maxlen=SERVED_HISTORY))
+        served.append(held)
         self.scheduler.on_serve_done(model)
         self._maybe_arm_idle_timer(model)
 
