@@ -53,7 +53,7 @@ from modelswap.observe.records import RequestRecord
 from modelswap.planner.accuracy import PlanCache, running_fields
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.memory import Plan
-from modelswap.planner.weights import weight_files
+from modelswap.planner.weights import prefetch_summary
 from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
@@ -406,7 +406,7 @@ class Runtime:
             served=tuple(self.router.served_seconds.get(model_id, ())),
             state=process.state.value if process is not None else "stopped",
             planner=self._planner_figure(model_id, process),
-            prefetch=_prefetch_facts(model) if model is not None else None,
+            prefetch=prefetch_summary(model.cmd, model.prefetch) if model is not None else None,
             prompt_cache=self._prompt_cache_facts(model) if model is not None else None,
             stop_seconds=last.get("stop_seconds") if last and last.get("evict") else None,
         )
@@ -878,18 +878,3 @@ class Runtime:
             for route in self.peers.routes()
             if key is None or key.allows_names((route.label, route.model))
         ]
-
-
-def _prefetch_facts(model: ModelConfig) -> dict[str, Any]:
-    """Whether a swap to ``model`` reads its weights ahead (beside the drain and the stop of
-    what it evicts), and how much."""
-    if not model.prefetch:
-        return {"will": False, "why": "prefetch: false"}
-    files = weight_files(model.cmd)
-    if not files:
-        return {"will": False, "why": "the command names no local weight files"}
-    size = 0
-    for path in files:
-        with contextlib.suppress(OSError):
-            size += path.stat().st_size
-    return {"will": True, "files": len(files), "bytes": size}
