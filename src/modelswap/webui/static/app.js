@@ -310,6 +310,15 @@ function modelCard(id) {
       <dt data-role="swap-dt" hidden>last swap</dt><dd data-role="swap" hidden></dd>
     </dl>
     <p class="perm-note small" data-role="perm" hidden></p>
+    <div class="confirm" data-role="confirm" role="group" hidden>
+      <div data-role="confirm-summary"></div>
+      <ul class="small" data-role="confirm-evict"></ul>
+      <div class="muted small" data-role="confirm-time"></div>
+      <div class="confirm-actions">
+        <button type="button" data-role="confirm-load">Load anyway</button>
+        <button type="button" data-role="confirm-cancel">Cancel</button>
+      </div>
+    </div>
     <div class="failure" data-role="failure" hidden>
       <div><strong data-role="fail-code"></strong> <span data-role="fail-summary"></span></div>
       <div class="muted small" data-role="fail-when"></div>
@@ -322,7 +331,10 @@ function modelCard(id) {
   role(card, "fail-log").href = `#/logs?source=${encodeURIComponent(id)}`;
   role(card, "load").setAttribute("aria-label", `Load ${id}`);
   role(card, "unload").setAttribute("aria-label", `Unload ${id}`);
-  $('[data-role="load"]', card).addEventListener("click", () => modelAction("load", id));
+  $('[data-role="load"]', card).addEventListener("click", () => loadWithDryRun(card, id));
+  role(card, "confirm-load").setAttribute("aria-label", `Load ${id} anyway`);
+  role(card, "confirm-load").addEventListener("click", () => { role(card, "confirm").hidden = true; modelAction("load", id); });
+  role(card, "confirm-cancel").addEventListener("click", () => { role(card, "confirm").hidden = true; });
   $('[data-role="unload"]', card).addEventListener("click", () => modelAction("unload", id));
   return card;
 }
@@ -348,6 +360,37 @@ async function modelAction(kind, id) {
     for (const c of busy) c.removeAttribute("aria-busy");
   }
   scheduleModelsRefresh(0);
+}
+
+/* Load asks the dry run first (GET /api/models/{id}/dry-run; docs/predicting-swaps.md): a load
+   that would stop other models, or cannot start now, says so and waits for a confirmation; one
+   that stops nothing goes ahead at once. A key that may not read the dry run loads as before. */
+async function loadWithDryRun(card, id) {
+  let prediction = null;
+  try {
+    const resp = await api(`/api/models/${encodeURIComponent(id)}/dry-run`);
+    if (resp.ok) prediction = await resp.json();
+  } catch (err) {
+    if (err instanceof AuthError || err instanceof OfflineError) return;
+  }
+  if (!prediction || prediction.running || (prediction.can_start && !(prediction.evict || []).length)) {
+    await modelAction("load", id);
+    return;
+  }
+  const box = role(card, "confirm");
+  role(card, "confirm-summary").textContent = prediction.can_start
+    ? `Loading ${id} stops ${prediction.evict.length} model${prediction.evict.length === 1 ? "" : "s"}:`
+    : `${id} cannot start now: ${prediction.blocked}.`;
+  role(card, "confirm-evict").replaceChildren(...(prediction.evict || []).map((e) => el("li", { "data-model": e.model },
+    el("strong", { text: e.model }), ` — ${e.why}`,
+    e.busy ? el("span", { class: "warn", text: ` · busy: ${e.in_flight} in flight${e.drain_seconds != null ? `, about ${secs(e.drain_seconds)} to drain` : ""}` }) : null)));
+  const t = prediction.time || {};
+  const fitsHere = prediction.fits_machine && prediction.fits_machine.fits === false
+    ? ` · does not fit this machine: ${prediction.fits_machine.problems.join("; ")}` : "";
+  role(card, "confirm-time").textContent = t.total_seconds != null
+    ? `about ${secs(t.total_seconds)} · start: ${t.start_source}${fitsHere}` : fitsHere;
+  box.hidden = false;
+  role(card, "confirm-load").focus();
 }
 
 function role(card, name) { return card.querySelector(`[data-role="${name}"]`); }
