@@ -221,6 +221,20 @@ MUTATIONS = (
         "return _equals(value, condition.value)",
         ("tests/unit/policy/test_spl_eval.py",),
     ),
+    Mutation(
+        "dry-run-misses-busy",  # a busy model to evict predicted idle: no drain (issue 39)
+        "src/modelswap/routing/prediction.py",
+        "in_flight = snapshot.in_flight.get(model, 0)",
+        "in_flight = 0",
+        ("tests/unit/routing/test_prediction.py",),
+    ),
+    Mutation(
+        "together-ignores-evictions",  # sets that evict their own members (issue 39)
+        "src/modelswap/routing/together.py",
+        "if eviction is None or eviction.models:",
+        "if eviction is None:",
+        ("tests/unit/routing/test_together.py",),
+    ),
 )
 
 
