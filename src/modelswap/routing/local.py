@@ -141,7 +141,7 @@ class LocalRouter:
         """Not running, no start under way for it, nobody waiting for it yet."""
         scheduler = self.scheduler
         return (
-            model not in scheduler.running
+            not scheduler.runs(model)
             and scheduler.swapping != model
             and not scheduler.queued(model)
         )

@@ -103,6 +103,11 @@ class Scheduler:
     def running(self) -> frozenset[str]:
         return frozenset(self._running)
 
+    def runs(self, model: str) -> bool:
+        """Whether ``model`` is running (without copying the running set: every admission
+        asks)."""
+        return model in self._running
+
     @property
     def swapping(self) -> str | None:
         return self._swapping
