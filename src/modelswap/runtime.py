@@ -374,7 +374,7 @@ class Runtime:
         ModelNotFoundError."""
         model = self.resolve(model_id)
         key = tuple(model.cmd)
-        if key not in self._dry_plans:
+        if key not in self._dry_plans and self.plans.get(model.id) is None:
             self._dry_plans[key] = await asyncio.to_thread(self._plan_now, list(model.cmd))
         return self.predict_load(model.id)
 
@@ -452,11 +452,10 @@ class Runtime:
         self, model_id: str, process: ManagedProcess | None
     ) -> PlannerFigure | None:
         model = self.config.models.get(model_id)
-        plan = self._dry_plans.get(tuple(model.cmd)) if model is not None else None
-        plan = plan or self.plans.get(model_id)
+        started = self.plans.get(model_id)  # made at its last start
+        plan = started or (self._dry_plans.get(tuple(model.cmd)) if model is not None else None)
         if plan is None:
             return None
-        started = self.plans.get(model_id)
         receipt = process.capacity if process is not None else None
         error = running_fields(started, receipt).get("plan_error_pct")
         return planner_figure(plan, error if isinstance(error, int | float) else None)
