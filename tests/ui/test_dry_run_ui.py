@@ -49,3 +49,7 @@ def test_load_shows_what_it_will_evict_before_it_does(gateway: StartGateway, pag
         confirm.get_by_role("button", name="Load second anyway", exact=True).click()
     badge_is(page, "second", "ready")
     badge_is(page, "first", "stopped")
+    # Its last swap says how the dry run before it compared.
+    predicted = second.locator('[data-role="swap-predicted"]')
+    predicted.wait_for()
+    assert predicted.inner_text().startswith("evicted as predicted · predicted ")

@@ -480,7 +480,17 @@ function renderSwap(card, receipt, failureShown) {
     el("span", { "data-part": "total", title: fullDate(receipt.at), text: `${fmt(receipt.total_seconds || 0)} at ${clock(receipt.at)}` + (evicted ? ` · evicted ${evicted}` : "") }),
     receipt.error ? el("span", { class: "error small", "data-role": "swap-error", text: failureShown ? " · failed (why: below)" : ` · failed: ${receipt.error}` }) : "",
     el("ul", { class: "receipt" }, ...parts.map(([k, v, why]) => el("li", { "data-part": k, title: why, class: k === slowest ? "slowest" : "" },
-      `${k} `, el("strong", { text: fmt(v) })))));
+      `${k} `, el("strong", { text: fmt(v) })))),
+    predictedLine(receipt.prediction, fmt));
+}
+
+/* How the dry run taken before the swap compared with it (docs/predicting-swaps.md). */
+function predictedLine(p, fmt) {
+  if (!p) return "";
+  const bits = [p.evict_equal ? "evicted as predicted" : `predicted to evict ${(p.evict_predicted || []).join(", ") || "nothing"}`];
+  if (p.time) bits.push(`predicted ${fmt(p.time.predicted_seconds)} (${fmt(p.time.range[0])}–${fmt(p.time.range[1])})${p.time.within ? "" : ": outside"}`);
+  for (const [name, m] of Object.entries(p.memory || {})) bits.push(`${name} ${m.within ? "within" : "outside"} the predicted band`);
+  return el("div", { class: "muted small", "data-role": "swap-predicted", title: "the dry run taken before this swap, against it", text: bits.join(" · ") });
 }
 
 function capacityText(cap) {
