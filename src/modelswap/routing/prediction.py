@@ -273,6 +273,8 @@ def predict(
     mine = facts(target)
     running = target in snapshot.running
     eviction = None if running else snapshot.eviction_for(target)
+    if snapshot.swapping == target:  # what it evicts is stopped already: it is starting
+        eviction = Eviction(frozenset(), f"a start of {target} is under way")
     can_start = running or eviction is not None
     why = eviction.why if eviction is not None else {}
     evict = tuple(

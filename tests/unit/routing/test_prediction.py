@@ -214,3 +214,15 @@ def test_a_running_model_evicts_nothing(target: str) -> None:
     assert prediction.running
     assert prediction.fits_now
     assert not prediction.evict
+
+
+def test_a_model_already_starting_evicts_nothing_more() -> None:
+    effects = RecordingEffects()
+    sched = running(ExclusiveSwapper(), "a", effects=effects)
+    sched.on_request(Admission("b", "b"))  # the swap to b begins: a is evicted
+    assert effects.starts()[-1] == ("b", frozenset({"a"}))
+    prediction = predict("b", sched.snapshot(), facts(), {}, policy="x")
+    assert prediction.evict == ()
+    assert prediction.reason == "a start of b is under way"
+    other = predict("a", sched.snapshot(), facts(), {}, policy="x")
+    assert other.blocked == "the swap to b under way"
