@@ -25,10 +25,11 @@ def build_swapper(
     cost: Callable[[str], float],
     sleeping: Callable[[], frozenset[str]] = frozenset,
     pinned: Callable[[], frozenset[str]] = frozenset,
+    explain: Callable[[str], str] | None = None,
 ) -> Swapper:
     """``uses``: memory per resource of a model (declared, else measured); ``cost``: what
     evicting it costs (seconds); ``sleeping``: models asleep now; ``pinned``: the active
-    profile's models."""
+    profile's models; ``explain``: a budget eviction's price in words (its log line)."""
     sched = config.scheduling
     groups = [
         GroupSpec(g.name, g.members, swap=g.swap, exclusive=g.exclusive, persistent=g.persistent)
@@ -39,7 +40,7 @@ def build_swapper(
         swapper = MatrixSwapper(sched.matrix, sched.evict_costs)
     if sched.resources:
         persistent = {m for g in sched.groups if g.persistent for m in g.members}
-        budget = BudgetSwapper(sched.resources, uses, cost, persistent, sleeping)
+        budget = BudgetSwapper(sched.resources, uses, cost, persistent, sleeping, explain=explain)
         # With budgets and no groups, the budgets alone decide what runs together; a
         # matrix first, then the budgets over what it leaves running.
         combine = bool(groups) or sched.matrix is not None
