@@ -93,6 +93,7 @@ class Config:
     model: str
     strict_model: bool
     flavor: str
+    owned_by: str | None
     load_delay: float
     ctx: int
     tps: float
@@ -452,7 +453,7 @@ class FakeBackend:
                 "id": self.cfg.model,
                 "object": "model",
                 "created": self.created,
-                "owned_by": "vllm",
+                "owned_by": self.cfg.owned_by or "vllm",
                 "root": "/fake/model",
                 "parent": None,
                 "max_model_len": self.cfg.ctx,
@@ -968,6 +969,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--model", default="fake")
     p.add_argument("--strict-model", action="store_true")
     p.add_argument("--flavor", choices=("llamacpp", "vllm"), default="llamacpp")
+    # The /v1/models row's owned_by (default: the flavor's): a vllm-shaped row with another
+    # owner is a server that is neither llama.cpp nor vLLM but reports max_model_len.
+    p.add_argument("--owned-by", default=None)
     p.add_argument("--load-delay", type=float, default=0.0)
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--tps", type=float, default=0.0)
@@ -1060,6 +1064,7 @@ def parse_args(argv: list[str] | None) -> Config:
         model=a.model,
         strict_model=a.strict_model,
         flavor=a.flavor,
+        owned_by=a.owned_by,
         load_delay=max(0.0, a.load_delay),
         ctx=a.ctx,
         tps=max(0.0, a.tps),

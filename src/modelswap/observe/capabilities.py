@@ -2,10 +2,11 @@
 
 When a model becomes ready, the metadata probe reads what its backend says about it
 (``backends/probe.py``): llama.cpp's ``/props`` (the loaded ``n_ctx``, image and audio input,
-whether the chat template carries tools, its slots) and vLLM's ``max_model_len``. Other servers
-say nothing that is kept. That report is kept here as an :class:`Observed`, under the model's
-id with a key of the command that served it, and saved in ``<stateDir>/capabilities.json``, so
-``/v1/models`` lists it after the model stopped and after the gateway restarted.
+whether the chat template carries tools, its slots) and vLLM's ``max_model_len``; of any other
+server, the context its ``/v1/models`` row says (``max_model_len``, ``context_length``). That
+report is kept here as an :class:`Observed`, under the model's id with a key of the command
+that served it, and saved in ``<stateDir>/capabilities.json``, so ``/v1/models`` lists it after
+the model stopped and after the gateway restarted.
 
 It is a *memory*, never a receipt: the row's live fields (``max_model_len``,
 ``context_length``, ``meta.n_ctx``) stay those of a ready backend only, and what is listed
