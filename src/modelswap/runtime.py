@@ -39,7 +39,7 @@ from modelswap.observe.capabilities import (
 )
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.last_swap import LastSwaps
-from modelswap.observe.metrics import Metrics, ModelView
+from modelswap.observe.metrics import Metrics, ModelView, StateCounts
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.records import RequestRecord
@@ -62,6 +62,7 @@ from modelswap.routing.swappers import (
     GroupSpec,
     GroupSwapper,
 )
+from modelswap.statefile import make_private_dir, named_briefly, tighten
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -202,6 +203,25 @@ class ModelStatus:
         return self._runtime.plans.get(self.model)
 
 
+def _private_state_dir(state_dir: Path) -> None:
+    """``stateDir`` made 0700 if missing, and what an older modelswap or a backend left in it
+    readable by others tightened (0700 folders, 0600 files), said in one line (issue 38)."""
+    try:
+        make_private_dir(state_dir)
+    except OSError as exc:
+        log.warning("cannot make stateDir %s: %s", state_dir, exc)
+        return
+    tightened = tighten(state_dir)
+    if tightened:
+        log.warning(
+            "stateDir %s: others could read or enter %d of its paths; made private to this "
+            "user (folders 0700, files 0600): %s",
+            state_dir,
+            len(tightened),
+            named_briefly(tightened),
+        )
+
+
 class Runtime:
     """Everything one running gateway owns. Use ``await start()`` then ``await close()``."""
 
@@ -220,6 +240,8 @@ class Runtime:
         self.redactor = Redactor(config.secrets)
         sched = config.scheduling
         state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
+        if state_dir is not None:
+            _private_state_dir(state_dir)
         # What each model could do when it was last ready (issue 30), for /v1/models.
         self.capability_memory = CapabilityMemory(
             state_dir / "capabilities.json" if state_dir else None
@@ -258,7 +280,7 @@ class Runtime:
         # The gateway's own log lines (the CLI attaches a handler that fills it).
         self.gateway_log = LogBuffer(1000)
         self.observer = Observer(
-            Metrics(self.model_views),
+            Metrics(self.model_views, self.state_counts),
             self.activity,
             self.events,
             count_requests=config.observability.metrics_enabled,
@@ -310,6 +332,21 @@ class Runtime:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
         with contextlib.suppress(ValueError):
             self._background.remove(task)
+
+    def state_counts(self) -> StateCounts:
+        """What /metrics says of stateDir's files (issue 38): never off, but counted."""
+        files = [
+            store.file
+            for store in (self.stats, self.capability_memory, self.slot_store)
+            if store.file is not None
+        ]
+        failures = {f.what: f.write_failures for f in files}
+        aside = {f.what: f.moved_aside for f in files}
+        dropped: dict[str, int] = {}
+        if self.activity is not None:
+            dropped = self.activity.dropped_by()
+            aside["activity"] = len(self.activity.moved_aside)
+        return StateCounts(dropped, failures, aside)
 
     def model_views(self) -> dict[str, ModelView]:
         """What /metrics reads about each model at scrape time."""
