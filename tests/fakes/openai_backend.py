@@ -1119,9 +1119,11 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(line_buffering=True)
     cfg = parse_args(argv)
     stamp(cfg, "ran", RAN_AT)
+    mask = os.umask(0o077)  # read back (the keeper's, issue 38), then put back
+    os.umask(mask)
     out(
         f"fake backend starting: pid={os.getpid()} flavor={cfg.flavor} model={cfg.model} "
-        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay}"
+        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay} umask={mask:03o}"
     )
     code = asyncio.run(amain(cfg))
     out(f"fake backend exiting with code {code}")
