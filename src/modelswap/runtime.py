@@ -573,6 +573,9 @@ class Runtime:
             await self._router.close()  # a ready llama.cpp model's slots saved on the way
         if self._prompt_cache is not None:
             await self._prompt_cache.close()  # their digests taken, the index written
+        for store in (self.stats, self.capability_memory, self.slot_store):
+            if store.file is not None:
+                store.file.cancel()  # a save still failing (a full disk) is not tried again
         for session in (self._health_session, self._proxy_session):
             if session is not None:
                 await session.close()
