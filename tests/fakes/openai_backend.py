@@ -127,6 +127,7 @@ class Config:
     timestamps: str | None = None
     barrier: int = 0
     slot_save_path: str | None = None
+    slot_file_mode: int | None = None
     slots: int = 1
     slot_bytes_per_token: int = 100
     slot_save_seconds: float = 0.0
@@ -239,6 +240,8 @@ class FakeSlots:
                 if self.cfg.slot_save_seconds:  # a large slot: written slowly
                     await asyncio.sleep(self.cfg.slot_save_seconds)
                 fh.write(b"\0" * (size - len(header)))
+            if self.cfg.slot_file_mode is not None:
+                os.chmod(path, self.cfg.slot_file_mode)
             ms = (time.monotonic() - began) * 1000
             return json_response(
                 {
@@ -1053,6 +1056,12 @@ def parse_args(argv: list[str] | None) -> Config:
     )
     p.add_argument("--slot-bytes-per-token", type=int, default=100, help="a saved slot's size")
     p.add_argument(
+        "--slot-file-mode",
+        type=lambda text: int(text, 8),
+        default=None,
+        help="chmod each saved slot file to this (octal): a backend that ignores its umask",
+    )
+    p.add_argument(
         "--slot-save-seconds", type=float, default=0.0, help="a save takes S s (a large slot)"
     )
     a = p.parse_args(argv)
@@ -1098,6 +1107,7 @@ def parse_args(argv: list[str] | None) -> Config:
         timestamps=a.timestamps,
         barrier=max(0, a.barrier),
         slot_save_path=a.slot_save_path or None,
+        slot_file_mode=a.slot_file_mode,
         slots=a.parallel or 1,
         slot_bytes_per_token=max(1, a.slot_bytes_per_token),
         slot_save_seconds=max(0.0, a.slot_save_seconds),
