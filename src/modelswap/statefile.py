@@ -84,14 +84,34 @@ def tighten_path(path: Path) -> bool:
     return True
 
 
+KEPT = (
+    "activity.sqlite3",  # and its -wal, -shm, and what was moved aside (.corrupt-…)
+    "stats.json",
+    "capabilities.json",
+    "backends",
+    "prompt-cache",
+    ".stats-",  # a write under way
+    ".capabilities-",
+)
+"""What modelswap keeps in ``stateDir`` (each a name's start): :func:`tighten` and :func:`loose`
+look at these only, so a ``stateDir`` shared with other things (a home folder) keeps theirs."""
+
+
 def _walk(root: Path) -> Iterable[Path]:
-    """``root`` and everything under it, links not followed; nothing when it is no folder."""
+    """``root``, what of :data:`KEPT` is in it and everything under that, links not followed;
+    nothing when ``root`` is no folder."""
     if not root.is_dir():
         return
     yield root
-    for folder, folders, files in os.walk(root):
-        for name in (*folders, *files):
-            yield Path(folder, name)
+    for name in sorted(os.listdir(root)):
+        if not name.startswith(KEPT):
+            continue
+        path = root / name
+        yield path
+        if path.is_dir() and not path.is_symlink():
+            for folder, folders, files in os.walk(path):
+                for inner in (*folders, *files):
+                    yield Path(folder, inner)
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -99,9 +119,9 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def tighten(root: Path) -> list[str]:
-    """:func:`tighten_path` on ``root`` and everything under it (links not followed); the
-    paths it changed, relative to ``root`` (``.`` for itself). What cannot be changed (gone
-    meanwhile, a read-only file system) is skipped."""
+    """:func:`tighten_path` on ``root`` and what modelswap keeps in it (:data:`KEPT`, links not
+    followed); the paths it changed, relative to ``root`` (``.`` for itself). What cannot be
+    changed (gone meanwhile, a read-only file system) is skipped."""
     changed: list[str] = []
     for path in _walk(root):
         with contextlib.suppress(OSError):
@@ -111,8 +131,8 @@ def tighten(root: Path) -> list[str]:
 
 
 def loose(root: Path) -> list[str]:
-    """What under ``root`` (itself included, links not followed) the group or others may
-    read, write or enter, relative to ``root``; for ``modelswap audit``."""
+    """What of ``root`` and what modelswap keeps in it (:data:`KEPT`, links not followed) the
+    group or others may read, write or enter, relative to ``root``; for ``modelswap audit``."""
     found: list[str] = []
     for path in _walk(root):
         with contextlib.suppress(OSError):

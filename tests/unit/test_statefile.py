@@ -65,12 +65,13 @@ def test_write_json_writes_a_0600_file_in_a_0700_folder_whatever_the_umask(
     assert [p.name for p in path.parent.iterdir()] == ["stats.json"]  # no temporary left
 
 
-def test_tighten_takes_others_bits_off_everything_it_owns_and_names_it(tmp_path: Path) -> None:
+def test_tighten_takes_others_bits_off_what_modelswap_keeps_and_names_it(tmp_path: Path) -> None:
     root = tmp_path / "state"
     (root / "prompt-cache").mkdir(parents=True)
     (root / "backends").mkdir()
     files = {
         "stats.json": 0o644,
+        "activity.sqlite3-wal": 0o644,
         "prompt-cache/modelswap-x-slot0.bin": 0o664,
         "prompt-cache/index.json": 0o600,
         "backends/gateway-1.json": 0o640,
@@ -84,28 +85,21 @@ def test_tighten_takes_others_bits_off_everything_it_owns_and_names_it(tmp_path:
     outside = tmp_path / "elsewhere.txt"
     outside.write_text("not ours to change")
     os.chmod(outside, 0o644)
-    (root / "link").symlink_to(outside)
+    (root / "prompt-cache" / "link").symlink_to(outside)
 
-    assert loose(root) == [
+    ours = [
         ".",
+        "activity.sqlite3-wal",
         "backends/gateway-1.json",
         "prompt-cache",
         "prompt-cache/modelswap-x-slot0.bin",
-        "run.sh",
         "stats.json",
     ]
-    changed = tighten(root)
-    assert changed == [
-        ".",
-        "backends/gateway-1.json",
-        "prompt-cache",
-        "prompt-cache/modelswap-x-slot0.bin",
-        "run.sh",
-        "stats.json",
-    ]
+    assert loose(root) == ours
+    assert tighten(root) == ours
     assert mode(root) == mode(root / "prompt-cache") == mode(root / "backends") == 0o700
     assert mode(root / "stats.json") == mode(root / "prompt-cache/modelswap-x-slot0.bin") == 0o600
-    assert mode(root / "run.sh") == 0o700  # the owner's bits are kept
+    assert mode(root / "run.sh") == 0o755  # not modelswap's: a shared stateDir keeps it
     assert mode(outside) == 0o644  # a link is never followed
     assert loose(root) == []
     assert tighten(root) == []  # said once: nothing left to change
