@@ -24,6 +24,7 @@ from modelswap.states import ProcessState
 log = logging.getLogger(__name__)
 
 KEEP_STARTS = 20
+MIN_PROMPT_SAMPLE = 32  # uncached prompt tokens below which a request's prefill is not timed
 DEFAULT_START_SECONDS = 10.0  # the cost of a model never started here yet
 SAMPLE_SECONDS = 2.0
 SAVE_DELAY = 0.5
@@ -42,6 +43,8 @@ class StatsStore:
         self._listens: dict[str, list[float]] = {}
         self._listen_to_ready: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
+        self._prompt_rates: dict[str, list[float]] = {}  # uncached prompt tokens per second
+        self._held: dict[str, int | None] = {}  # tokens each running model's slots hold
         self._save_timer: asyncio.TimerHandle | None = None
         self._load()
 
@@ -50,7 +53,13 @@ class StatsStore:
             return
         found = self.file.read(_parsed)
         if found is not None:
-            self._starts, self._listens, self._listen_to_ready, self._peaks = found
+            (
+                self._starts,
+                self._listens,
+                self._listen_to_ready,
+                self._peaks,
+                self._prompt_rates,
+            ) = found
 
     def save_soon(self) -> None:
         """Save within SAVE_DELAY, off the path of what runs now (a start's READY is followed
@@ -66,13 +75,16 @@ class StatsStore:
         if self.file is None:
             return
         models: dict[str, dict[str, object]] = {}
-        for m in sorted(set(self._starts) | set(self._peaks) | set(self._listens)):
+        known = set(self._starts) | set(self._peaks) | set(self._listens) | set(self._prompt_rates)
+        for m in sorted(known):
             entry: dict[str, object] = {"start_seconds": self._starts.get(m, [])}
             if m in self._listens:
                 entry["listen_seconds"] = self._listens[m]
             if m in self._listen_to_ready:
                 entry["listen_to_ready_seconds"] = self._listen_to_ready[m]
             entry["peak_bytes"] = self._peaks.get(m, {})
+            if m in self._prompt_rates:
+                entry["prompt_tokens_per_second"] = self._prompt_rates[m]
             models[m] = entry
         self.file.write({"version": 1, "models": models}, self.save)
 
@@ -94,6 +106,28 @@ class StatsStore:
         listen watcher looks hardest in the next start (``supervisor/listening.py``)."""
         return self._listens.get(model, [])[-last:], self._listen_to_ready.get(model, [])[-last:]
 
+    def record_prompt(self, model: str, tokens: int, seconds: float) -> None:
+        """One request's prefill: ``tokens`` prompt tokens not taken from the cache, in
+        ``seconds`` (its time to first token). Short prompts say little and are skipped."""
+        if tokens < MIN_PROMPT_SAMPLE or seconds <= 0:
+            return
+        rates = self._prompt_rates.setdefault(model, [])
+        rates.append(round(tokens / seconds, 1))
+        del rates[:-KEEP_STARTS]
+
+    def prompt_rate(self, model: str) -> float | None:
+        """Median prompt tokens per second of the last requests (None: none measured)."""
+        rates = self._prompt_rates.get(model)
+        return statistics.median(rates) if rates else None
+
+    def record_held(self, model: str, tokens: int | None) -> None:
+        """The tokens ``model``'s slots hold now (None: unknown). Not kept across restarts:
+        the slots die with the process."""
+        self._held[model] = tokens
+
+    def held(self, model: str) -> int | None:
+        return self._held.get(model)
+
     def median_start(self, model: str) -> float:
         starts = self._starts.get(model)
         return statistics.median(starts) if starts else DEFAULT_START_SECONDS
@@ -111,17 +145,19 @@ class StatsStore:
 
 
 _Seconds = dict[str, list[float]]
-_Parsed = tuple[_Seconds, _Seconds, _Seconds, dict[str, dict[str, int]]]
+_Parsed = tuple[_Seconds, _Seconds, _Seconds, dict[str, dict[str, int]], _Seconds]
 
 
 def _parsed(data: object) -> _Parsed:
-    """``stats.json``'s models: start, listen and listen-to-ready seconds, peaks. Raises
+    """``stats.json``'s models: start, listen and listen-to-ready seconds, peaks, prompt
+    rates (tokens per second). Raises
     ValueError, TypeError or AttributeError on anything malformed (the file is corrupt)."""
     if not isinstance(data, dict):
         raise ValueError("not a stats file")
     starts: _Seconds = {}
     listens: _Seconds = {}
     to_ready: _Seconds = {}
+    rates: _Seconds = {}
     peaks: dict[str, dict[str, int]] = {}
     for model, entry in data.get("models", {}).items():
         starts[model] = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
@@ -132,7 +168,10 @@ def _parsed(data: object) -> _Parsed:
         after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
         if after:
             to_ready[model] = after[-KEEP_STARTS:]
-    return starts, listens, to_ready, peaks
+        measured = [float(x) for x in entry.get("prompt_tokens_per_second", [])]
+        if measured:
+            rates[model] = measured[-KEEP_STARTS:]
+    return starts, listens, to_ready, peaks, rates
 
 
 def tree_rss(pid: int) -> int:
