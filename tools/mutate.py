@@ -243,6 +243,41 @@ MUTATIONS = (
         ("tests/unit/routing/test_together.py",),
     ),
     Mutation(
+        "state-parents-umask",  # stateDir's missing parents made 0755 by the umask (issue 38)
+        "src/modelswap/statefile.py",
+        "folder.mkdir(mode=FOLDER_MODE)",
+        "folder.mkdir()",
+        ("tests/unit/test_statefile.py",),
+    ),
+    Mutation(
+        "activity-corrupt-off",  # a corrupt activity database turned the log off (issue 38)
+        "src/modelswap/observe/activity.py",
+        "corrupt = attempt == 1 and self.where != MEMORY and _corrupt(exc)",
+        "corrupt = False",
+        ("tests/unit/observe/test_activity.py",),
+    ),
+    Mutation(
+        "state-file-corrupt-kept",  # a corrupt stats/capabilities/index file not moved aside
+        "src/modelswap/statefile.py",
+        "            self._set_aside(exc)\n",
+        "            pass\n",
+        ("tests/unit/test_statefile.py", "tests/unit/observe/test_capability_memory.py"),
+    ),
+    Mutation(
+        "empty-pin-refused",  # a llama-swap profile pin of "" refused (issue 38)
+        "src/modelswap/config/scheduling.py",
+        "target = written or None",
+        "target = written",
+        ("tests/unit/config/test_compat_newest.py",),
+    ),
+    Mutation(
+        "generic-context-forgotten",  # a generic backend's context lost after unload (issue 38)
+        "src/modelswap/backends/adapter.py",
+        "return CapabilityReport(self.name, meta.source, context=meta.context_length)",
+        "return None",
+        ("tests/unit/observe/test_capability_memory.py",),
+    ),
+    Mutation(
         "fair-share-ignored",  # every client at the same tag: FIFO again (issue 40)
         "src/modelswap/routing/fairshare.py",
         "return max(self._finish.get(client.name, 0.0), self._virtual.get(client.rank, 0.0))",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import statistics
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from modelswap.statefile import write_json
+from modelswap.statefile import StateFile
 from modelswap.states import ProcessState
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,8 @@ class StatsStore:
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
+        # A corrupt file is moved aside, a failed save retried: never off (statefile.py).
+        self.file = StateFile(path, prefix=".stats-", what="stats") if path else None
         self._starts: dict[str, list[float]] = {}
         self._listens: dict[str, list[float]] = {}
         self._listen_to_ready: dict[str, list[float]] = {}
@@ -52,29 +53,18 @@ class StatsStore:
         self._load()
 
     def _load(self) -> None:
-        if self._path is None or not self._path.is_file():
+        if self.file is None:
             return
-        try:
-            data = json.loads(self._path.read_text())
-            for model, entry in data.get("models", {}).items():
-                starts = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
-                peaks = {str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()}
-                self._starts[model], self._peaks[model] = starts, peaks
-                listens = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
-                if listens:
-                    self._listens[model] = listens
-                runs = entry.get("run_peak_bytes", {})
-                self._run_peaks[model] = {
-                    str(k): [int(x) for x in v][-KEEP_STARTS:] for k, v in runs.items()
-                }
-                after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
-                if after:
-                    self._listen_to_ready[model] = after[-KEEP_STARTS:]
-                rates = [float(x) for x in entry.get("prompt_tokens_per_second", [])]
-                if rates:
-                    self._prompt_rates[model] = rates[-KEEP_STARTS:]
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            log.warning("ignoring unreadable %s: %s", self._path, exc)
+        found = self.file.read(_parsed)
+        if found is not None:
+            (
+                self._starts,
+                self._listens,
+                self._listen_to_ready,
+                self._peaks,
+                self._prompt_rates,
+                self._run_peaks,
+            ) = found
 
     def save_soon(self) -> None:
         """Save within SAVE_DELAY, off the path of what runs now (a start's READY is followed
@@ -87,7 +77,7 @@ class StatsStore:
         if self._save_timer is not None:
             self._save_timer.cancel()
             self._save_timer = None
-        if self._path is None:
+        if self.file is None:
             return
         models: dict[str, dict[str, object]] = {}
         known = set(self._starts) | set(self._peaks) | set(self._listens) | set(self._prompt_rates)
@@ -103,11 +93,7 @@ class StatsStore:
             if m in self._prompt_rates:
                 entry["prompt_tokens_per_second"] = self._prompt_rates[m]
             models[m] = entry
-        data = {"version": 1, "models": models}
-        try:
-            write_json(self._path, data, prefix=".stats-")
-        except OSError as exc:
-            log.warning("cannot save %s: %s", self._path, exc)
+        self.file.write({"version": 1, "models": models}, self.save)
 
     def record_start(self, model: str, seconds: float) -> None:
         starts = self._starts.setdefault(model, [])
@@ -193,6 +179,40 @@ class StatsStore:
 
     def peaks(self, model: str) -> Mapping[str, int]:
         return dict(self._peaks.get(model, {}))
+
+
+_Seconds = dict[str, list[float]]
+_RunPeaks = dict[str, dict[str, list[int]]]
+_Parsed = tuple[_Seconds, _Seconds, _Seconds, dict[str, dict[str, int]], _Seconds, _RunPeaks]
+
+
+def _parsed(data: object) -> _Parsed:
+    """``stats.json``'s models: start, listen and listen-to-ready seconds, peaks, prompt
+    rates (tokens per second) and each run's peaks. Raises
+    ValueError, TypeError or AttributeError on anything malformed (the file is corrupt)."""
+    if not isinstance(data, dict):
+        raise ValueError("not a stats file")
+    starts: _Seconds = {}
+    listens: _Seconds = {}
+    to_ready: _Seconds = {}
+    rates: _Seconds = {}
+    peaks: dict[str, dict[str, int]] = {}
+    run_peaks: _RunPeaks = {}
+    for model, entry in data.get("models", {}).items():
+        starts[model] = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
+        peaks[model] = {str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()}
+        listened = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
+        if listened:
+            listens[model] = listened
+        after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
+        if after:
+            to_ready[model] = after[-KEEP_STARTS:]
+        measured = [float(x) for x in entry.get("prompt_tokens_per_second", [])]
+        if measured:
+            rates[model] = measured[-KEEP_STARTS:]
+        runs = entry.get("run_peak_bytes", {})
+        run_peaks[model] = {str(k): [int(x) for x in v][-KEEP_STARTS:] for k, v in runs.items()}
+    return starts, listens, to_ready, peaks, rates, run_peaks
 
 
 def tree_rss(pid: int) -> int:

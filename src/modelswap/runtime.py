@@ -46,7 +46,7 @@ from modelswap.observe.capabilities import (
 )
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.last_swap import LastSwaps
-from modelswap.observe.metrics import Metrics, ModelView
+from modelswap.observe.metrics import Metrics, ModelView, StateCounts
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.records import RequestRecord
@@ -74,6 +74,7 @@ from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
 from modelswap.routing.selector_choice import TargetState, choose
 from modelswap.routing.swapper_from_config import build_swapper, policy_name
+from modelswap.statefile import make_private_dir, named_briefly, tighten
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -224,6 +225,25 @@ class ModelStatus:
         return self._runtime.plans.get(self.model)
 
 
+def _private_state_dir(state_dir: Path) -> None:
+    """``stateDir`` made 0700 if missing, and what an older modelswap or a backend left in it
+    readable by others tightened (0700 folders, 0600 files), said in one line (issue 38)."""
+    try:
+        make_private_dir(state_dir)
+    except OSError as exc:
+        log.warning("cannot make stateDir %s: %s", state_dir, exc)
+        return
+    tightened = tighten(state_dir)
+    if tightened:
+        log.warning(
+            "stateDir %s: others could read or enter %d of its paths; made private to this "
+            "user (folders 0700, files 0600): %s",
+            state_dir,
+            len(tightened),
+            named_briefly(tightened),
+        )
+
+
 class Runtime:
     """Everything one running gateway owns. Use ``await start()`` then ``await close()``."""
 
@@ -244,6 +264,8 @@ class Runtime:
         self.redactor = Redactor(config.secrets)
         sched = config.scheduling
         state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
+        if state_dir is not None:
+            _private_state_dir(state_dir)
         # What each model could do when it was last ready (issue 30), for /v1/models.
         self.capability_memory = CapabilityMemory(
             state_dir / "capabilities.json" if state_dir else None
@@ -284,7 +306,7 @@ class Runtime:
         # The gateway's own log lines (the CLI attaches a handler that fills it).
         self.gateway_log = LogBuffer(1000)
         self.observer = Observer(
-            Metrics(self.model_views),
+            Metrics(self.model_views, self.state_counts),
             self.activity,
             self.events,
             count_requests=config.observability.metrics_enabled,
@@ -341,6 +363,21 @@ class Runtime:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
         with contextlib.suppress(ValueError):
             self._background.remove(task)
+
+    def state_counts(self) -> StateCounts:
+        """What /metrics says of stateDir's files (issue 38): never off, but counted."""
+        files = [
+            store.file
+            for store in (self.stats, self.capability_memory, self.slot_store)
+            if store.file is not None
+        ]
+        failures = {f.what: f.write_failures for f in files}
+        aside = {f.what: f.moved_aside for f in files}
+        dropped: dict[str, int] = {}
+        if self.activity is not None:
+            dropped = self.activity.dropped_by()
+            aside["activity"] = len(self.activity.moved_aside)
+        return StateCounts(dropped, failures, aside)
 
     def model_views(self) -> dict[str, ModelView]:
         """What /metrics reads about each model at scrape time."""
@@ -726,6 +763,9 @@ class Runtime:
             await self._router.close()  # a ready llama.cpp model's slots saved on the way
         if self._prompt_cache is not None:
             await self._prompt_cache.close()  # their digests taken, the index written
+        for store in (self.stats, self.capability_memory, self.slot_store):
+            if store.file is not None:
+                store.file.cancel()  # a save still failing (a full disk) is not tried again
         for session in (self._health_session, self._proxy_session):
             if session is not None:
                 await session.close()

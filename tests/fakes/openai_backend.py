@@ -93,6 +93,7 @@ class Config:
     model: str
     strict_model: bool
     flavor: str
+    owned_by: str | None
     load_delay: float
     ctx: int
     tps: float
@@ -126,6 +127,7 @@ class Config:
     timestamps: str | None = None
     barrier: int = 0
     slot_save_path: str | None = None
+    slot_file_mode: int | None = None
     slots: int = 1
     slot_bytes_per_token: int = 100
     slot_save_seconds: float = 0.0
@@ -238,6 +240,8 @@ class FakeSlots:
                 if self.cfg.slot_save_seconds:  # a large slot: written slowly
                     await asyncio.sleep(self.cfg.slot_save_seconds)
                 fh.write(b"\0" * (size - len(header)))
+            if self.cfg.slot_file_mode is not None:
+                os.chmod(path, self.cfg.slot_file_mode)
             ms = (time.monotonic() - began) * 1000
             return json_response(
                 {
@@ -452,7 +456,7 @@ class FakeBackend:
                 "id": self.cfg.model,
                 "object": "model",
                 "created": self.created,
-                "owned_by": "vllm",
+                "owned_by": self.cfg.owned_by or "vllm",
                 "root": "/fake/model",
                 "parent": None,
                 "max_model_len": self.cfg.ctx,
@@ -968,6 +972,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--model", default="fake")
     p.add_argument("--strict-model", action="store_true")
     p.add_argument("--flavor", choices=("llamacpp", "vllm"), default="llamacpp")
+    # The /v1/models row's owned_by (default: the flavor's): a vllm-shaped row with another
+    # owner is a server that is neither llama.cpp nor vLLM but reports max_model_len.
+    p.add_argument("--owned-by", default=None)
     p.add_argument("--load-delay", type=float, default=0.0)
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--tps", type=float, default=0.0)
@@ -1049,6 +1056,12 @@ def parse_args(argv: list[str] | None) -> Config:
     )
     p.add_argument("--slot-bytes-per-token", type=int, default=100, help="a saved slot's size")
     p.add_argument(
+        "--slot-file-mode",
+        type=lambda text: int(text, 8),
+        default=None,
+        help="chmod each saved slot file to this (octal): a backend that ignores its umask",
+    )
+    p.add_argument(
         "--slot-save-seconds", type=float, default=0.0, help="a save takes S s (a large slot)"
     )
     a = p.parse_args(argv)
@@ -1060,6 +1073,7 @@ def parse_args(argv: list[str] | None) -> Config:
         model=a.model,
         strict_model=a.strict_model,
         flavor=a.flavor,
+        owned_by=a.owned_by,
         load_delay=max(0.0, a.load_delay),
         ctx=a.ctx,
         tps=max(0.0, a.tps),
@@ -1093,6 +1107,7 @@ def parse_args(argv: list[str] | None) -> Config:
         timestamps=a.timestamps,
         barrier=max(0, a.barrier),
         slot_save_path=a.slot_save_path or None,
+        slot_file_mode=a.slot_file_mode,
         slots=a.parallel or 1,
         slot_bytes_per_token=max(1, a.slot_bytes_per_token),
         slot_save_seconds=max(0.0, a.slot_save_seconds),
@@ -1114,9 +1129,11 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(line_buffering=True)
     cfg = parse_args(argv)
     stamp(cfg, "ran", RAN_AT)
+    mask = os.umask(0o077)  # read back (the keeper's, issue 38), then put back
+    os.umask(mask)
     out(
         f"fake backend starting: pid={os.getpid()} flavor={cfg.flavor} model={cfg.model} "
-        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay}"
+        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay} umask={mask:03o}"
     )
     code = asyncio.run(amain(cfg))
     out(f"fake backend exiting with code {code}")
