@@ -20,6 +20,7 @@ import psutil
 
 from modelswap.statefile import StateFile
 from modelswap.states import ProcessState
+from modelswap.supervisor import tree
 
 log = logging.getLogger(__name__)
 
@@ -216,16 +217,13 @@ def _parsed(data: object) -> _Parsed:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (0 if it is gone)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
+    """Resident bytes of ``pid`` and all its descendants (0 if it is gone). The descendants
+    come from /proc/PID/task/*/children (``tree.snapshot``): psutil's ``children`` reads every
+    process on the host, milliseconds on the event loop every sample."""
     total = 0
-    for proc in procs:
+    for member, _ in tree.snapshot(pid):
         with contextlib.suppress(psutil.Error):
-            total += proc.memory_info().rss
+            total += psutil.Process(member).memory_info().rss
     return total
 
 
@@ -315,7 +313,7 @@ class MemorySampler:
         for model, pid in running.items():
             changed |= self._stats.record_peak(model, "ram", tree_rss(pid), run=pid)
             if gpu:
-                pids = {pid} | {c.pid for c in _children(pid)}
+                pids = {member for member, _ in tree.snapshot(pid)}
                 totals: dict[str, int] = {}
                 for p in pids:
                     for resource, used in gpu.get(p, {}).items():
@@ -324,10 +322,3 @@ class MemorySampler:
                     changed |= self._stats.record_peak(model, resource, used, run=pid)
         if changed:
             self._stats.save()
-
-
-def _children(pid: int) -> list[psutil.Process]:
-    try:
-        return list(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return []

@@ -358,7 +358,9 @@ class ActivityLog:
         self.max_rows = max_rows
         self.batch_seconds = batch_seconds
         self.max_pending = max_pending
-        self._pending: deque[RequestRecord] = deque()
+        # Rows, not records: the row is built on the loop (a few µs) so the batch writer's
+        # thread runs almost only sqlite's C code, which releases the GIL the loop needs.
+        self._pending: deque[tuple[object, ...]] = deque()
         self._pending_lock = threading.Lock()
         self._conn_lock = threading.Lock()
         self._dropped = 0
@@ -471,7 +473,7 @@ class ActivityLog:
             if len(self._pending) >= self.max_pending:
                 self._pending.popleft()
                 self._count("queue_full", 1)
-            self._pending.append(rec)
+            self._pending.append(_row_values(rec))
 
     def _count(self, reason: str, n: int) -> None:
         """Count ``n`` dropped rows; the caller holds ``_pending_lock``."""
@@ -497,7 +499,7 @@ class ActivityLog:
             try:
                 conn.execute("BEGIN")
                 try:
-                    conn.executemany(_INSERT, [_row_values(rec) for rec in batch])
+                    conn.executemany(_INSERT, batch)
                     conn.execute("COMMIT")
                 except BaseException:
                     _rollback(conn)
