@@ -221,6 +221,13 @@ MUTATIONS = (
         "return _equals(value, condition.value)",
         ("tests/unit/policy/test_spl_eval.py",),
     ),
+    Mutation(
+        "capabilities-list-no-hint",  # the old list form refused with no mapping to write (41)
+        "src/modelswap/config/schema.py",
+        "    if isinstance(value, list):\n        mapping = _capabilities_mapping(value)",
+        "    if isinstance(value, tuple):\n        mapping = _capabilities_mapping(value)",
+        ("tests/unit/config/test_capabilities_config.py",),
+    ),
 )
 
 
