@@ -337,7 +337,8 @@ def test_activity_shows_a_failed_streams_outcome_headers_and_processed_tokens(
     for _ in range(2):
         assert chat(gw, "tiny", messages=words).status == 200
     failing_stream(gw, "guard")  # a 200 stream, then an error event
-    gw.wait_for(lambda: len(gw.get_json("/api/activity")["data"]) == 3)  # type: ignore[arg-type]
+    assert chat(gw, "no-such-model").status == 404
+    gw.wait_for(lambda: len(gw.get_json("/api/activity")["data"]) == 4)  # type: ignore[arg-type]
     rows = gw.get_json("/api/activity")["data"]
     assert isinstance(rows, list)
     ok = [r for r in rows if r["model"] == "tiny"]
@@ -346,8 +347,15 @@ def test_activity_shows_a_failed_streams_outcome_headers_and_processed_tokens(
     for size, scheme in VIEWS:
         with view(browser, size, scheme) as tab:
             tab.goto(gw.url("/ui/#/activity"))
-            bad = tab.locator('#activity-table tbody tr[data-outcome="error"]')
+            bad = tab.locator('#activity-table tbody tr[data-outcome="error"][data-status="200"]')
             bad.wait_for()
+            # A refusal's code beside its status, on screen at 390 px too (the error column
+            # is not).
+            missing = tab.locator(
+                '#activity-table tbody tr[data-status="404"] [data-role="status"]'
+            )
+            assert missing.inner_text() == "404 model_not_found"
+            assert missing.is_visible()
             status = bad.locator('[data-role="status"]')
             assert status.inner_text() == "utilization_guard (mid-stream)"
             assert "HTTP 200" in (status.get_attribute("title") or "")

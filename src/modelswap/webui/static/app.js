@@ -821,7 +821,7 @@ pages.model = async (state) => {
       el("tbody", {}, ...rows.map((r) => { const bad = failed(r), none = tokenless(r); return el("tr", { "data-id": r.id, "data-outcome": bad ? "error" : "ok" },
         el("td", {}, timeEl(r.at)),
         el("td", { class: bad ? "status-bad" : "", "data-role": "status", title: statusTitle(r),
-          text: bad && r.status < 400 ? statusText(r) : String(r.status) + (bad && r.error_code ? ` ${r.error_code}` : "") }),
+          text: statusText(r) }),
         el("td", { class: "num", text: r.completion_tokens == null ? "" : String(r.completion_tokens) }),
         el("td", { class: "num", "data-role": "ttft", text: none || r.ttft == null ? "" : (r.ttft * 1000).toFixed(0) + " ms" }),
         el("td", { class: "num", text: none || r.tokens_per_second == null ? "" : r.tokens_per_second.toFixed(1) })); })))
@@ -1376,6 +1376,8 @@ function showCapture(r) {
    the outcome (issue 41 #11), the status in its title. */
 function statusText(r) {
   if (failed(r) && r.status < 400) return `${r.error_code || "error"} (mid-stream)`;
+  // The code beside the status: the error column is off screen on a phone (issue 41 #3).
+  if (failed(r) && r.error_code) return `${r.status} ${r.error_code}`;
   return r.status == null ? "" : String(r.status);
 }
 function statusTitle(r) {
