@@ -453,7 +453,7 @@ function chatFailure(err, model) {
     bubble.node.dataset.refusal = "policy";
     return bubble;
   }
-  const who = err.gateway ? `refused by the gateway · ${model}` : `error · ${model}`;
+  const who = !err.gateway ? `error · ${model}` : err.status < 500 ? `refused by the gateway · ${model}` : `error · ${model} · from the gateway`;
   const code = err.code && !message.includes(err.code) ? ` · ${err.code}` : "";
   const bubble = addMessage("error", message + code, { label: who });
   if (err.gateway) bubble.node.dataset.refusal = "gateway";
