@@ -40,6 +40,13 @@ class Mutation:
 
 MUTATIONS = (
     Mutation(
+        "mcp-tool-skips-scope",  # an admin MCP tool run for a read key (issue 39)
+        "src/modelswap/http/mcp/registry.py",
+        "if not caller.has_scope(tool.scope):",
+        "if False:",
+        ("tests/unit/http/test_mcp_endpoint.py",),
+    ),
+    Mutation(
         "relabel-drops-type",  # relayed backend metrics without their TYPE lines (issue 18)
         "src/modelswap/observe/relabel.py",
         'lines.append(f"# TYPE {name} {family.type}")',
@@ -220,6 +227,34 @@ MUTATIONS = (
         "return not _equals(value, condition.value)",
         "return _equals(value, condition.value)",
         ("tests/unit/policy/test_spl_eval.py",),
+    ),
+    Mutation(
+        "fair-share-ignored",  # every client at the same tag: FIFO again (issue 40)
+        "src/modelswap/routing/fairshare.py",
+        "return max(self._finish.get(client.name, 0.0), self._virtual.get(client.rank, 0.0))",
+        "return 0.0",
+        ("tests/unit/routing/test_fair_share_sim.py",),
+    ),
+    Mutation(
+        "batch-class-ignored",  # batch waiters ranked with interactive ones (issue 40)
+        "src/modelswap/routing/fairshare.py",
+        "return (client.rank, self.tag(client), lane[0].arrived)",
+        "return (0, self.tag(client), lane[0].arrived)",
+        ("tests/unit/routing/test_fair_share_sim.py",),
+    ),
+    Mutation(
+        "fair-idle-client-credit",  # a returning client keeps credit from its idle time
+        "src/modelswap/routing/fairshare.py",
+        "self._virtual[rank] = start",
+        "pass",
+        ("tests/unit/routing/test_fair_share_sim.py",),
+    ),
+    Mutation(
+        "quota-retry-after-zero",  # a 429 that says retry at once (issue 40)
+        "src/modelswap/routing/quota.py",
+        'return "requests", account.requests.seconds_until(1.0)',
+        'return "requests", 0.0',
+        ("tests/unit/routing/test_quota.py",),
     ),
     Mutation(
         "capabilities-list-no-hint",  # the old list form refused with no mapping to write (41)

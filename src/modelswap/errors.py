@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -109,6 +110,24 @@ class QueueFullError(ModelswapError):
     def __init__(self, retry_after: float) -> None:
         self.retry_after = retry_after
         super().__init__("Too many requests are waiting for models; retry later.")
+
+
+class RateLimitedError(ModelswapError):
+    """A client key is over one of its limits (``apiKeys[].quota``). ``headers``: the
+    ``x-ratelimit-*`` and ``Retry-After`` headers its answer carries (routing/quota.py)."""
+
+    def __init__(
+        self, client: str, limit: str, value: int, retry_after: float, headers: dict[str, str]
+    ) -> None:
+        self.client = client
+        self.limit = limit
+        self.value = value
+        self.retry_after = retry_after
+        self.headers = headers
+        super().__init__(
+            f"Key {client!r} is over its {limit} limit ({value}); retry in "
+            f"{max(1, math.ceil(retry_after))} s."
+        )
 
 
 class ShuttingDownError(ModelswapError):

@@ -25,6 +25,7 @@ from modelswap.states import ProcessState
 log = logging.getLogger(__name__)
 
 KEEP_STARTS = 20
+MIN_PROMPT_SAMPLE = 32  # uncached prompt tokens below which a request's prefill is not timed
 DEFAULT_START_SECONDS = 10.0  # the cost of a model never started here yet
 SAMPLE_SECONDS = 2.0
 SAVE_DELAY = 0.5
@@ -41,6 +42,8 @@ class StatsStore:
         self._listens: dict[str, list[float]] = {}
         self._listen_to_ready: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
+        self._prompt_rates: dict[str, list[float]] = {}  # uncached prompt tokens per second
+        self._held: dict[str, int | None] = {}  # tokens each running model's slots hold
         self._save_timer: asyncio.TimerHandle | None = None
         self._load()
 
@@ -59,6 +62,9 @@ class StatsStore:
                 after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
                 if after:
                     self._listen_to_ready[model] = after[-KEEP_STARTS:]
+                rates = [float(x) for x in entry.get("prompt_tokens_per_second", [])]
+                if rates:
+                    self._prompt_rates[model] = rates[-KEEP_STARTS:]
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s: %s", self._path, exc)
 
@@ -76,13 +82,16 @@ class StatsStore:
         if self._path is None:
             return
         models: dict[str, dict[str, object]] = {}
-        for m in sorted(set(self._starts) | set(self._peaks) | set(self._listens)):
+        known = set(self._starts) | set(self._peaks) | set(self._listens) | set(self._prompt_rates)
+        for m in sorted(known):
             entry: dict[str, object] = {"start_seconds": self._starts.get(m, [])}
             if m in self._listens:
                 entry["listen_seconds"] = self._listens[m]
             if m in self._listen_to_ready:
                 entry["listen_to_ready_seconds"] = self._listen_to_ready[m]
             entry["peak_bytes"] = self._peaks.get(m, {})
+            if m in self._prompt_rates:
+                entry["prompt_tokens_per_second"] = self._prompt_rates[m]
             models[m] = entry
         data = {"version": 1, "models": models}
         try:
@@ -107,6 +116,28 @@ class StatsStore:
         """The ``last`` starts' seconds to listening, and from listening to ready: where the
         listen watcher looks hardest in the next start (``supervisor/listening.py``)."""
         return self._listens.get(model, [])[-last:], self._listen_to_ready.get(model, [])[-last:]
+
+    def record_prompt(self, model: str, tokens: int, seconds: float) -> None:
+        """One request's prefill: ``tokens`` prompt tokens not taken from the cache, in
+        ``seconds`` (its time to first token). Short prompts say little and are skipped."""
+        if tokens < MIN_PROMPT_SAMPLE or seconds <= 0:
+            return
+        rates = self._prompt_rates.setdefault(model, [])
+        rates.append(round(tokens / seconds, 1))
+        del rates[:-KEEP_STARTS]
+
+    def prompt_rate(self, model: str) -> float | None:
+        """Median prompt tokens per second of the last requests (None: none measured)."""
+        rates = self._prompt_rates.get(model)
+        return statistics.median(rates) if rates else None
+
+    def record_held(self, model: str, tokens: int | None) -> None:
+        """The tokens ``model``'s slots hold now (None: unknown). Not kept across restarts:
+        the slots die with the process."""
+        self._held[model] = tokens
+
+    def held(self, model: str) -> int | None:
+        return self._held.get(model)
 
     def median_start(self, model: str) -> float:
         starts = self._starts.get(model)

@@ -47,9 +47,12 @@ from modelswap.planner.accuracy import PlanCache
 from modelswap.planner.memory import Plan
 from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
+from modelswap.routing.clients import ANONYMOUS, Client
+from modelswap.routing.gate import ClientGate
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
 from modelswap.routing.matrix_swapper import MatrixSwapper
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
+from modelswap.routing.prefill import EvictionPrice
 from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
@@ -75,6 +78,8 @@ from modelswap.supervisor.stops import StopRecord
 from modelswap.upstream_sessions import SKIP_AUTO_HEADERS, PooledSessions, RelayRequest
 
 log = logging.getLogger(__name__)
+HELD_EVERY = 5.0  # seconds between two reads of one model's slots (what an eviction loses)
+HELD_READ_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +220,8 @@ class Runtime:
     ) -> None:
         self.config = config
         self.allow_unauthenticated_network = allow_unauthenticated_network
+        # Per-key quotas at the door (docs/sharing.md); the config is read at each request.
+        self.gate = ClientGate(lambda: self.config.key_defaults)
         self.events = EventBus()
         self.started_at = time.time()
         self.redactor = Redactor(config.secrets)
@@ -253,6 +260,8 @@ class Runtime:
         # Starts backends' keepers; its spare is made once serve() listens (launcher.begin()).
         self.launcher = Launcher(self.containment, spare=config.spare_keeper)
         self.events.add_listener(self._record_start)
+        self._held_read_at: dict[str, float] = {}  # model -> when its slots were last read
+        self.events.add_listener(self._measure_prefill)
         self._background: list[asyncio.Task[None]] = []
         self.activity = self._activity_log(state_dir)
         # The gateway's own log lines (the CLI attaches a handler that fills it).
@@ -338,8 +347,58 @@ class Runtime:
         return {r: declared.get(r, measured.get(r, 0)) for r in self.config.scheduling.resources}
 
     def evict_cost(self, model_id: str) -> float:
+        return self.eviction_price(model_id).total
+
+    def eviction_price(self, model_id: str) -> EvictionPrice:
+        """What evicting ``model_id`` throws away: its start again (median × evictCost) and
+        the prefill of what its slots hold, unless its prompt cache keeps them
+        (routing/prefill.py)."""
         model = self.config.models.get(model_id)
-        return self.stats.median_start(model_id) * (model.evict_cost if model else 1.0)
+        start = self.stats.median_start(model_id) * (model.evict_cost if model else 1.0)
+        return EvictionPrice(
+            start,
+            self.stats.held(model_id),
+            self.stats.prompt_rate(model_id),
+            cache_keeps=bool(model and model.prompt_cache),
+        )
+
+    def _measure_prefill(self, event: Event) -> None:
+        """A finished request: its prefill rate, then (with budgets, where the price chooses
+        what is evicted; at most every HELD_EVERY s a model) what the model's llama.cpp slots
+        hold now, read in the background."""
+        if event.kind == "process.state" and event.data.get("new") is not ProcessState.READY:
+            self.stats.record_held(str(event.data["model"]), None)  # its slots are gone
+            return
+        model, data = event.data.get("model"), event.data
+        if event.kind != "request.finished" or not isinstance(model, str):
+            return
+        prompt, ttft = data.get("prompt_tokens"), data.get("ttft")
+        # streamed only: a whole answer's first byte would count its generation as prefill
+        if data.get("streamed") is True and isinstance(prompt, int) and isinstance(ttft, float):
+            cached = data.get("cached_tokens")
+            self.stats.record_prompt(
+                model, prompt - (cached if isinstance(cached, int) else 0), ttft
+            )
+        process = self._router.processes.get(model) if self._router is not None else None
+        now = time.monotonic()
+        if (
+            not self.config.scheduling.resources  # only budgets choose what to evict by cost
+            or process is None
+            or self._prompt_cache is None
+            or not self._prompt_cache.keeps(process.config, process.metadata)
+            or now - self._held_read_at.get(model, -HELD_EVERY) < HELD_EVERY
+        ):
+            return
+        self._held_read_at[model] = now
+        self.spawn(self._read_held(model, process.config), f"slots:{model}")
+
+    async def _read_held(self, model: str, config: ModelConfig) -> None:
+        assert self._health_session is not None
+        found = await SlotClient(self._health_session).slots(
+            config.proxy, config.upstream_api_key, HELD_READ_SECONDS
+        )
+        held = None if isinstance(found, str) else sum(slot.tokens or 0 for slot in found)
+        self.stats.record_held(model, held)
 
     def swapper(self) -> Swapper:
         cfg = self.config
@@ -356,7 +415,12 @@ class Runtime:
         if sched.resources:
             persistent = {m for g in sched.groups if g.persistent for m in g.members}
             budget = BudgetSwapper(
-                sched.resources, self.uses, self.evict_cost, persistent, self._sleeping
+                sched.resources,
+                self.uses,
+                self.evict_cost,
+                persistent,
+                self._sleeping,
+                explain=lambda m: self.eviction_price(m).summary(),
             )
             # With budgets and no groups, the budgets alone decide what runs together; a
             # matrix first, then the budgets over what it leaves running.
@@ -447,6 +511,7 @@ class Runtime:
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
         self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())
+        self._router.eviction_price = self.eviction_price
         sampler = MemorySampler(
             self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
         )
@@ -603,13 +668,14 @@ class Runtime:
         """Stop the models (None: all); the ones stopped."""
         return await self.router.unload(model_ids)
 
-    async def acquire(self, model_id: str) -> Lease:
-        """Wait until a request may be sent to ``model_id`` (started if needed)."""
-        return await self.router.acquire(model_id)
+    async def acquire(self, model_id: str, client: Client = ANONYMOUS) -> Lease:
+        """Wait until a request may be sent to ``model_id`` (started if needed); ``client``
+        orders it in the fair queue (``gate.admit(key).client``)."""
+        return await self.router.acquire(model_id, client)
 
-    def admit(self, model_id: str) -> PendingLease:
+    def admit(self, model_id: str, client: Client = ANONYMOUS) -> PendingLease:
         """A place in the queue for ``model_id``, without waiting (see :meth:`withdraw`)."""
-        return self.router.admit(model_id)
+        return self.router.admit(model_id, client)
 
     def withdraw(self, pending: PendingLease) -> None:
         """Leave the queue (or give back a lease granted but unused)."""

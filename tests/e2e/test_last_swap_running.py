@@ -24,6 +24,12 @@ def test_running_shows_where_the_last_swap_went(gateway: StartGateway) -> None:
     # the request that asked for b waited for the swap: its first byte counts it
     assert receipt["first_byte_seconds"] >= receipt["first_request_load_seconds"] > 0
     assert "a" not in gw.running()  # evicted
+    # what evicting a threw away (issue 40): its start again; no prefill is known for it
+    # (its slots are read only where budgets choose by cost)
+    work = receipt["evicted_work"]["a"]
+    assert work["start_seconds"] > 0
+    assert work["prefill_seconds"] == 0
+    assert work["total_seconds"] == work["start_seconds"]
 
 
 def test_the_activity_log_counts_cached_prompt_tokens(gateway: StartGateway) -> None:

@@ -44,6 +44,7 @@ from modelswap.config.schema import (
 )
 from modelswap.config.security import (
     resolve_api_keys,
+    resolve_key_defaults,
     resolve_limits,
     resolve_security,
 )
@@ -127,6 +128,7 @@ def build_config(
         source=source,
         max_upload_body_bytes=raw.max_upload_body_bytes,
         api_keys=api_keys,
+        key_defaults=resolve_key_defaults(raw),
         security=security,
         limits=resolve_limits(raw),
         secrets=frozenset(secrets),

@@ -90,6 +90,35 @@ class Peer:
 
 
 SCOPES = ("inference", "read", "admin")
+PRIORITY_CLASSES = ("interactive", "batch")  # the first is served first
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What one client may use (``apiKeys[].quota``); each 0 means no limit."""
+
+    concurrency: int = 0
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    tokens_per_day: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.concurrency
+            or self.requests_per_minute
+            or self.tokens_per_minute
+            or self.tokens_per_day
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyDefaults:
+    """``keyDefaults``: the quota, class and weight of a key that gives none, and of the
+    anonymous client when no keys are configured."""
+
+    quota: Quota = Quota()
+    priority: str = "interactive"
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +130,9 @@ class ApiKey:
     secret: str = field(repr=False)
     scopes: frozenset[str]
     models: tuple[str, ...] = ()
+    quota: Quota = Quota()
+    priority: str = "interactive"  # a PRIORITY_CLASSES member
+    weight: float = 1.0
 
     def allows(self, model: ModelConfig) -> bool:
         return self.allows_names((model.id, *model.aliases))
@@ -344,6 +376,7 @@ class Config:
     source: str
     max_upload_body_bytes: int = 32 * 1024 * 1024
     api_keys: tuple[ApiKey, ...] = ()
+    key_defaults: KeyDefaults = KeyDefaults()
     security: Security = field(default_factory=Security)
     limits: Limits = field(default_factory=Limits)
     scheduling: Scheduling = field(default_factory=Scheduling)

@@ -555,6 +555,65 @@ def _default_scopes() -> list[Scope]:
     return ["inference"]
 
 
+Priority = Literal["interactive", "batch"]
+
+
+class RawQuota(BaseModel):
+    """What one client key may use (each 0: no limit; unset: keyDefaults.quota's). Over one,
+    a request is refused at once (429 with Retry-After); it never waits for room."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG)
+
+    concurrency: int | None = Field(
+        None, ge=0, description="Requests of this key served or waiting at once."
+    )
+    requests_per_minute: int | None = Field(
+        None,
+        ge=0,
+        alias="requestsPerMinute",
+        description="Requests admitted per minute (a bucket refilled continuously; a request "
+        "that waits in the queue is counted once, when it is admitted).",
+    )
+    tokens_per_minute: int | None = Field(
+        None,
+        ge=0,
+        alias="tokensPerMinute",
+        description="Tokens per minute: the backend's prompt + completion tokens, charged when "
+        "an answer ends (a bucket refilled continuously).",
+    )
+    tokens_per_day: int | None = Field(
+        None,
+        ge=0,
+        alias="tokensPerDay",
+        description="Tokens per rolling 24 hours (a bucket refilled continuously, not a "
+        "calendar day).",
+    )
+
+
+class RawKeyDefaults(BaseModel):
+    """What every apiKeys entry gets unless it says otherwise, and what the anonymous client
+    gets when no keys are configured."""
+
+    model_config = ConfigDict(**_MODEL_CONFIG)
+
+    quota: RawQuota = Field(
+        default_factory=RawQuota,
+        description="{concurrency, requestsPerMinute, tokensPerMinute, tokensPerDay}; "
+        "default: no limit.",
+    )
+    priority: Priority = Field(
+        "interactive",
+        description="interactive or batch: waiting interactive requests are served before "
+        "batch ones (maxQueueWait still bounds a batch request's wait).",
+    )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        le=1000,
+        description="Share of service among the keys waiting in the same priority class.",
+    )
+
+
 class RawApiKey(BaseModel):
     """A client key with a name, scopes and the models it may use."""
 
@@ -575,6 +634,22 @@ class RawApiKey(BaseModel):
     )
     models: list[str] | None = Field(
         None, description="Model ids/aliases (glob patterns) this key may use; default all."
+    )
+    quota: RawQuota | None = Field(
+        None,
+        description="This key's limits {concurrency, requestsPerMinute, tokensPerMinute, "
+        "tokensPerDay}; each field not given is keyDefaults.quota's (0: no limit).",
+    )
+    priority: Priority | None = Field(
+        None,
+        description="interactive or batch (default: keyDefaults.priority, interactive).",
+    )
+    weight: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="Share of service among waiting keys of its class (default: "
+        "keyDefaults.weight, 1).",
     )
 
 
@@ -766,7 +841,14 @@ class RawConfig(BaseModel):
         default_factory=list,
         alias="apiKeys",
         description="Client keys: a string (inference, all models) or {key|keyEnv|keyFile, "
-        "name, scopes, models}. With none, every route is open (loopback only by default).",
+        "name, scopes, models, quota, priority, weight}. With none, every route is open "
+        "(loopback only by default).",
+    )
+    key_defaults: RawKeyDefaults = Field(
+        default_factory=RawKeyDefaults,
+        alias="keyDefaults",
+        description="Quota, priority and weight of every apiKeys entry that gives none, and "
+        "of the anonymous client when no keys are configured.",
     )
     security: RawSecurity = Field(
         default_factory=RawSecurity, description="Switches that open modelswap up."

@@ -15,11 +15,13 @@ from modelswap.config.resolved import (
     ApiKey,
     Config,
     CorsPolicy,
+    KeyDefaults,
     Limits,
     ModelConfig,
+    Quota,
     Security,
 )
-from modelswap.config.schema import RawApiKey, RawConfig, RawCors
+from modelswap.config.schema import RawApiKey, RawConfig, RawCors, RawQuota
 
 Problems = list[tuple[str, str]]
 
@@ -64,8 +66,41 @@ def resolve_api_keys(
         scopes = frozenset(entry.scopes)
         if not scopes <= set(SCOPES):  # pydantic already checks; kept for direct callers
             problems.append((f"{path}.scopes", f"scopes are {', '.join(SCOPES)}"))
-        keys.append(ApiKey(name, secret, scopes, tuple(entry.models or ())))
+        defaults = resolve_key_defaults(raw)
+        keys.append(
+            ApiKey(
+                name,
+                secret,
+                scopes,
+                tuple(entry.models or ()),
+                quota=_quota(entry.quota, defaults.quota),
+                priority=entry.priority or defaults.priority,
+                weight=entry.weight if entry.weight is not None else defaults.weight,
+            )
+        )
     return tuple(keys)
+
+
+def resolve_key_defaults(raw: RawConfig) -> KeyDefaults:
+    """``keyDefaults``: pydantic has checked each value (ranges, classes) with its key path."""
+    given = raw.key_defaults
+    return KeyDefaults(_quota(given.quota, Quota()), given.priority, given.weight)
+
+
+def _quota(raw: RawQuota | None, default: Quota) -> Quota:
+    """A key's quota: each field it gives, else the default's."""
+    if raw is None:
+        return default
+
+    def pick(value: int | None, fallback: int) -> int:
+        return fallback if value is None else value
+
+    return Quota(
+        concurrency=pick(raw.concurrency, default.concurrency),
+        requests_per_minute=pick(raw.requests_per_minute, default.requests_per_minute),
+        tokens_per_minute=pick(raw.tokens_per_minute, default.tokens_per_minute),
+        tokens_per_day=pick(raw.tokens_per_day, default.tokens_per_day),
+    )
 
 
 def _expand_env(

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Set
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from modelswap.config import ModelConfig
 from modelswap.errors import Diagnosis, StartError
 from modelswap.events import Event, EventBus
 from modelswap.planner.weights import weight_files
+from modelswap.routing.clients import ANONYMOUS, Client
+from modelswap.routing.prefill import EvictionPrice
 from modelswap.routing.protocols import Admission, Swapper
 from modelswap.routing.scheduler import Scheduler, SchedulerPolicy
 from modelswap.routing.swappers import ExclusiveSwapper
@@ -48,6 +50,7 @@ class PendingLease:
     model: str
     future: asyncio.Future[Lease]
     arrived: float
+    client: Client = ANONYMOUS  # whose request: its class and share in the fair queue
 
 
 @dataclass(eq=False)
@@ -105,16 +108,20 @@ class LocalRouter:
         self._prefetches: dict[str, Prefetch | PrefetchRecord] = {}  # a record: decided against
         self._due_at: dict[str, float] = {}  # target -> when its swap began to wait (drain)
         self._stop_why: dict[str, tuple[str, str]] = {}  # model -> its stop's reason, in words
+        # What evicting a model throws away (start + prefill to redo; the runtime sets it).
+        self.eviction_price: Callable[[str], EvictionPrice] | None = None
+        self._evicted_work: dict[str, dict[str, dict[str, object]]] = {}  # target -> prices
         events.add_listener(self._on_event)
 
     # ---- for request handlers --------------------------------------------------------------
 
-    def admit(self, model: str) -> PendingLease:
+    def admit(self, model: str, client: Client = ANONYMOUS) -> PendingLease:
         """Ask for a lease without waiting: the future is already done when the scheduler
         grants (or refuses) at once — a ready, free model. Whoever stops waiting before it is
-        done, or without using it, calls :meth:`withdraw`."""
+        done, or without using it, calls :meth:`withdraw`. ``client``: whose request it is
+        (its class and weight order the queue; docs/sharing.md)."""
         loop = asyncio.get_running_loop()
-        pending = PendingLease(model, loop.create_future(), self.now())
+        pending = PendingLease(model, loop.create_future(), self.now(), client)
         self.scheduler.on_request(pending)
         if not pending.future.done():
             self._ensure_ticking()  # it waits: the scheduler needs the time
@@ -130,9 +137,9 @@ class LocalRouter:
             fut.cancel()
             self.scheduler.on_cancel(pending)
 
-    async def acquire(self, model: str) -> Lease:
+    async def acquire(self, model: str, client: Client = ANONYMOUS) -> Lease:
         """Wait until ``model`` may serve this request. Raises StartError and friends."""
-        pending = self.admit(model)
+        pending = self.admit(model, client)
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -249,7 +256,10 @@ class LocalRouter:
     # ---- Effects ---------------------------------------------------------------------------
 
     def start_swap(self, target: str, evict: Set[str], reason: str) -> None:
-        log.info("swap: %s", reason)
+        prices = {m: self.eviction_price(m) for m in sorted(evict)} if self.eviction_price else {}
+        self._evicted_work[target] = {m: price.as_dict() for m, price in prices.items()}
+        lost = "; ".join(f"{m}: {p.summary()}" for m, p in prices.items() if p.prefill_seconds)
+        log.info("swap: %s%s", reason, f"; work thrown away: {lost}" if lost else "")
         self._events.publish("swap", target=target, evict=sorted(evict), reason=reason)
         due_at = self._due_at.pop(target, None)
         task = self._spawn_task(self._swap(target, frozenset(evict), due_at), f"swap:{target}")
@@ -449,6 +459,9 @@ class LocalRouter:
             record["error"] = str(error)
         if prefetched is not None:
             record["prefetch"] = prefetched.as_dict()
+        evicted_work = self._evicted_work.pop(target, None)
+        if evicted_work:
+            record["evicted_work"] = evicted_work
         saved, restored = self._prompt_caches(target, evict, began, stopped)
         if saved or restored is not None:
             record["prompt_cache"] = {
@@ -463,6 +476,9 @@ class LocalRouter:
         )
         outcome = "failed" if error is not None else "done"
         tail = f"; prefetch {prefetched.summary()}" if prefetched is not None else ""
+        for model, price in (evicted_work or {}).items():
+            if price.get("prefill_seconds"):
+                tail += f"; evicting {model} lost {price['prefill_seconds']} s of prefill"
         for report in (*saved, *([restored] if restored is not None else [])):
             tail += f"; prompt cache of {report.model}: {report.summary()}"
         log.info("swap to %s %s in %.3f s (%s)%s", target, outcome, now - began, parts, tail)

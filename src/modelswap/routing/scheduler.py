@@ -9,17 +9,20 @@ Rules, in the order ``_pump`` applies them (docs/architecture.md, "Scheduler rul
 1. A model whose unload was asked for is stopped once its in-flight requests drain.
 2. The *next target* is chosen among the models of queued requests that are not running: the
    model of any request that has waited ``max_queue_wait`` (oldest first) — the starvation
-   bound — else the highest ``priority``, ties to the oldest request. What the swapper would
-   evict for it is *blocked*: it finishes what it serves but takes no new request, so a busy
-   model cannot starve a waiting one.
+   bound — else by the request's client class (interactive before batch), then the model's
+   ``priority``, then fair share across clients (``routing/fairshare.py``), then the oldest
+   request. What the swapper would evict for it is *blocked*: it finishes what it serves but
+   takes no new request, so a busy model cannot starve a waiting one.
 3. Queued requests for running, unblocked models are granted, within each model's
-   ``concurrency_limit`` and the global ``max_in_flight`` (the rest wait in the queue).
+   ``concurrency_limit`` and the global ``max_in_flight``, in fair-queue order: aged first,
+   then class, then the client furthest behind its weighted share (the rest wait).
 4. With no swap and no stop under way, the swap starts once every model to evict has drained —
    or once ``drain_timeout`` has passed since it became due (the evicted model's requests then
    end with an error). While it waits, ``Effects.prepare_swap`` is told once (the router
    prefetches the target's weights), and ``abandon_swap`` if another target becomes due.
 5. When a swap ends, every request queued for its target is granted together (collation):
-   ``A B A B`` queued during a swap costs two starts, not four.
+   ``A B A B`` queued during a swap costs two starts, not four — within its limits, in
+   fair-queue order.
 
 A request beyond ``queue_limit`` is refused at once (QueueFullError, 429). A start whose every
 waiter left is cancelled when another model has waiters.
@@ -32,6 +35,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from modelswap.errors import QueueFullError, ShuttingDownError
+from modelswap.routing.fairshare import FairShare, client_of
 from modelswap.routing.protocols import Admission, Effects, Eviction, Swapper
 
 
@@ -63,6 +67,7 @@ class Scheduler:
         self._cancelled: set[str] = set()  # swaps cancelled because every waiter left
         self._preparing: str | None = None  # the due target told to prepare_swap
         self._shutdown = False
+        self._fair = FairShare()
 
     # ---- snapshots -------------------------------------------------------------------------
 
@@ -71,6 +76,19 @@ class Scheduler:
 
     def queued(self, model: str) -> int:
         return sum(1 for adm in self._queue if adm.model == model)
+
+    def waiting(self) -> list[Admission]:
+        """Every queued request, in the order the fair queue would serve them now (a
+        snapshot: places in the queue, ``GET /api/queue``)."""
+        return self._fair.order(self._queue, self._effects.now(), self._policy.max_queue_wait)
+
+    def place(self, admission: Admission) -> int | None:
+        """``admission``'s place among the requests waiting for its model, 1 for the next
+        served (None: it waits no more). For a waiting client's ``queued 3rd for m``."""
+        if admission not in self._queue:
+            return None
+        same = [a for a in self.waiting() if a.model == admission.model]
+        return same.index(admission) + 1
 
     @property
     def queue_length(self) -> int:
@@ -191,10 +209,9 @@ class Scheduler:
             self._effects.stop(frozenset(drained))
         target, eviction = self._next_target()
         blocked = (eviction.models if eviction else frozenset()) | self._unload_requested
-        for adm in list(self._queue):
-            if adm.model in self._running and adm.model not in blocked and self._has_room(adm):
-                self._queue.remove(adm)
-                self._grant(adm)
+        self._grant_fairly(
+            [a for a in self._queue if a.model in self._running and a.model not in blocked]
+        )
         if target is None or eviction is None:
             self._due_since.clear()  # nothing is due: a later swap starts its own drain clock
             self._prepare(None)
@@ -236,8 +253,11 @@ class Scheduler:
         limit = self._policy.concurrency.get(adm.model, 0)
         if limit and self._in_flight[adm.model] >= limit:
             return False
+        return not self._gateway_full()
+
+    def _gateway_full(self) -> bool:
         total = self._policy.max_in_flight
-        return not total or sum(self._in_flight.values()) < total
+        return bool(total) and sum(self._in_flight.values()) >= total
 
     def _next_target(self) -> tuple[str | None, Eviction | None]:
         if self._swapping is not None:
@@ -246,12 +266,7 @@ class Scheduler:
         if not waiting:
             return None, None
         now = self._effects.now()
-        starving = [a for a in waiting if now - a.arrived >= self._policy.max_queue_wait]
-        if starving:
-            order = sorted(starving, key=lambda a: a.arrived)
-        else:
-            prio = self._policy.priorities
-            order = sorted(waiting, key=lambda a: (-prio.get(a.model, 0), a.arrived))
+        order = sorted(waiting, key=lambda a: self._target_rank(a, now))
         busy = {m for m in self._running if self._in_flight[m]}
         seen: set[str] = set()
         for adm in order:
@@ -263,15 +278,45 @@ class Scheduler:
                 return adm.model, eviction
         return None, None
 
+    def _target_rank(self, adm: Admission, now: float) -> tuple[float, ...]:
+        """Aged requests first (oldest first); then class, the model's priority, fair share
+        and arrival."""
+        if now - adm.arrived >= self._policy.max_queue_wait:
+            return (0.0, adm.arrived)
+        client = client_of(adm)
+        prio = self._policy.priorities.get(adm.model, 0)
+        return (1.0, client.rank, -prio, self._fair.tag(client), adm.arrived)
+
     def _grant_all(self, model: str) -> None:
-        for adm in [a for a in self._queue if a.model == model]:
+        self._grant_fairly([a for a in self._queue if a.model == model])
+
+    def _grant_fairly(self, ready: list[Admission]) -> None:
+        """Grant what ``ready`` (queued for running, unblocked models) has room for, one at
+        a time in fair-queue order: each grant moves its client's share on."""
+        if not ready:
+            return
+        if len(ready) == 1:  # the common case, a request for a ready model: no choice to make
+            adm = ready[0]
             if self._has_room(adm):
                 self._queue.remove(adm)
                 self._grant(adm)
+            return
+        full: set[str] = set()  # models with no free place left: their waiters keep waiting
+        for adm in self._fair.serve(ready, self._effects.now(), self._policy.max_queue_wait):
+            if adm.model in full:
+                continue
+            if not self._has_room(adm):
+                if self._gateway_full():
+                    return
+                full.add(adm.model)
+                continue
+            self._queue.remove(adm)
+            self._grant(adm)
 
     def _grant(self, adm: Admission) -> None:
         if self._effects.grant(adm):
             self._in_flight[adm.model] += 1
+            self._fair.charge(client_of(adm))
 
     def _take(self, model: str) -> list[Admission]:
         taken = [adm for adm in self._queue if adm.model == model]

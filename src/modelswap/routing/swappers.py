@@ -86,8 +86,9 @@ class GroupSwapper:
 
 class BudgetSwapper:
     """Keeps the running set within every budget. Evicts idle models before busy ones, and
-    among those the cheapest first: cost = median start time × evictCost. Persistent models are
-    never evicted. None when the target cannot fit whatever is evicted.
+    among those the cheapest first: cost = median start time × evictCost, plus the prefill its
+    slots would redo (routing/prefill.py; the runtime's ``cost``). Persistent models are never
+    evicted. None when the target cannot fit whatever is evicted.
 
     Sleeping models (vLLM sleep mode) are not running but still hold their host memory
     (``host_resource``, "ram"): they count against that budget only, and may be evicted —
@@ -101,6 +102,7 @@ class BudgetSwapper:
         persistent: Set[str] = frozenset(),
         sleeping: Callable[[], Set[str]] = frozenset,
         host_resource: str = "ram",
+        explain: Callable[[str], str] | None = None,
     ) -> None:
         self._budgets = budgets
         self._uses = uses
@@ -108,6 +110,7 @@ class BudgetSwapper:
         self._persistent = persistent
         self._sleeping = sleeping
         self._host = host_resource
+        self._explain = explain  # a model's cost in words (start + prefill to redo)
 
     def _over(self, awake: Set[str], asleep: Set[str], target: str) -> dict[str, int]:
         """Budgets exceeded with ``target`` started, and by how many bytes."""
@@ -149,7 +152,8 @@ class BudgetSwapper:
         parts = []
         for model in evicted:
             state = "busy" if model in busy else ("asleep" if model not in running else "idle")
-            parts.append(f"{model} ({state}, cost {self._cost(model):.1f} s)")
+            how = f": {self._explain(model)}" if self._explain is not None else ""
+            parts.append(f"{model} ({state}, cost {self._cost(model):.1f} s{how})")
         budgets = ", ".join(f"{r} {_fmt(b)}" for r, b in self._budgets.items())
         reason = f"evict {', '.join(parts)} to fit {target} within {budgets}"
         return Eviction(frozenset(evicted), reason)

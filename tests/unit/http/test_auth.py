@@ -61,6 +61,7 @@ DECLARED = {
     "/api/hardware": READ,
     "/api/inflight": READ,
     "/api/inflight/{id}/cancel": ADMIN,
+    "/api/mcp": READ,
     "/api/memory": READ,
     "/api/metrics/activity": READ,
     "/api/metrics/stats": READ,

@@ -16,6 +16,7 @@ from modelswap.http.error_responses import (
     in_anthropic_shape,
     response_for,
 )
+from modelswap.http.mcp.registry import Reload
 from modelswap.http.middleware import inflight_registry, request_id
 from modelswap.http.middleware.auth import auth_middleware
 from modelswap.http.middleware.concurrency import GlobalLimit
@@ -35,6 +36,7 @@ from modelswap.http.routes import captures as capture_routes
 from modelswap.http.routes import comfyui as comfyui_routes
 from modelswap.http.routes import gateway_views as gateway_view_routes
 from modelswap.http.routes import inflight as inflight_routes
+from modelswap.http.routes import mcp as mcp_routes
 from modelswap.http.routes import observe as observe_routes
 from modelswap.http.routes import openai as openai_routes
 from modelswap.http.routes import peer_status as peer_routes
@@ -85,8 +87,11 @@ async def anthropic_errors(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
-def create_app(runtime: Runtime) -> web.Application:
-    """Middleware order: observation (outermost) → Anthropic's error shape → the shutdown
+def create_app(runtime: Runtime, reload: Reload | None = None) -> web.Application:
+    """``reload``: the config file's reload, for the MCP endpoint's ``config__reload_config``
+    (SIGHUP's, where there is a file).
+
+    Middleware order: observation (outermost) → Anthropic's error shape → the shutdown
     drain (503 once it began) → errors → CORS (answers preflights) → auth → the global
     concurrency limit → the connection goes to work (an authorised request takes it out of its
     client's share: :mod:`connections`) → routes."""
@@ -121,6 +126,7 @@ def create_app(runtime: Runtime) -> web.Application:
     gateway_view_routes.add_routes(app)
     plan_routes.add_routes(app)
     peer_routes.add_routes(app)
+    mcp_routes.add_routes(app, reload)
     declare(app, "GET", "/ui", webui_routes.ui_redirect, OPEN)  # its API calls carry a key
     declare(app, "GET", "/ui/", webui_routes.ui_index, OPEN)
     declare_static(app, "/ui", webui_routes.STATIC, OPEN)

@@ -13,7 +13,6 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable
 
 from aiohttp import web
 
@@ -35,10 +34,13 @@ SHUTDOWN_TIMEOUT = 10.0  # seconds the answers in flight get to finish after SIG
 CLOSE_GRACE = 1.0  # then, once the listener is closed, before what is left is cancelled
 
 
-def _reloader(runtime: Runtime, config: Config, reloading: Reloading | None) -> Callable[[], None]:
-    """The SIGHUP handler; starts the file watcher when asked to."""
+def _reloader(
+    runtime: Runtime, config: Config, reloading: Reloading | None
+) -> ConfigReloader | None:
+    """The config file's reloader (None for the built-in demo); starts the file watcher when
+    asked to."""
     if reloading is None or reloading.path is None:
-        return lambda: log.warning("SIGHUP: serving the built-in demo; there is no file to reload")
+        return None
     reloader = ConfigReloader(
         runtime,
         reloading.path,
@@ -49,7 +51,11 @@ def _reloader(runtime: Runtime, config: Config, reloading: Reloading | None) -> 
     runtime.spawn(reloader.run(), "config-reloader")
     if reloading.watch:
         log.info("watching %s for changes", reloading.path)
-    return reloader.request
+    return reloader
+
+
+def _no_file() -> None:
+    log.warning("SIGHUP: serving the built-in demo; there is no file to reload")
 
 
 def _return_startup_memory() -> None:
@@ -74,7 +80,8 @@ async def serve(
     logging.getLogger().addHandler(handler)
     await runtime.start()
     limits = config.limits
-    app = create_app(runtime)
+    reloader = _reloader(runtime, config, reloading)
+    app = create_app(runtime, reloader.reload if reloader is not None else None)
     drain = app[DRAIN]
     runner = web.AppRunner(
         app,
@@ -108,7 +115,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_stop)
-    loop.add_signal_handler(signal.SIGHUP, _reloader(runtime, config, reloading))
+    loop.add_signal_handler(signal.SIGHUP, reloader.request if reloader is not None else _no_file)
     for switch in open_switches(config, allow_flag=allow_unauthenticated_network):
         log.warning("open switch on: %s", switch)
     if (hint := scope_hint(config)) is not None:

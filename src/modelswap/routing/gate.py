@@ -1,0 +1,91 @@
+"""The door a request passes on its way in: its client, its quota, and what its answer says
+about both. The one call http/ makes per request (docs/sharing.md, "Wiring"):
+
+    admitted = runtime.gate.admit(key)          # raises RateLimitedError (429) when over
+    lease = await runtime.acquire(model_id, admitted.client)   # the fair queue
+    ...answer, with admitted.headers() on it...
+    admitted.finish(tokens, estimate_tokens(request_bytes, answer_bytes))   # once, at the end
+
+The accounting itself is pure (``routing/quota.py``); this adds the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from modelswap.config.resolved import ApiKey, KeyDefaults
+from modelswap.errors import RateLimitedError
+from modelswap.routing.clients import Client, client_for
+from modelswap.routing.quota import QuotaLedger, Ticket, Verdict, window_headers
+
+MAX_CLIENTS = 4096
+
+
+@dataclass(eq=False)
+class Admitted:
+    """One request let in: whose it is, and its claim on the client's quota."""
+
+    client: Client
+    verdict: Verdict
+    _gate: ClientGate = field(repr=False)
+
+    def headers(self) -> dict[str, str]:
+        """The ``x-ratelimit-*`` headers for its answer (none for a client with no quota)."""
+        return self.verdict.headers()
+
+    def finish(self, tokens: int | None, estimate: int = 0) -> None:
+        """The answer ended (or failed, or its client left): give back the concurrency
+        place and charge ``tokens`` — the backend's usage, prompt + completion; None when it
+        reported none, then ``estimate`` is charged. A request that never reached a backend
+        passes ``tokens=0``. Once; again is a no-op."""
+        ticket = self.verdict.ticket
+        if ticket is not None:
+            self._gate.finish(ticket, tokens, estimate)
+
+
+class ClientGate:
+    """Per-key limits at the door. ``defaults``: the anonymous client's (read at each call,
+    so a reload applies); ``clock``: monotonic seconds."""
+
+    def __init__(
+        self, defaults: Callable[[], KeyDefaults], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._defaults = defaults
+        self._clock = clock
+        self.ledger = QuotaLedger()
+        # key -> its Client, made once (the fast path); a reload brings new keys and defaults
+        self._clients: dict[int, tuple[ApiKey | None, KeyDefaults, Client]] = {}
+
+    def client(self, key: ApiKey | None) -> Client:
+        defaults = self._defaults()
+        known = self._clients.get(id(key))
+        if known is not None and known[0] is key and known[1] is defaults:
+            return known[2]
+        client = client_for(key, defaults)
+        if len(self._clients) > MAX_CLIENTS:  # old configs' keys: start again
+            self._clients.clear()
+        self._clients[id(key)] = (key, defaults, client)
+        return client
+
+    def admit(self, key: ApiKey | None) -> Admitted:
+        """Let a request of ``key`` (None: no keys are configured) in, or raise
+        :class:`RateLimitedError` naming the limit, with its headers and Retry-After."""
+        client = self.client(key)
+        verdict = self.ledger.admit(client.name, client.quota, self._clock())
+        refused = verdict.refusal
+        if refused is not None:
+            raise RateLimitedError(
+                client.name, refused.name, refused.limit, verdict.retry_after, verdict.headers()
+            )
+        return Admitted(client, verdict, self)
+
+    def finish(self, ticket: Ticket, tokens: int | None, estimate: int) -> None:
+        self.ledger.finish(ticket, self._clock(), tokens, estimate)
+
+    def headers(self, key: ApiKey | None) -> dict[str, str]:
+        """The key's ``x-ratelimit-*`` headers as they stand now (an answer that did not go
+        through :meth:`admit`)."""
+        client = self.client(key)
+        return window_headers(self.ledger.windows(client.name, client.quota, self._clock()))

@@ -1,0 +1,322 @@
+"""Per-client accounting (``apiKeys[].quota``): pure and synchronous; the caller gives ``now``
+(monotonic seconds). docs/sharing.md says what a client sees.
+
+Every rate limit is a **token bucket** refilled continuously: ``requestsPerMinute`` holds up to
+N requests and gains N per minute, ``tokensPerMinute`` and ``tokensPerDay`` likewise in tokens.
+Why a bucket rather than a sliding window: it costs O(1) memory and time per client whatever a
+client sends (a window log grows with the requests it remembers), it allows the burst a person
+expects after a pause, and "time until full" is exactly what OpenAI's ``x-ratelimit-reset-*``
+headers mean. ``tokensPerDay`` is therefore a rolling 24 hours, not a calendar day.
+
+The life of one request:
+
+* :meth:`QuotaLedger.admit` when it arrives, before it queues: refused (the first limit over,
+  its value, remaining, reset and Retry-After) or admitted with a :class:`Ticket`. Admission
+  takes one request from ``requestsPerMinute`` — once: waiting in the queue afterwards never
+  counts again — and one place from ``concurrency`` (served *or* waiting).
+* :meth:`QuotaLedger.finish` once, when the answer has ended (or failed, or the client left):
+  the place is given back and the tokens charged. Tokens are the backend's usage (prompt +
+  completion); where it reported none, the estimate the caller passes
+  (:func:`estimate_tokens`: 4 bytes a token over the request body and the relayed answer).
+  Tokens are known only at the end, so a request may overdraw a token bucket; the key's next
+  request is then refused until the debt has refilled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from modelswap.config.resolved import Quota
+
+MINUTE = 60.0
+DAY = 86_400.0
+# Retry-After for a client at its concurrency limit: when a place frees is not knowable here.
+CONCURRENCY_RETRY_SECONDS = 1.0
+BYTES_PER_TOKEN = 4  # the usual rule of thumb for English text and code
+
+
+def estimate_tokens(request_bytes: int, answer_bytes: int) -> int:
+    """Tokens charged when the backend reported no usage: request body and answer bytes / 4."""
+    return -(-(max(0, request_bytes) + max(0, answer_bytes)) // BYTES_PER_TOKEN)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    capacity: float
+    per_second: float
+    level: float
+    at: float
+
+    @classmethod
+    def full(cls, capacity: int, period: float, now: float) -> _Bucket:
+        return cls(float(capacity), capacity / period, float(capacity), now)
+
+    def refill(self, now: float) -> None:
+        if now > self.at:
+            self.level = min(self.capacity, self.level + (now - self.at) * self.per_second)
+            self.at = now
+
+    def seconds_until(self, level: float) -> float:
+        """Seconds until the bucket holds ``level`` (0 if it does)."""
+        return max(0.0, (level - self.level) / self.per_second)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One limit as a client's headers show it: ``name`` is ``requests``, ``tokens``,
+    ``tokens-day`` or ``concurrency``; ``reset`` the seconds until it is whole again."""
+
+    name: str
+    limit: int
+    remaining: int
+    reset: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Levels:
+    """A client's limits and what was left of each at one moment (windows are built from it
+    only when asked: most answers need them once, a refusal never needs more)."""
+
+    quota: Quota
+    in_flight: int
+    requests: float
+    tokens: float
+    tokens_day: float
+
+    def headers(self) -> dict[str, str]:
+        """:func:`window_headers` of :meth:`windows`, made directly (every answer of a
+        limited key carries them)."""
+        quota = self.quota
+        found: dict[str, str] = {}
+        if quota.concurrency:
+            found["x-ratelimit-limit-concurrency"] = str(quota.concurrency)
+            left = quota.concurrency - self.in_flight
+            found["x-ratelimit-remaining-concurrency"] = str(left if left > 0 else 0)
+            found["x-ratelimit-reset-concurrency"] = "0ms"
+        if quota.requests_per_minute:
+            _bucket_headers(found, "requests", quota.requests_per_minute, MINUTE, self.requests)
+        if quota.tokens_per_minute:
+            _bucket_headers(found, "tokens", quota.tokens_per_minute, MINUTE, self.tokens)
+        if quota.tokens_per_day:
+            _bucket_headers(found, "tokens-day", quota.tokens_per_day, DAY, self.tokens_day)
+        return found
+
+    def windows(self) -> tuple[Window, ...]:
+        quota = self.quota
+        found: list[Window] = []
+        if quota.concurrency:
+            left = max(0, quota.concurrency - self.in_flight)
+            found.append(Window("concurrency", quota.concurrency, left, 0.0))
+        for name, capacity, period, level in (
+            ("requests", quota.requests_per_minute, MINUTE, self.requests),
+            ("tokens", quota.tokens_per_minute, MINUTE, self.tokens),
+            ("tokens-day", quota.tokens_per_day, DAY, self.tokens_day),
+        ):
+            if capacity:
+                reset = max(0.0, (capacity - level) * period / capacity)
+                found.append(Window(name, capacity, max(0, math.floor(level)), reset))
+        return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``admit``'s answer. Refused: ``refused_by`` names the limit, ``retry_after`` the
+    seconds until a retry can pass it. ``windows``: every limit the client has, as this
+    request left them."""
+
+    ticket: Ticket | None
+    levels: _Levels | None = None
+    refused_by: str | None = None
+    retry_after: float = 0.0
+
+    @property
+    def allowed(self) -> bool:
+        return self.ticket is not None
+
+    @property
+    def windows(self) -> tuple[Window, ...]:
+        return self.levels.windows() if self.levels is not None else ()
+
+    @property
+    def refusal(self) -> Window | None:
+        """The limit that refused the request, as its headers show it."""
+        if self.refused_by is None:
+            return None
+        return next((w for w in self.windows if w.name == self.refused_by), None)
+
+    def headers(self) -> dict[str, str]:
+        """The ``x-ratelimit-*`` headers (OpenAI's names for ``requests`` and ``tokens``),
+        plus ``Retry-After`` (whole seconds) and ``retry-after-ms`` when refused."""
+        found = self.levels.headers() if self.levels is not None else {}
+        if self.refused_by is not None:
+            found["retry-after"] = str(max(1, math.ceil(self.retry_after)))
+            found["retry-after-ms"] = str(max(1, math.ceil(self.retry_after * 1000)))
+        return found
+
+
+def _bucket_headers(
+    found: dict[str, str], name: str, capacity: int, period: float, level: float
+) -> None:
+    found["x-ratelimit-limit-" + name] = str(capacity)
+    found["x-ratelimit-remaining-" + name] = str(int(level) if level > 0 else 0)
+    reset = (capacity - level) * period / capacity
+    found["x-ratelimit-reset-" + name] = duration_text(reset if reset > 0 else 0.0)
+
+
+def window_headers(windows: tuple[Window, ...]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for window in windows:
+        found[f"x-ratelimit-limit-{window.name}"] = str(window.limit)
+        found[f"x-ratelimit-remaining-{window.name}"] = str(window.remaining)
+        found[f"x-ratelimit-reset-{window.name}"] = duration_text(window.reset)
+    return found
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as OpenAI writes ``x-ratelimit-reset-*``: ``250ms``, ``7.5s``, ``1m30s``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 60 and seconds == int(seconds):
+        return f"{int(seconds)}s"
+    minutes, rest = divmod(seconds, 60.0)
+    hours, minutes = divmod(int(minutes), 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    return f"{minutes}m{text}" if minutes else text
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    """One admitted request's claim on its client's quota; finish it exactly once (again is a
+    no-op)."""
+
+    client: str
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class _Account:
+    quota: Quota
+    in_flight: int = 0
+    requests: _Bucket | None = None
+    tokens: _Bucket | None = None
+    tokens_day: _Bucket | None = None
+    tickets: int = 0  # admitted, ever (for the usage view)
+    charged: int = 0  # tokens charged, ever
+
+
+_FREE = Verdict(Ticket("", finished=True))  # no quota: nothing to count, nothing to give back
+
+
+class QuotaLedger:
+    """Accounts of the clients that have a quota, by client name (bounded by the configured
+    keys: an unknown name is never added by a request)."""
+
+    def __init__(self) -> None:
+        self._accounts: dict[str, _Account] = {}
+
+    def admit(self, client: str, quota: Quota, now: float) -> Verdict:
+        """Let one request of ``client`` in, or say which limit refuses it."""
+        if not quota:
+            return _FREE
+        account = self._account(client, quota, now)
+        refused, retry = self._refusal(account)
+        if refused is not None:
+            return Verdict(None, self._levels(account), refused, retry)
+        account.in_flight += 1
+        account.tickets += 1
+        if account.requests is not None:
+            account.requests.level -= 1
+        return Verdict(Ticket(client), self._levels(account))
+
+    def finish(self, ticket: Ticket, now: float, tokens: int | None, estimate: int = 0) -> None:
+        """The request has ended: give back its place, charge ``tokens`` (the backend's usage;
+        None: unknown, so ``estimate`` is charged). Idempotent."""
+        if ticket.finished:
+            return
+        ticket.finished = True
+        account = self._accounts.get(ticket.client)
+        if account is None:
+            return
+        account.in_flight = max(0, account.in_flight - 1)
+        charge = max(0, tokens if tokens is not None else estimate)
+        account.charged += charge
+        for bucket in (account.tokens, account.tokens_day):
+            if bucket is not None:
+                bucket.refill(now)
+                bucket.level -= charge
+
+    def windows(self, client: str, quota: Quota, now: float) -> tuple[Window, ...]:
+        """The client's limits as they stand (for the headers of every answer it gets)."""
+        if not quota:
+            return ()
+        return self._levels(self._account(client, quota, now)).windows()
+
+    def usage(self, client: str) -> tuple[int, int, int]:
+        """(in flight, requests admitted, tokens charged) since the gateway started."""
+        account = self._accounts.get(client)
+        if account is None:
+            return 0, 0, 0
+        return account.in_flight, account.tickets, account.charged
+
+    # ---- inside ------------------------------------------------------------------------------
+
+    def _account(self, client: str, quota: Quota, now: float) -> _Account:
+        account = self._accounts.get(client)
+        if account is None:
+            account = self._accounts[client] = _Account(quota)
+            self._reshape(account, quota, now)
+        elif account.quota is not quota and account.quota != quota:  # reloaded: new sizes
+            self._reshape(account, quota, now)
+        if account.requests is not None:
+            account.requests.refill(now)
+        if account.tokens is not None:
+            account.tokens.refill(now)
+        if account.tokens_day is not None:
+            account.tokens_day.refill(now)
+        return account
+
+    @staticmethod
+    def _reshape(account: _Account, quota: Quota, now: float) -> None:
+        def bucket(old: _Bucket | None, capacity: int, period: float) -> _Bucket | None:
+            if not capacity:
+                return None
+            new = _Bucket.full(capacity, period, now)
+            if old is not None:  # the debt is kept
+                old.refill(now)
+                new.level = min(new.capacity, old.level)
+            return new
+
+        account.requests = bucket(account.requests, quota.requests_per_minute, MINUTE)
+        account.tokens = bucket(account.tokens, quota.tokens_per_minute, MINUTE)
+        account.tokens_day = bucket(account.tokens_day, quota.tokens_per_day, DAY)
+        account.quota = quota
+
+    @staticmethod
+    def _refusal(account: _Account) -> tuple[str | None, float]:
+        """The first limit that refuses one more request, and seconds until it would not."""
+        concurrency = account.quota.concurrency
+        if concurrency and account.in_flight >= concurrency:
+            return "concurrency", CONCURRENCY_RETRY_SECONDS
+        if account.requests is not None and account.requests.level < 1:
+            return "requests", account.requests.seconds_until(1.0)
+        if account.tokens is not None and account.tokens.level < 1:
+            return "tokens", account.tokens.seconds_until(1.0)
+        if account.tokens_day is not None and account.tokens_day.level < 1:
+            return "tokens-day", account.tokens_day.seconds_until(1.0)
+        return None, 0.0
+
+    @staticmethod
+    def _levels(account: _Account) -> _Levels:
+        def level(bucket: _Bucket | None) -> float:
+            return bucket.level if bucket is not None else 0.0
+
+        return _Levels(
+            account.quota,
+            account.in_flight,
+            level(account.requests),
+            level(account.tokens),
+            level(account.tokens_day),
+        )

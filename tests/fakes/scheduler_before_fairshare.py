@@ -1,0 +1,283 @@
+"""The scheduler as it was before per-key fair queues (issue 40), kept verbatim as the
+baseline the fair-share simulation compares with (tests/unit/routing/test_fair_share_sim.py):
+"today's collation on the same trace". Not used by modelswap itself.
+
+The scheduler: one pure, synchronous decision-maker for every request.
+
+It decides; :class:`~modelswap.routing.protocols.Effects` acts (and is its only clock). Every
+``on_*`` method is a plain ``def`` that runs to completion on the event loop, so no lock is
+needed and tests drive it directly with a recording ``Effects`` (no sleeps, no sockets).
+
+Rules, in the order ``_pump`` applies them (docs/architecture.md, "Scheduler rules"):
+
+1. A model whose unload was asked for is stopped once its in-flight requests drain.
+2. The *next target* is chosen among the models of queued requests that are not running: the
+   model of any request that has waited ``max_queue_wait`` (oldest first) — the starvation
+   bound — else the highest ``priority``, ties to the oldest request. What the swapper would
+   evict for it is *blocked*: it finishes what it serves but takes no new request, so a busy
+   model cannot starve a waiting one.
+3. Queued requests for running, unblocked models are granted, within each model's
+   ``concurrency_limit`` and the global ``max_in_flight`` (the rest wait in the queue).
+4. With no swap and no stop under way, the swap starts once every model to evict has drained —
+   or once ``drain_timeout`` has passed since it became due (the evicted model's requests then
+   end with an error). While it waits, ``Effects.prepare_swap`` is told once (the router
+   prefetches the target's weights), and ``abandon_swap`` if another target becomes due.
+5. When a swap ends, every request queued for its target is granted together (collation):
+   ``A B A B`` queued during a swap costs two starts, not four.
+
+A request beyond ``queue_limit`` is refused at once (QueueFullError, 429). A start whose every
+waiter left is cancelled when another model has waiters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+
+from modelswap.errors import QueueFullError, ShuttingDownError
+from modelswap.routing.protocols import Admission, Effects, Eviction, Swapper
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerPolicy:
+    queue_limit: int = 1000
+    max_queue_wait: float = 60.0
+    drain_timeout: float = 600.0
+    max_in_flight: int = 0  # 0: no limit
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    concurrency: Mapping[str, int] = field(default_factory=dict)  # 0/absent: no limit
+    retry_after: float = 5.0
+
+
+class SchedulerBeforeFairShare:
+    def __init__(
+        self, swapper: Swapper, effects: Effects, policy: SchedulerPolicy | None = None
+    ) -> None:
+        self._swapper = swapper
+        self._effects = effects
+        self._policy = policy or SchedulerPolicy()
+        self._queue: list[Admission] = []
+        self._running: set[str] = set()
+        self._in_flight: Counter[str] = Counter()
+        self._swapping: str | None = None
+        self._stopping: set[str] = set()
+        self._unload_requested: set[str] = set()
+        self._due_since: dict[str, float] = {}  # target -> when its swap became due
+        self._cancelled: set[str] = set()  # swaps cancelled because every waiter left
+        self._preparing: str | None = None  # the due target told to prepare_swap
+        self._shutdown = False
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    def in_flight(self, model: str) -> int:
+        return self._in_flight[model]
+
+    def queued(self, model: str) -> int:
+        return sum(1 for adm in self._queue if adm.model == model)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    @property
+    def running(self) -> frozenset[str]:
+        return frozenset(self._running)
+
+    @property
+    def swapping(self) -> str | None:
+        return self._swapping
+
+    # ---- events ----------------------------------------------------------------------------
+
+    def on_request(self, admission: Admission) -> None:
+        if self._shutdown:
+            self._effects.grant_error(admission, ShuttingDownError())
+            return
+        self._queue.append(admission)
+        self._pump()
+        # queueLimit bounds *waiting* requests: one served at once never counts against it.
+        if admission in self._queue and len(self._queue) > self._policy.queue_limit:
+            self._queue.remove(admission)
+            self._effects.grant_error(admission, QueueFullError(self._policy.retry_after))
+
+    def on_cancel(self, admission: Admission) -> None:
+        """The client went away while queued: it leaves the queue and causes no start. A no-op
+        if it was already granted."""
+        if admission not in self._queue:
+            return
+        self._queue.remove(admission)
+        target = self._swapping
+        if (
+            target is not None
+            and admission.model == target
+            and not self.queued(target)
+            and self._queue  # another model waits: do not keep starting for nobody
+        ):
+            self._cancelled.add(target)
+            self._effects.cancel_swap(target)
+        self._pump()
+
+    def on_swap_done(self, target: str, error: Exception | None) -> None:
+        self._swapping = None
+        self._due_since.pop(target, None)
+        cancelled = target in self._cancelled
+        self._cancelled.discard(target)
+        if error is None:
+            self._running.add(target)
+            self._grant_all(target)
+        elif not cancelled:
+            for adm in self._take(target):
+                self._effects.grant_error(adm, error)
+        # A cancelled start fails nobody: whoever queued for it since came after the cancel,
+        # and waits for a fresh start like any other request.
+        self._pump()
+
+    def on_serve_done(self, model: str) -> None:
+        if self._in_flight[model] > 0:
+            self._in_flight[model] -= 1
+        self._pump()
+
+    def on_unload(self, models: Set[str]) -> frozenset[str]:
+        """Stop these models once idle (TTL expiry or an explicit unload).
+
+        Returns the models that will be stopped: those running now. A model mid-start is not
+        affected (the requests waiting for it are served); unload it once it is running.
+        """
+        accepted = frozenset(set(models) & self._running)
+        self._unload_requested |= accepted
+        self._pump()
+        return accepted
+
+    def on_stop_done(self, models: Set[str]) -> None:
+        self._stopping -= set(models)
+        self._pump()
+
+    def on_process_exited(self, model: str) -> None:
+        """The backend died on its own: it is no longer running (requests restart it)."""
+        self._running.discard(model)
+        self._unload_requested.discard(model)
+        self._pump()
+
+    def on_reconfigure(self, swapper: Swapper, policy: SchedulerPolicy) -> None:
+        """A new config (live reload): new groups/budgets and limits apply from now on;
+        nothing running is stopped for it."""
+        self._swapper = swapper
+        self._policy = policy
+        self._pump()
+
+    def evictions_for(self, model: str) -> frozenset[str] | None:
+        """What starting ``model`` now would stop (None: it cannot start now)."""
+        busy = {m for m in self._running if self._in_flight[m]}
+        eviction = self._swapper.eviction_for(model, frozenset(self._running), busy)
+        return None if eviction is None else eviction.models
+
+    def on_tick(self) -> None:
+        """Time passed: re-check the starvation bound and drain timeouts."""
+        self._pump()
+
+    def on_shutdown(self) -> None:
+        self._shutdown = True
+        queue, self._queue = self._queue, []
+        for adm in queue:
+            self._effects.grant_error(adm, ShuttingDownError())
+
+    # ---- decisions -------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        if self._shutdown:
+            return
+        drained = {m for m in self._unload_requested if self._in_flight[m] == 0}
+        if drained:
+            self._unload_requested -= drained
+            self._running -= drained
+            self._stopping |= drained
+            self._effects.stop(frozenset(drained))
+        target, eviction = self._next_target()
+        blocked = (eviction.models if eviction else frozenset()) | self._unload_requested
+        for adm in list(self._queue):
+            if adm.model in self._running and adm.model not in blocked and self._has_room(adm):
+                self._queue.remove(adm)
+                self._grant(adm)
+        if target is None or eviction is None:
+            self._due_since.clear()  # nothing is due: a later swap starts its own drain clock
+            self._prepare(None)
+            return
+        if self._stopping:
+            self._prepare(target)
+            return
+        now = self._effects.now()
+        due = self._due_since.get(target, now)
+        self._due_since = {target: due}  # only the current target's wait counts
+        busy = {m for m in eviction.models if self._in_flight[m]}
+        reason = eviction.reason
+        if busy:
+            if now - due < self._policy.drain_timeout:
+                self._prepare(target)
+                return  # wait for them to finish their answers
+            reason += (
+                f"; {', '.join(sorted(busy))} still busy after the "
+                f"{self._policy.drain_timeout:g} s drain timeout"
+            )
+        self._swapping = target
+        self._running -= eviction.models
+        if self._preparing not in (None, target):
+            self._effects.abandon_swap(self._preparing)
+        self._preparing = None  # what was prepared now belongs to the swap
+        self._effects.start_swap(target, eviction.models, reason)
+
+    def _prepare(self, target: str | None) -> None:
+        """``target`` is the due swap that waits (None: no swap is due)."""
+        if target == self._preparing:
+            return
+        if self._preparing is not None:
+            self._effects.abandon_swap(self._preparing)
+        self._preparing = target
+        if target is not None:
+            self._effects.prepare_swap(target)
+
+    def _has_room(self, adm: Admission) -> bool:
+        limit = self._policy.concurrency.get(adm.model, 0)
+        if limit and self._in_flight[adm.model] >= limit:
+            return False
+        total = self._policy.max_in_flight
+        return not total or sum(self._in_flight.values()) < total
+
+    def _next_target(self) -> tuple[str | None, Eviction | None]:
+        if self._swapping is not None:
+            return None, None
+        waiting = [adm for adm in self._queue if adm.model not in self._running]
+        if not waiting:
+            return None, None
+        now = self._effects.now()
+        starving = [a for a in waiting if now - a.arrived >= self._policy.max_queue_wait]
+        if starving:
+            order = sorted(starving, key=lambda a: a.arrived)
+        else:
+            prio = self._policy.priorities
+            order = sorted(waiting, key=lambda a: (-prio.get(a.model, 0), a.arrived))
+        busy = {m for m in self._running if self._in_flight[m]}
+        seen: set[str] = set()
+        for adm in order:
+            if adm.model in seen:
+                continue
+            seen.add(adm.model)
+            eviction = self._swapper.eviction_for(adm.model, frozenset(self._running), busy)
+            if eviction is not None:
+                return adm.model, eviction
+        return None, None
+
+    def _grant_all(self, model: str) -> None:
+        for adm in [a for a in self._queue if a.model == model]:
+            if self._has_room(adm):
+                self._queue.remove(adm)
+                self._grant(adm)
+
+    def _grant(self, adm: Admission) -> None:
+        if self._effects.grant(adm):
+            self._in_flight[adm.model] += 1
+
+    def _take(self, model: str) -> list[Admission]:
+        taken = [adm for adm in self._queue if adm.model == model]
+        self._queue = [adm for adm in self._queue if adm.model != model]
+        return taken
