@@ -305,6 +305,13 @@ MUTATIONS = (
         'return "requests", 0.0',
         ("tests/unit/routing/test_quota.py",),
     ),
+    Mutation(
+        "capabilities-list-no-hint",  # the old list form refused with no mapping to write (41)
+        "src/modelswap/config/schema.py",
+        "    if isinstance(value, list):\n        mapping = _capabilities_mapping(value)",
+        "    if isinstance(value, tuple):\n        mapping = _capabilities_mapping(value)",
+        ("tests/unit/config/test_capabilities_config.py",),
+    ),
 )
 
 

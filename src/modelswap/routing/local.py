@@ -192,7 +192,13 @@ class LocalRouter:
             self._resolve_stop_waiters(model)
             process = self.processes.get(model)
             if process is not None and process.state is ProcessState.FAILED:
+                failure = process.last_failure
                 await process.stop()  # an explicit unload clears a failure (and its backoff)
+                # Its stop reason says what was cleared (issue 41 #8).
+                code = failure.code if failure is not None and failure.code else "error"
+                process.record_stop(
+                    StopRecord(UNLOADED, time.time(), f"{why} after a failed start ({code})")
+                )
                 cleared.append(model)
         await asyncio.gather(*waiters)
         return sorted([*accepted, *cleared])
@@ -341,6 +347,9 @@ class LocalRouter:
     async def _swap(self, target: str, evict: frozenset[str], due_at: float | None) -> None:
         error: Exception | None = None
         began = time.monotonic()
+        # One time for the swap on every card (issue 41 #10): the evicted model's "evicted to
+        # start B at T" and B's "last swap at T" are both when it began.
+        began_at = time.time()
         drained = began - due_at if due_at is not None else None
         stopped = began
         try:
@@ -349,7 +358,7 @@ class LocalRouter:
                 await self._stop_processes(evict, sleep=True)
                 for model in evict:
                     self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
-                    self.processes[model].record_stop(evicted(target))
+                    self.processes[model].record_stop(evicted(target, began_at))
             stopped = time.monotonic()
             # From here the backend reads its own weights; the prefetch has done its part.
             self._stop_prefetch(target, "the start began")
@@ -374,7 +383,7 @@ class LocalRouter:
         try:  # the last-swap record is a report: it must never keep waiters from their answer
             prefetched = await self._settled_prefetch(target)
             clock = (began, stopped, ended)
-            self._publish_last_swap(target, evict, drained, clock, error, prefetched)
+            self._publish_last_swap(target, evict, drained, clock, error, prefetched, began_at)
         except Exception:
             log.exception("swap to %s: no last-swap record", target)
 
@@ -456,13 +465,15 @@ class LocalRouter:
         clock: tuple[float, float, float],
         error: Exception | None,
         prefetched: PrefetchRecord | None,
+        began_at: float | None = None,
     ) -> None:
         """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
         what it evicted (until each whole process tree was gone), then the target's own
         start — spawn to listening, listening to healthy (0 when it was running already) —
         and what was prefetched meanwhile. ``drained``: how long the swap waited, before it
         began, for what it evicts to finish serving (None: it did not wait). ``clock``: began,
-        stopped, ended (monotonic)."""
+        stopped, ended (monotonic); ``began_at``: when it began (epoch seconds), the time its
+        evictions' stop records carry."""
         process = self.processes[target]
         began, stopped, now = clock
         record: dict[str, object] = {
@@ -473,6 +484,8 @@ class LocalRouter:
             "start_seconds": round(now - stopped, 4),
             "total_seconds": round(now - began, 4),
         }
+        if began_at is not None:
+            record["began_at"] = round(began_at, 3)
         spawned, listening = process.start_clock()
         if spawned is not None and listening is not None and spawned >= stopped:  # this swap
             record["spawn_to_listening_seconds"] = round(listening - spawned, 4)
