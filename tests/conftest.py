@@ -11,8 +11,16 @@ from hypothesis import settings
 
 # Property tests have no per-example deadline unless they set one: the default (200 ms) is a
 # time budget that a loaded machine breaks, and time is never what a test asserts.
-settings.register_profile("modelswap", deadline=None)
-settings.load_profile("modelswap")
+# In `make test` they are derandomized: the same examples on every run, so a run fails only on a
+# bug (issue 38). `make test-property` (MODELSWAP_PROPERTY_RANDOM=1) draws new examples, ten
+# times as many (tests/property.py), and prints how to reproduce what it finds.
+settings.register_profile("modelswap", deadline=None, derandomize=True, database=None)
+settings.register_profile(
+    "modelswap-random", deadline=None, derandomize=False, database=None, print_blob=True
+)
+settings.load_profile(
+    "modelswap-random" if os.environ.get("MODELSWAP_PROPERTY_RANDOM") == "1" else "modelswap"
+)
 
 # Every modelswap the tests start (in-process or as a subprocess, which inherits this) keeps
 # its state — measured start times, the activity log — in a throwaway directory, never in the

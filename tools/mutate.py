@@ -1,4 +1,5 @@
-"""Mutation check: each listed one-line bug must be caught by the fast test tier.
+"""Mutation check: each listed one-line bug must be caught by the fast test tier (or by the e2e
+tests it names, for a bug only a real gateway shows).
 
     make mutate                      # every mutation
     .venv/bin/python tools/mutate.py --only capped-per-chunk --keep
@@ -10,7 +11,10 @@ script says which and exits 1. The unmutated copy runs the same tests first, so 
 baseline is never taken for a kill.
 
 Add a mutation whenever a bug slipped past the fast tier: the exact text to change (it must
-occur once in the file), what to change it to, and the tests that must fail.
+occur once in the file), what to change it to, and the tests that must fail. A bug only a
+request through a real gateway shows (which door answered, what a real backend sends) names
+end-to-end tests and their marker (``marks="e2e"``): they run the copy's gateway, as slowly as
+the e2e tier does.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Mutation:
     find: str
     replace: str
     tests: tuple[str, ...]
+    marks: str = FAST  # the marker expression the tests run with
 
 
 MUTATIONS = (
@@ -229,6 +234,55 @@ MUTATIONS = (
         ("tests/unit/policy/test_spl_eval.py",),
     ),
     Mutation(
+        "dry-run-misses-busy",  # a busy model to evict predicted idle: no drain (issue 39)
+        "src/modelswap/routing/prediction.py",
+        "in_flight = snapshot.in_flight.get(model, 0)",
+        "in_flight = 0",
+        ("tests/unit/routing/test_prediction.py",),
+    ),
+    Mutation(
+        "together-ignores-evictions",  # sets that evict their own members (issue 39)
+        "src/modelswap/routing/together.py",
+        "if eviction is None or eviction.models:",
+        "if eviction is None:",
+        ("tests/unit/routing/test_together.py",),
+    ),
+    Mutation(
+        "state-parents-umask",  # stateDir's missing parents made 0755 by the umask (issue 38)
+        "src/modelswap/statefile.py",
+        "folder.mkdir(mode=FOLDER_MODE)",
+        "folder.mkdir()",
+        ("tests/unit/test_statefile.py",),
+    ),
+    Mutation(
+        "activity-corrupt-off",  # a corrupt activity database turned the log off (issue 38)
+        "src/modelswap/observe/activity.py",
+        "corrupt = attempt == 1 and self.where != MEMORY and _corrupt(exc)",
+        "corrupt = False",
+        ("tests/unit/observe/test_activity.py",),
+    ),
+    Mutation(
+        "state-file-corrupt-kept",  # a corrupt stats/capabilities/index file not moved aside
+        "src/modelswap/statefile.py",
+        "            self._set_aside(exc)\n",
+        "            pass\n",
+        ("tests/unit/test_statefile.py", "tests/unit/observe/test_capability_memory.py"),
+    ),
+    Mutation(
+        "empty-pin-refused",  # a llama-swap profile pin of "" refused (issue 38)
+        "src/modelswap/config/scheduling.py",
+        "target = written or None",
+        "target = written",
+        ("tests/unit/config/test_compat_newest.py",),
+    ),
+    Mutation(
+        "generic-context-forgotten",  # a generic backend's context lost after unload (issue 38)
+        "src/modelswap/backends/adapter.py",
+        "return CapabilityReport(self.name, meta.source, context=meta.context_length)",
+        "return None",
+        ("tests/unit/observe/test_capability_memory.py",),
+    ),
+    Mutation(
         "fair-share-ignored",  # every client at the same tag: FIFO again (issue 40)
         "src/modelswap/routing/fairshare.py",
         "return max(self._finish.get(client.name, 0.0), self._virtual.get(client.rank, 0.0))",
@@ -256,6 +310,45 @@ MUTATIONS = (
         'return "requests", 0.0',
         ("tests/unit/routing/test_quota.py",),
     ),
+    Mutation(
+        "capabilities-list-no-hint",  # the old list form refused with no mapping to write (41)
+        "src/modelswap/config/schema.py",
+        "    if isinstance(value, list):\n        mapping = _capabilities_mapping(value)",
+        "    if isinstance(value, tuple):\n        mapping = _capabilities_mapping(value)",
+        ("tests/unit/config/test_capabilities_config.py",),
+    ),
+    Mutation(
+        "fast-door-ignores-key-models",  # a key limited to some models uses any ready one (#37)
+        "src/modelswap/runtime.py",  # Runtime.direct_target, the fast door's admission query
+        "if model is None or model.fallback or (key is not None and not key.allows(model)):",
+        "if model is None or model.fallback:",
+        (
+            "tests/e2e/test_security.py::"
+            "test_a_restricted_key_is_refused_a_ready_idle_model_outside_its_list",
+        ),
+        marks="e2e",
+    ),
+    Mutation(
+        "backend-pool-charset-not-a-stream",  # vLLM's "; charset=utf-8" read as no stream (#37)
+        "src/modelswap/http/relay/backend_pool.py",
+        'event_stream = value.split(b";", 1)[0].strip().lower() == b"text/event-stream"',
+        'event_stream = value.strip().lower() == b"text/event-stream"',
+        (
+            "tests/e2e/test_gateway.py::"
+            "test_a_stream_is_relayed_as_a_stream_whatever_its_content_type_parameters",
+            "tests/e2e/test_gateway.py::"
+            "test_backend_crash_mid_stream_ends_the_stream_with_an_error_event",
+        ),
+        marks="e2e",
+    ),
+    Mutation(
+        "cors-origin-prefix-match",  # https://app.example.evil.net passes as app.example (#41)
+        "src/modelswap/http/middleware/cors.py",
+        'return origin if origin in allowed or "*" in allowed else None',
+        'return origin if any(origin.startswith(a) for a in allowed) or "*" in allowed else None',
+        ("tests/e2e/test_security.py::test_cors_refuses_other_origins",),
+        marks="e2e",
+    ),
 )
 
 
@@ -272,11 +365,11 @@ def copy_tree(into: Path) -> None:
             shutil.copy2(source, into / name)
 
 
-def run_tests(root: Path, tests: tuple[str, ...]) -> int:
+def run_tests(root: Path, tests: tuple[str, ...], marks: str) -> int:
     # The copy's own src first, for this process and every child it starts (fakes, watchdog).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-    command += ["-m", FAST, *tests]
+    command += ["-m", marks, *tests]
     return subprocess.run(
         command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     ).returncode
@@ -296,10 +389,10 @@ def check(mutation: Mutation, keep: bool) -> str:
     root = Path(tempfile.mkdtemp(prefix=f"mutate-{mutation.id}-"))
     try:
         copy_tree(root)
-        if run_tests(root, mutation.tests) != 0:
+        if run_tests(root, mutation.tests, mutation.marks) != 0:
             return "baseline red"  # the unmutated tests fail: nothing can be concluded
         apply(root, mutation)
-        return "killed" if run_tests(root, mutation.tests) != 0 else "SURVIVED"
+        return "killed" if run_tests(root, mutation.tests, mutation.marks) != 0 else "SURVIVED"
     finally:
         if keep:
             print(f"  kept {root}")
@@ -324,7 +417,7 @@ def main() -> int:
         outcome = check(mutation, args.keep)
         bad += outcome != "killed"
         print(f"{outcome:12} {mutation.id:32} ({time.monotonic() - started:.0f} s)", flush=True)
-    print(f"{len(chosen) - bad} of {len(chosen)} mutations killed by the fast tier")
+    print(f"{len(chosen) - bad} of {len(chosen)} mutations killed by their tests")
     return 1 if bad else 0
 
 

@@ -21,9 +21,12 @@ from typing import Any
 
 import yaml
 
+from modelswap.backends.slots import save_path
 from modelswap.config import Config
 from modelswap.config.security import is_loopback_host, open_switches
 from modelswap.redact import is_secret_name
+from modelswap.statefile import loose, named_briefly
+from modelswap.supervisor.promptcache import SAVE_PATH_ENV
 
 HIGH, MEDIUM, INFO = "high", "medium", "info"
 MIN_KEY_LENGTH = 16
@@ -65,6 +68,43 @@ def audit_config(config: Config, path: Path | None) -> list[Finding]:
         found.append(Finding(MEDIUM, "open switch", switch))
     if path is not None:
         found += _file(path)
+    found += _state(config)
+    return found
+
+
+def _state_folders(config: Config) -> dict[Path, str]:
+    """``stateDir`` and each prompt-cache folder a model names outside it."""
+    folders: dict[Path, str] = {}
+    if config.scheduling.state_dir != ":memory:":
+        folders[Path(config.scheduling.state_dir).expanduser()] = "stateDir"
+    for model in config.models.values():
+        named = save_path(model.cmd) or model.env.get(SAVE_PATH_ENV)
+        if model.prompt_cache and named:
+            folders.setdefault(Path(named).expanduser(), f"the prompt cache of {model.id}")
+    return folders
+
+
+def _state(config: Config) -> list[Finding]:
+    """What modelswap keeps (saved conversations' tokens, the activity log's key names and
+    captures) is for its user alone: a folder or file others may read is HIGH (issue 38)."""
+    found: list[Finding] = []
+    for folder, what in _state_folders(config).items():
+        if not folder.is_dir():
+            found.append(Finding(INFO, "state", f"{what} {folder} is made 0700 at the first start"))
+            continue
+        paths = loose(folder)
+        if not paths:
+            found.append(Finding(INFO, "state", f"{what} {folder} is private to its user"))
+            continue
+        found.append(
+            Finding(
+                HIGH,
+                "state",
+                f"{what} {folder}: other local users may read or enter {len(paths)} of its "
+                f"paths ({named_briefly(paths, 4)}), where saved conversations and the activity "
+                f"log are kept; run `chmod -R go-rwx {folder}` (modelswap serve does it at start)",
+            )
+        )
     return found
 
 

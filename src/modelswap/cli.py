@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         "plan",
         help="will this model serve this context on this GPU? (the fit planner)",
         description="Size weights, KV cache and per-sequence state from a model folder, a GGUF "
-        "header or a configured model, and say whether it fits (exit 1 when it does not).",
+        "header or a configured model, and say whether it fits (exit 1 when it does not). "
+        "With --config FILE MODEL: the load dry run (what it evicts, its memory and time); "
+        "with --config FILE --together: which models run side by side, as llama-swap YAML.",
     )
     plan_command.add_arguments(plan_parser)
     diag = sub.add_parser(
@@ -128,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "diagnose":
         return diagnose_file(args.log)
     if args.command == "plan":
+        from modelswap import plan_offline  # the scheduler's code: only for these two
+
+        if plan_offline.wants_offline(args):
+            return plan_offline.run(args)
         return plan_command.run(args)
     if args.command == "audit":
         return run_audit(args)
@@ -216,6 +222,10 @@ def run_serve(args: argparse.Namespace, config: Config) -> int:
         keep_listen=bool(args.listen),
         on_applied=lambda new: log_filter.add_secrets(new.secrets),
     )
+    # The event loop must get the GIL back within 0.5 ms from any worker thread (the activity
+    # log's batches, to_thread calls): at the default 5 ms a request arriving during a batch
+    # waited up to 5 ms, the gateway's c=1 p99 (docs/PERFORMANCE.md, "The c=1 p99").
+    sys.setswitchinterval(0.0005)
     try:
         import asyncio
 

@@ -96,11 +96,13 @@ class BodyTooLargeError(ModelswapError):
 
 
 class StartError(ModelswapError):
-    """A backend did not become ready; carries the diagnosis of why."""
+    """A backend did not become ready; carries the diagnosis of why, and for a model that ran
+    out of memory the load dry run's prediction (``prediction``, plain JSON) with the fixes."""
 
     def __init__(self, model: str, diagnosis: Diagnosis) -> None:
         self.model = model
         self.diagnosis = diagnosis
+        self.prediction: dict[str, object] | None = None
         super().__init__(f"Model `{model}` failed to start: {diagnosis.message()}")
 
 

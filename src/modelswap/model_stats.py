@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import statistics
@@ -19,8 +18,9 @@ from pathlib import Path
 
 import psutil
 
-from modelswap.statefile import write_json
+from modelswap.statefile import StateFile
 from modelswap.states import ProcessState
+from modelswap.supervisor import tree
 
 log = logging.getLogger(__name__)
 
@@ -38,35 +38,34 @@ class StatsStore:
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
+        # A corrupt file is moved aside, a failed save retried: never off (statefile.py).
+        self.file = StateFile(path, prefix=".stats-", what="stats") if path else None
         self._starts: dict[str, list[float]] = {}
         self._listens: dict[str, list[float]] = {}
         self._listen_to_ready: dict[str, list[float]] = {}
         self._peaks: dict[str, dict[str, int]] = {}
+        # Each run's own peak (the last KEEP_STARTS runs): the spread a load dry run states.
+        self._run_peaks: dict[str, dict[str, list[int]]] = {}
+        self._run_of: dict[tuple[str, str], int] = {}  # (model, resource) -> the run sampled
+        self._run_count: dict[tuple[str, str], int] = {}  # runs sampled since this start
         self._prompt_rates: dict[str, list[float]] = {}  # uncached prompt tokens per second
         self._held: dict[str, int | None] = {}  # tokens each running model's slots hold
         self._save_timer: asyncio.TimerHandle | None = None
         self._load()
 
     def _load(self) -> None:
-        if self._path is None or not self._path.is_file():
+        if self.file is None:
             return
-        try:
-            data = json.loads(self._path.read_text())
-            for model, entry in data.get("models", {}).items():
-                starts = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
-                peaks = {str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()}
-                self._starts[model], self._peaks[model] = starts, peaks
-                listens = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
-                if listens:
-                    self._listens[model] = listens
-                after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
-                if after:
-                    self._listen_to_ready[model] = after[-KEEP_STARTS:]
-                rates = [float(x) for x in entry.get("prompt_tokens_per_second", [])]
-                if rates:
-                    self._prompt_rates[model] = rates[-KEEP_STARTS:]
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            log.warning("ignoring unreadable %s: %s", self._path, exc)
+        found = self.file.read(_parsed)
+        if found is not None:
+            (
+                self._starts,
+                self._listens,
+                self._listen_to_ready,
+                self._peaks,
+                self._prompt_rates,
+                self._run_peaks,
+            ) = found
 
     def save_soon(self) -> None:
         """Save within SAVE_DELAY, off the path of what runs now (a start's READY is followed
@@ -79,7 +78,7 @@ class StatsStore:
         if self._save_timer is not None:
             self._save_timer.cancel()
             self._save_timer = None
-        if self._path is None:
+        if self.file is None:
             return
         models: dict[str, dict[str, object]] = {}
         known = set(self._starts) | set(self._peaks) | set(self._listens) | set(self._prompt_rates)
@@ -90,14 +89,12 @@ class StatsStore:
             if m in self._listen_to_ready:
                 entry["listen_to_ready_seconds"] = self._listen_to_ready[m]
             entry["peak_bytes"] = self._peaks.get(m, {})
+            if self._run_peaks.get(m):
+                entry["run_peak_bytes"] = self._run_peaks[m]
             if m in self._prompt_rates:
                 entry["prompt_tokens_per_second"] = self._prompt_rates[m]
             models[m] = entry
-        data = {"version": 1, "models": models}
-        try:
-            write_json(self._path, data, prefix=".stats-")
-        except OSError as exc:
-            log.warning("cannot save %s: %s", self._path, exc)
+        self.file.write({"version": 1, "models": models}, self.save)
 
     def record_start(self, model: str, seconds: float) -> None:
         starts = self._starts.setdefault(model, [])
@@ -143,8 +140,38 @@ class StatsStore:
         starts = self._starts.get(model)
         return statistics.median(starts) if starts else DEFAULT_START_SECONDS
 
-    def record_peak(self, model: str, resource: str, used: int) -> bool:
-        """Remember ``used`` if it is a new peak; True when it was."""
+    def start_samples(self, model: str) -> list[float]:
+        """The last starts' seconds (oldest first)."""
+        return list(self._starts.get(model, []))
+
+    def record_peak(self, model: str, resource: str, used: int, run: int | None = None) -> bool:
+        """Remember ``used`` if it is a new peak; True when it was. Each ``run``'s (the
+        backend's pid) own peak is kept too, saved with the next save: a run's peak grows at
+        every other sample, which must not write the file each time."""
+        if run is not None:
+            self._record_run(model, resource, used, run)
+        return self._record_peak(model, resource, used)
+
+    def _record_run(self, model: str, resource: str, used: int, run: int) -> None:
+        history = self._run_peaks.setdefault(model, {}).setdefault(resource, [])
+        if self._run_of.get((model, resource)) != run:
+            self._run_of[(model, resource)] = run
+            self._run_count[(model, resource)] = self._run_count.get((model, resource), 0) + 1
+            history.append(used)
+            del history[:-KEEP_STARTS]
+        elif used > history[-1]:
+            history[-1] = used
+
+    def run_peaks(self, model: str) -> Mapping[str, list[int]]:
+        """Each of the last runs' peak per resource (oldest first; the newest may be running)."""
+        return {r: list(v) for r, v in self._run_peaks.get(model, {}).items()}
+
+    def runs_sampled(self, model: str) -> dict[str, int]:
+        """How many runs of ``model`` were sampled per resource since the gateway started (a
+        run's peak in :meth:`run_peaks` is the newest once this count grew past a mark)."""
+        return {r: n for (m, r), n in self._run_count.items() if m == model}
+
+    def _record_peak(self, model: str, resource: str, used: int) -> bool:
         peaks = self._peaks.setdefault(model, {})
         if used > peaks.get(resource, 0):
             peaks[resource] = used
@@ -155,17 +182,48 @@ class StatsStore:
         return dict(self._peaks.get(model, {}))
 
 
+_Seconds = dict[str, list[float]]
+_RunPeaks = dict[str, dict[str, list[int]]]
+_Parsed = tuple[_Seconds, _Seconds, _Seconds, dict[str, dict[str, int]], _Seconds, _RunPeaks]
+
+
+def _parsed(data: object) -> _Parsed:
+    """``stats.json``'s models: start, listen and listen-to-ready seconds, peaks, prompt
+    rates (tokens per second) and each run's peaks. Raises
+    ValueError, TypeError or AttributeError on anything malformed (the file is corrupt)."""
+    if not isinstance(data, dict):
+        raise ValueError("not a stats file")
+    starts: _Seconds = {}
+    listens: _Seconds = {}
+    to_ready: _Seconds = {}
+    rates: _Seconds = {}
+    peaks: dict[str, dict[str, int]] = {}
+    run_peaks: _RunPeaks = {}
+    for model, entry in data.get("models", {}).items():
+        starts[model] = [float(x) for x in entry.get("start_seconds", [])][-KEEP_STARTS:]
+        peaks[model] = {str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()}
+        listened = [float(x) for x in entry.get("listen_seconds", [])][-KEEP_STARTS:]
+        if listened:
+            listens[model] = listened
+        after = [float(x) for x in entry.get("listen_to_ready_seconds", [])]
+        if after:
+            to_ready[model] = after[-KEEP_STARTS:]
+        measured = [float(x) for x in entry.get("prompt_tokens_per_second", [])]
+        if measured:
+            rates[model] = measured[-KEEP_STARTS:]
+        runs = entry.get("run_peak_bytes", {})
+        run_peaks[model] = {str(k): [int(x) for x in v][-KEEP_STARTS:] for k, v in runs.items()}
+    return starts, listens, to_ready, peaks, rates, run_peaks
+
+
 def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (0 if it is gone)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
+    """Resident bytes of ``pid`` and all its descendants (0 if it is gone). The descendants
+    come from /proc/PID/task/*/children (``tree.snapshot``): psutil's ``children`` reads every
+    process on the host, milliseconds on the event loop every sample."""
     total = 0
-    for proc in procs:
+    for member, _ in tree.snapshot(pid):
         with contextlib.suppress(psutil.Error):
-            total += proc.memory_info().rss
+            total += psutil.Process(member).memory_info().rss
     return total
 
 
@@ -253,21 +311,14 @@ class MemorySampler:
         gpu = await gpu_usage_by_pid()
         changed = False
         for model, pid in running.items():
-            changed |= self._stats.record_peak(model, "ram", tree_rss(pid))
+            changed |= self._stats.record_peak(model, "ram", tree_rss(pid), run=pid)
             if gpu:
-                pids = {pid} | {c.pid for c in _children(pid)}
+                pids = {member for member, _ in tree.snapshot(pid)}
                 totals: dict[str, int] = {}
                 for p in pids:
                     for resource, used in gpu.get(p, {}).items():
                         totals[resource] = totals.get(resource, 0) + used
                 for resource, used in totals.items():
-                    changed |= self._stats.record_peak(model, resource, used)
+                    changed |= self._stats.record_peak(model, resource, used, run=pid)
         if changed:
             self._stats.save()
-
-
-def _children(pid: int) -> list[psutil.Process]:
-    try:
-        return list(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return []

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.registry import Collector
 
+from modelswap.backends.causes import OUT_OF_MEMORY_CODES
 from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.hints import auto_tool_choice_unsupported
@@ -28,9 +29,15 @@ from modelswap.backends.registry import capability_report, keeps_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Filters, Selector, Timeouts
-from modelswap.errors import AmbiguousModelError, Diagnosis, ModelNotFoundError, ModelswapError
+from modelswap.errors import (
+    AmbiguousModelError,
+    Diagnosis,
+    ModelNotFoundError,
+    ModelswapError,
+    StartError,
+)
 from modelswap.events import Event, EventBus
-from modelswap.model_stats import MemorySampler, StatsStore
+from modelswap.model_stats import DEFAULT_START_SECONDS, MemorySampler, StatsStore
 from modelswap.observe.activity import ActivityError, ActivityLog
 from modelswap.observe.capabilities import (
     CapabilityMemory,
@@ -40,32 +47,35 @@ from modelswap.observe.capabilities import (
 )
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.last_swap import LastSwaps
-from modelswap.observe.metrics import Metrics, ModelView
+from modelswap.observe.metrics import Metrics, ModelView, StateCounts
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.records import RequestRecord
-from modelswap.planner.accuracy import PlanCache
+from modelswap.planner.accuracy import PlanCache, running_fields
+from modelswap.planner.hf import ModelReadError
 from modelswap.planner.memory import Plan
+from modelswap.planner.weights import prefetch_summary
 from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.clients import ANONYMOUS, Client
 from modelswap.routing.gate import ClientGate
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
-from modelswap.routing.matrix_swapper import MatrixSwapper
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
+from modelswap.routing.prediction import (
+    LoadPrediction,
+    ModelFacts,
+    PlannerFigure,
+    compare,
+    planner_figure,
+    predict,
+)
 from modelswap.routing.prefill import EvictionPrice
-from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
 from modelswap.routing.selector_choice import TargetState, choose
-from modelswap.routing.swappers import (
-    BudgetSwapper,
-    CombinedSwapper,
-    ExclusiveSwapper,
-    GroupSpec,
-    GroupSwapper,
-)
+from modelswap.routing.swapper_from_config import build_swapper, policy_name
+from modelswap.statefile import make_private_dir, named_briefly, tighten
 from modelswap.states import ProcessState
 from modelswap.supervisor.containment import Containment, detect, subreaper_only
 from modelswap.supervisor.leftovers import BackendRecord
@@ -210,12 +220,39 @@ class ModelStatus:
         return self._runtime.configured[self.model]
 
     def last_swap(self) -> dict[str, Any] | None:
-        """The receipt of the last swap to it (it outlives an unload)."""
-        return self._runtime.swaps.last(self.model)
+        """The receipt of the last swap to it (it outlives an unload), with ``prediction``: how
+        the dry run taken before it compared."""
+        record = self._runtime.swaps.last(self.model)
+        if record is None or "predicted" not in record:
+            return record
+        comparison = self._runtime.swap_comparison(self.model, record)
+        del record["predicted"]
+        if comparison is not None:
+            record["prediction"] = comparison
+        return record
 
     def plan(self) -> Plan | None:
         """The fit planner's plan for its current start."""
         return self._runtime.plans.get(self.model)
+
+
+def _private_state_dir(state_dir: Path) -> None:
+    """``stateDir`` made 0700 if missing, and what an older modelswap or a backend left in it
+    readable by others tightened (0700 folders, 0600 files), said in one line (issue 38)."""
+    try:
+        make_private_dir(state_dir)
+    except OSError as exc:
+        log.warning("cannot make stateDir %s: %s", state_dir, exc)
+        return
+    tightened = tighten(state_dir)
+    if tightened:
+        log.warning(
+            "stateDir %s: others could read or enter %d of its paths; made private to this "
+            "user (folders 0700, files 0600): %s",
+            state_dir,
+            len(tightened),
+            named_briefly(tightened),
+        )
 
 
 class Runtime:
@@ -238,6 +275,8 @@ class Runtime:
         self.redactor = Redactor(config.secrets)
         sched = config.scheduling
         state_dir = Path(sched.state_dir).expanduser() if sched.state_dir != ":memory:" else None
+        if state_dir is not None:
+            _private_state_dir(state_dir)
         # What each model could do when it was last ready (issue 30), for /v1/models.
         self.capability_memory = CapabilityMemory(
             state_dir / "capabilities.json" if state_dir else None
@@ -278,7 +317,7 @@ class Runtime:
         # The gateway's own log lines (the CLI attaches a handler that fills it).
         self.gateway_log = LogBuffer(1000)
         self.observer = Observer(
-            Metrics(self.model_views),
+            Metrics(self.model_views, self.state_counts),
             self.activity,
             self.events,
             count_requests=config.observability.metrics_enabled,
@@ -291,6 +330,11 @@ class Runtime:
         self._hardware: dict[str, object] | None = None
         self.swaps = LastSwaps()  # each model's last-swap record, for /running and the UI
         self.events.add_listener(self.swaps.on_event)
+        self._dry_plans: dict[tuple[str, ...], Plan | None] = {}  # dry runs' plans, per cmd
+        # The dry run taken as each cold model was first asked for (with its runs sampled so
+        # far), set beside its swap's record when it is done.
+        self._before_swap: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
+        self.events.add_listener(self._compare_swap)
 
     def _activity_log(self, state_dir: Path | None) -> ActivityLog | None:
         obs = self.config.observability
@@ -330,6 +374,21 @@ class Runtime:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
         with contextlib.suppress(ValueError):
             self._background.remove(task)
+
+    def state_counts(self) -> StateCounts:
+        """What /metrics says of stateDir's files (issue 38): never off, but counted."""
+        files = [
+            store.file
+            for store in (self.stats, self.capability_memory, self.slot_store)
+            if store.file is not None
+        ]
+        failures = {f.what: f.write_failures for f in files}
+        aside = {f.what: f.moved_aside for f in files}
+        dropped: dict[str, int] = {}
+        if self.activity is not None:
+            dropped = self.activity.dropped_by()
+            aside["activity"] = len(self.activity.moved_aside)
+        return StateCounts(dropped, failures, aside)
 
     def model_views(self) -> dict[str, ModelView]:
         """What /metrics reads about each model at scrape time."""
@@ -412,32 +471,128 @@ class Runtime:
         self.stats.record_held(model, held)
 
     def swapper(self) -> Swapper:
-        cfg = self.config
-        sched = cfg.scheduling
-        groups = [
-            GroupSpec(
-                g.name, g.members, swap=g.swap, exclusive=g.exclusive, persistent=g.persistent
-            )
-            for g in sched.groups
-        ]
-        swapper: Swapper = GroupSwapper(groups, list(cfg.models)) if groups else ExclusiveSwapper()
-        if sched.matrix is not None:  # llama-swap's matrix decides instead of groups
-            swapper = MatrixSwapper(sched.matrix, sched.evict_costs)
-        if sched.resources:
-            persistent = {m for g in sched.groups if g.persistent for m in g.members}
-            budget = BudgetSwapper(
-                sched.resources,
-                self.uses,
-                self.evict_cost,
-                persistent,
-                self._sleeping,
-                explain=lambda m: self.eviction_price(m).summary(),
-            )
-            # With budgets and no groups, the budgets alone decide what runs together; a
-            # matrix first, then the budgets over what it leaves running.
-            combine = bool(groups) or sched.matrix is not None
-            swapper = CombinedSwapper(swapper, budget) if combine else budget
-        return PinnedSwapper(swapper, self.pinned) if sched.profiles else swapper
+        return build_swapper(
+            self.config,
+            self.uses,
+            self.evict_cost,
+            self._sleeping,
+            self.pinned,
+            explain=lambda m: self.eviction_price(m).summary(),
+        )
+
+    # ---- the load dry run (issue 39; routing/prediction.py) ---------------------------------
+
+    async def dry_run(self, model_id: str) -> LoadPrediction:
+        """What loading ``model_id`` (an id or alias) would do now; starts and stops nothing.
+        Plans its files first (in a worker thread, once per command line). Raises
+        ModelNotFoundError."""
+        model = self.resolve(model_id)
+        key = tuple(model.cmd)
+        if key not in self._dry_plans and self.plans.get(model.id) is None:
+            self._dry_plans[key] = await asyncio.to_thread(self._plan_now, list(model.cmd))
+        return self.predict_load(model.id)
+
+    def predict_load(self, model_id: str) -> LoadPrediction:
+        """:meth:`dry_run` without the planning: synchronous, reads no model file (a plan made
+        before is used). Raises ModelNotFoundError."""
+        model = self.resolve(model_id)
+        return predict(
+            model.id,
+            self.router.scheduler.snapshot(),
+            self.model_facts,
+            self.config.scheduling.resources,
+            policy=policy_name(self.config),
+        )
+
+    def model_facts(self, model_id: str) -> ModelFacts:
+        """What is known about ``model_id`` for a dry run: declared and measured memory, start
+        times, how long its requests hold a lease, the planner's estimate, the prefetch and
+        the prompt cache a start would use."""
+        model = self.config.models.get(model_id)
+        process = self.router.processes.get(model_id)
+        last = self.swaps.last(model_id)
+        return ModelFacts(
+            declared=model.uses if model is not None else {},
+            peaks=self.stats.peaks(model_id),
+            run_peaks=self.stats.run_peaks(model_id),
+            starts=self.stats.start_samples(model_id),
+            default_start=DEFAULT_START_SECONDS,
+            served=tuple(self.router.served_seconds.get(model_id, ())),
+            state=process.state.value if process is not None else "stopped",
+            planner=self._planner_figure(model_id, process),
+            prefetch=prefetch_summary(model.cmd, model.prefetch) if model is not None else None,
+            prompt_cache=self._prompt_cache_facts(model) if model is not None else None,
+            stop_seconds=last.get("stop_seconds") if last and last.get("evict") else None,
+        )
+
+    def _predict_before_start(self, model_id: str) -> None:
+        if model_id in self.config.models:
+            predicted = self.predict_load(model_id).to_json()
+            self._before_swap[model_id] = (predicted, self.stats.runs_sampled(model_id))
+
+    def _compare_swap(self, event: Event) -> None:
+        """A swap is done: its record keeps the dry run taken before it (compared when read)."""
+        if event.kind != "swap.done":
+            return
+        target = str(event.data.get("target"))
+        before = self._before_swap.pop(target, None)
+        if before is not None:
+            predicted, runs = before
+            self.swaps.annotate(target, "predicted", {"dry_run": predicted, "runs_before": runs})
+
+    def swap_comparison(self, model_id: str, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """How the dry run before ``record``'s swap compared with it: evicted set, time, and
+        memory once the run it started has been sampled."""
+        predicted = record.get("predicted")
+        if not isinstance(predicted, dict):
+            return None
+        runs_before = predicted.get("runs_before", {})
+        peaks = self.stats.run_peaks(model_id)
+        measured = {
+            resource: peaks[resource][-1]
+            for resource, count in self.stats.runs_sampled(model_id).items()
+            if count > runs_before.get(resource, 0) and peaks.get(resource)
+        }
+        return compare(predicted["dry_run"], record, measured)
+
+    def _explain_failure(self, model_id: str, error: StartError) -> None:
+        """A start that ran out of memory answers with the dry run (what it needs, whether it
+        can fit here at all, the planner's fixes)."""
+        if error.diagnosis.code in OUT_OF_MEMORY_CODES and model_id in self.config.models:
+            data = self.redactor.data(self.predict_load(model_id).to_json())
+            error.prediction = data if isinstance(data, dict) else None
+
+    def _planner_figure(
+        self, model_id: str, process: ManagedProcess | None
+    ) -> PlannerFigure | None:
+        model = self.config.models.get(model_id)
+        started = self.plans.get(model_id)  # made at its last start
+        plan = started or (self._dry_plans.get(tuple(model.cmd)) if model is not None else None)
+        if plan is None:
+            return None
+        receipt = process.capacity if process is not None else None
+        error = running_fields(started, receipt).get("plan_error_pct")
+        return planner_figure(plan, error if isinstance(error, int | float) else None)
+
+    def _plan_now(self, argv: list[str]) -> Plan | None:
+        """The planner on ``argv`` (None: it names no local model, or cannot be read)."""
+        try:
+            return self.plans.plan(argv)
+        except (ModelReadError, ValueError, OSError, KeyError, TypeError) as exc:
+            log.debug("dry run: no plan (%s)", exc)
+            return None
+
+    def _prompt_cache_facts(self, model: ModelConfig) -> dict[str, Any] | None:
+        if not model.prompt_cache or self.slot_store.root is None:
+            return None
+        saved = self.slot_store.entries(model.id)
+        size = sum(e.bytes for e in saved)
+        out: dict[str, Any] = {"saved_slots": len(saved), "bytes": size}
+        rates = self.slot_store.rates(model.id)
+        if saved and rates is not None and rates.read_bytes_per_second:
+            out["restore_seconds"] = round(size / rates.read_bytes_per_second, 3)
+        out["note"] = "restored within the start (counted in its measured time)"
+        return out
 
     def pinned(self) -> frozenset[str]:
         """The active profile's models: never evicted while it is active."""
@@ -521,7 +676,14 @@ class Runtime:
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
-        self._router = LocalRouter(processes, self.events, self.swapper(), self.scheduler_policy())
+        self._router = LocalRouter(
+            processes,
+            self.events,
+            self.swapper(),
+            self.scheduler_policy(),
+            explain_failure=self._explain_failure,
+            before_cold_start=self._predict_before_start,
+        )
         self._router.eviction_price = self.eviction_price
         sampler = MemorySampler(
             self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
@@ -612,6 +774,9 @@ class Runtime:
             await self._router.close()  # a ready llama.cpp model's slots saved on the way
         if self._prompt_cache is not None:
             await self._prompt_cache.close()  # their digests taken, the index written
+        for store in (self.stats, self.capability_memory, self.slot_store):
+            if store.file is not None:
+                store.file.cancel()  # a save still failing (a full disk) is not tried again
         for session in (self._health_session, self._proxy_session):
             if session is not None:
                 await session.close()

@@ -25,6 +25,8 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_BACKEND = REPO / "tests" / "fakes" / "openai_backend.py"
@@ -388,3 +390,110 @@ def stream_tokens(resp: http.client.HTTPResponse) -> tuple[list[str], list[str]]
             if content:
                 tokens.append(content)
     return tokens, events
+
+
+# ------------------------------------------------------------------------------- the doors
+#
+# A request reaches the relay through one of two doors: the raw HTTP/1.1 door (the fast lane,
+# ``limits.fastLane: true``, the default), which serves a plain request for a ready model and
+# hands everything else to aiohttp's routes, and aiohttp's routes alone (``fastLane: false``).
+# Every relay behaviour must hold on both, so the relay's end-to-end suites take the ``door``
+# fixture (module scope: pytest runs a module's tests door by door) and start their gateways
+# with ``door.top(...)`` or the ``door_gateway`` factory. ``DoorWatch`` then says which door
+# answered, from ``modelswap_fast_lane_requests_total`` in /metrics.
+
+
+def lane_counts(gw: Gateway, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """``modelswap_fast_lane_requests_total`` from /metrics: ``served``, or the reason of a
+    hand-over, to its count."""
+    reply = request(gw, "GET", "/metrics", headers=headers)
+    assert reply.status == 200, reply.body
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(reply.body.decode()):
+        for sample in family.samples:
+            if sample.name == "modelswap_fast_lane_requests_total":
+                outcome, reason = sample.labels["outcome"], sample.labels["reason"]
+                assert (outcome == "served") == (reason == ""), sample
+                counts["served" if outcome == "served" else reason] = sample.value
+    return counts
+
+
+class Lane:
+    """The lane's counts at one moment; ``delta()`` is what changed since then (the /metrics
+    requests themselves are handed over as ``other``, not counted here)."""
+
+    def __init__(self, gw: Gateway, headers: dict[str, str] | None = None) -> None:
+        self._gw = gw
+        self._headers = headers
+        self._before = lane_counts(gw, headers)
+
+    def delta(self) -> dict[str, float]:
+        now = lane_counts(self._gw, self._headers)
+        return {
+            name: count - self._before.get(name, 0.0)
+            for name, count in now.items()
+            if name != "other" and count != self._before.get(name, 0.0)
+        }
+
+
+@dataclass(frozen=True)
+class Door:
+    """Which door a gateway opens: ``fast`` (the fast lane on) or ``aiohttp`` (off)."""
+
+    name: str
+
+    @property
+    def fast(self) -> bool:
+        return self.name == "fast"
+
+    def top(self, extra_top: str = "") -> str:
+        """``extra_top`` (top-level YAML) with ``limits.fastLane`` set for this door, merged
+        into a ``limits`` mapping it may already have."""
+        data = yaml.safe_load(extra_top) or {}
+        assert isinstance(data, dict), extra_top
+        data.setdefault("limits", {})["fastLane"] = self.fast
+        return yaml.safe_dump(data, sort_keys=False)
+
+    def watch(self, gw: Gateway, headers: dict[str, str] | None = None) -> DoorWatch:
+        return DoorWatch(self, Lane(gw, headers))
+
+
+@dataclass
+class DoorWatch:
+    """What answered a test's lane-route requests (chat, completions, embeddings, …)."""
+
+    door: Door
+    lane: Lane
+
+    def answered(self, count: int) -> None:
+        """The last ``count`` lane-route requests were served by this door: on the fast
+        door, by the lane itself; with it off, by aiohttp's routes (counted as ``off``)."""
+        expected = {"served": count} if self.door.fast else {"off": count}
+        assert self.lane.delta() == expected, f"{self.door.name} door"
+
+    def handed_over(self, reason: str, count: int = 1, served: int = 0) -> None:
+        """The fast door handed ``count`` requests to aiohttp's routes for ``reason`` (and
+        served ``served`` itself); with the lane off, all of them were aiohttp's (counted as
+        ``off``, or by what the lane would have refused them for before asking)."""
+        delta = self.lane.delta()
+        if self.door.fast:
+            assert delta == {reason: count, **({"served": served} if served else {})}, delta
+        else:
+            assert "served" not in delta, delta
+            assert sum(delta.values()) == count + served, delta
+
+
+@pytest.fixture(scope="module", params=["fast", "aiohttp"])
+def door(request: pytest.FixtureRequest) -> Door:
+    """The door under test: the relay's suites run once through each."""
+    return Door(str(request.param))
+
+
+@pytest.fixture
+def door_gateway(gateway: Callable[..., Gateway], door: Door) -> Callable[..., Gateway]:
+    """``gateway`` with ``limits.fastLane`` set by ``door``."""
+
+    def start(models_yaml: str, *, extra_top: str = "", **kwargs: Any) -> Gateway:
+        return gateway(models_yaml, extra_top=door.top(extra_top), **kwargs)
+
+    return start

@@ -162,6 +162,29 @@ def test_capabilities_outlive_the_model_and_the_gateway(gateway: StartGateway) -
     nothing_listed(after["box/beta"])
 
 
+def test_a_generic_server_s_context_is_shown_ready_and_kept_after_unload(
+    gateway: StartGateway,
+) -> None:
+    # Neither llama.cpp nor vLLM (its row's owned_by names another server), but its /v1/models
+    # row says max_model_len: shown while ready, and kept after the unload like theirs (issue 38).
+    models = f"""
+  other:
+    cmd: {fake_cmd("--flavor vllm --owned-by someserver --ctx 5120")}
+"""
+    gw = gateway(models)
+    ran(gw, "other")
+    ready = rows(gw)["other"]
+    assert ready["max_model_len"] == ready["context_length"] == 5120
+    assert ready["context_window"] == 5120
+    unload(gw, "other")
+    row = rows(gw)["other"]
+    no_receipt(row)
+    assert row["context_window"] == 5120
+    assert row["observed"]["backend"] == "generic"
+    assert row["observed"]["context"] == 5120
+    assert row["observed"]["fills"] == ["context"]
+
+
 def test_a_changed_command_drops_the_memory_at_once(gateway: StartGateway, tmp_path: Path) -> None:
     gw = gateway(f"  m:\n    cmd: {fake_cmd('--template-tools')}\n")
     ran(gw, "m")

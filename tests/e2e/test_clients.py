@@ -20,7 +20,17 @@ from typing import Any
 
 import openai
 import pytest
-from tests.e2e.conftest import HANG, REPO, Gateway, chat_body, fake_cmd, free_port, request
+from tests.e2e.conftest import (
+    HANG,
+    REPO,
+    Door,
+    Gateway,
+    chat_body,
+    fake_cmd,
+    free_port,
+    load_model,
+    request,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -142,10 +152,13 @@ def _events_until(resp: http.client.HTTPResponse, kind: str) -> dict[str, Any]:
 
 
 def test_request_id_is_kept_or_made_and_follows_the_request_end_to_end(
-    gateway: Callable[..., Gateway], peer: Callable[..., Peer], sdk: Callable[..., openai.OpenAI]
+    door_gateway: Callable[..., Gateway],
+    door: Door,
+    peer: Callable[..., Peer],
+    sdk: Callable[..., openai.OpenAI],
 ) -> None:
     box = peer("--models", "beta")
-    gw = gateway(
+    gw = door_gateway(
         f"  local:\n    cmd: {fake_cmd()}\n",
         extra_top=f"peers:\n  box:\n    proxy: {box.url}\n    models: [beta]\n",
     )
@@ -174,6 +187,8 @@ def test_request_id_is_kept_or_made_and_follows_the_request_end_to_end(
     [row] = gw.get_json(f"/api/activity?request_id={own}")["data"]  # type: ignore[misc]
     assert (row["request_id"], row["model"], row["status"]) == (own, "box/beta", 200)
 
+    load_model(gw, "local")  # ready: the fast door serves what follows itself
+    watch = door.watch(gw)
     made: set[str] = set()
     for bad in ("", "x" * 129, "two words", "a\u00e9b", "new\\nline"):
         reply = request(
@@ -189,6 +204,7 @@ def test_request_id_is_kept_or_made_and_follows_the_request_end_to_end(
         assert len(fresh) == 32  # a new one, never the insane one
         made.add(fresh)
     assert len(made) == 5
+    watch.answered(5)
     # Every response has one: errors, the model list, the gateway's own routes.
     for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("GET", "/nowhere")):
         assert request(gw, method, path).headers["X-Request-Id"]

@@ -1,4 +1,4 @@
-"""The fast lane (http/server/fast_lane.py) end to end: ``python -m modelswap serve`` with the
+"""The fast door (http/server/fast_door.py) end to end: ``python -m modelswap serve`` with the
 fake backends and real clients (http.client, raw sockets). A request the lane may serve is
 served there; everything else is handed to aiohttp's path and behaves as it always did. Each
 test proves which lane answered with ``modelswap_fast_lane_requests_total`` (``served``, or
@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import (
     HANG,
     Gateway,
+    Lane,
     Reply,
     chat,
     chat_body,
     held_cmd,
+    lane_counts,
     load_model,
     next_event,
     open_stream,
@@ -43,39 +44,6 @@ JSON = {"Content-Type": "application/json"}
 PROMPT_WORDS = 2  # chat_body's "hello there": the fake reports prompt tokens = words
 KEY = "sk-fast-lane-test-key-0123456789"
 ORIGIN = "https://app.example"
-
-
-def lane_counts(gw: Gateway, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """``modelswap_fast_lane_requests_total`` from /metrics: ``served``, or the reason of a
-    hand-over, to its count."""
-    reply = request(gw, "GET", "/metrics", headers=headers)
-    assert reply.status == 200, reply.body
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(reply.body.decode()):
-        for sample in family.samples:
-            if sample.name == "modelswap_fast_lane_requests_total":
-                outcome, reason = sample.labels["outcome"], sample.labels["reason"]
-                assert (outcome == "served") == (reason == ""), sample
-                counts["served" if outcome == "served" else reason] = sample.value
-    return counts
-
-
-class Lane:
-    """The lane's counts at one moment; ``delta()`` is what changed since then (the /metrics
-    requests themselves are handed over as ``other``, not counted here)."""
-
-    def __init__(self, gw: Gateway, headers: dict[str, str] | None = None) -> None:
-        self._gw = gw
-        self._headers = headers
-        self._before = lane_counts(gw, headers)
-
-    def delta(self) -> dict[str, float]:
-        now = lane_counts(self._gw, self._headers)
-        return {
-            name: count - self._before.get(name, 0.0)
-            for name, count in now.items()
-            if name != "other" and count != self._before.get(name, 0.0)
-        }
 
 
 def post(gw: Gateway, body: bytes, headers: dict[str, str] | None = None) -> Reply:

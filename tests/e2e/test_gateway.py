@@ -21,6 +21,7 @@ import psutil
 import pytest
 from tests.e2e.conftest import (
     HANG,
+    Door,
     Gateway,
     Reply,
     chat,
@@ -37,6 +38,7 @@ from tests.e2e.conftest import (
     stream_tokens,
     wait_dead,
 )
+from tests.e2e.test_observability import sse_payloads, usage_only_chunks
 
 pytestmark = pytest.mark.e2e
 
@@ -176,14 +178,17 @@ def test_swap_stops_the_old_backend_and_collates_a_b_a_b(
     assert starts(gw, "c") == 1
 
 
-def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway, tmp_path: Path) -> None:
+def test_a_swap_waits_for_the_in_flight_stream(
+    door_gateway: StartGateway, door: Door, tmp_path: Path
+) -> None:
     # a's stream stops after 18 tokens until the test lets it go: it is surely in flight
     # while the test looks, however slowly a loaded machine lets the test look.
     release = tmp_path / "release-a"
     held = ("--stall-after", "18", "--stall-until", shlex.quote(str(release)))
-    gw = gateway(model("a", "--tps", "20", "--tokens", "20", *held) + model("b"))
+    gw = door_gateway(model("a", "--tps", "20", "--tokens", "20", *held) + model("b"))
     answered: list[tuple[float, Reply]] = []
     load_model(gw, "a")  # the stream then gets the backend's own headers
+    watch = door.watch(gw)
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid_a = int(resp.headers["X-Fake-Pid"])
@@ -222,6 +227,7 @@ def test_a_swap_waits_for_the_in_flight_stream(gateway: StartGateway, tmp_path: 
     assert fake_pid(reply_b) != pid_a
     assert not pid_alive(pid_a)
     assert set(gw.running()) == {"b"}
+    watch.handed_over("not_ready", served=1)  # a's stream by the door; b waited for its start
 
 
 def test_ttl_unloads_after_the_last_request_ends_not_during_it(
@@ -307,8 +313,10 @@ def test_unload_all_and_one(gateway: StartGateway) -> None:
 # ---------------------------------------------------------------- forwarding
 
 
-def test_use_model_name_rewrites_the_model_for_the_backend(gateway: StartGateway) -> None:
-    gw = gateway(
+def test_use_model_name_rewrites_the_model_for_the_backend(
+    door_gateway: StartGateway, door: Door
+) -> None:
+    gw = door_gateway(
         model(
             "my-model",
             "--strict-model",
@@ -318,6 +326,8 @@ def test_use_model_name_rewrites_the_model_for_the_backend(gateway: StartGateway
             useModelName="served-name",
         )
     )
+    load_model(gw, "my-model")  # ready: the fast door serves what follows itself
+    watch = door.watch(gw)
     reply = chat(gw, "my-model")
     assert reply.status == 200, reply.body
     assert reply.json()["model"] == "served-name"
@@ -335,35 +345,45 @@ def test_use_model_name_rewrites_the_model_for_the_backend(gateway: StartGateway
     reply = chat(gw, "mine")
     assert reply.status == 200, reply.body
     assert reply.json()["model"] == "served-name"
+    watch.answered(3)
 
 
-def test_body_and_headers_are_forwarded_byte_for_byte(gateway: StartGateway) -> None:
-    gw = gateway(model("raw-model"))
+def test_body_and_headers_are_forwarded_byte_for_byte(
+    door_gateway: StartGateway, door: Door
+) -> None:
+    gw = door_gateway(model("raw-model"))
+    load_model(gw, "raw-model")  # ready: the fast door serves a plain request itself
     sent = (
         b'{  "query" : "caf\xc3\xa9\\u00e9",\n\t"model":"raw-model" ,'
         b'"documents":[ "a","b" ],"top_n":1.50e0 ,"z":null}'
     )
-    reply = request(
-        gw,
-        "POST",
-        "/v1/rerank?x=1&y=%20z",
-        sent,
-        {"Content-Type": "application/json", "X-Custom": "hello, world"},
-    )
-    assert reply.status == 200
-    assert "X-Modelswap-Error" not in reply.headers
-    echo = reply.json()
-    assert base64.b64decode(echo["body_b64"]) == sent
-    assert echo["body_sha256"] == hashlib.sha256(sent).hexdigest()
-    assert echo["method"] == "POST"
-    assert echo["path"] == "/v1/rerank"
-    assert echo["query"] == "x=1&y=%20z"
-    headers = echo["headers"]
-    assert headers["x-custom"] == "hello, world"
-    assert headers["content-type"] == "application/json"
-    assert headers["content-length"] == str(len(sent))
-    assert headers["host"] != f"127.0.0.1:{gw.port}"
-    assert re.fullmatch(r"127\.0\.0\.1:\d+", headers["host"])
+    for query in ("", "x=1&y=%20z"):
+        watch = door.watch(gw)
+        reply = request(
+            gw,
+            "POST",
+            f"/v1/rerank?{query}" if query else "/v1/rerank",
+            sent,
+            {"Content-Type": "application/json", "X-Custom": "hello, world"},
+        )
+        assert reply.status == 200
+        assert "X-Modelswap-Error" not in reply.headers
+        echo = reply.json()
+        assert base64.b64decode(echo["body_b64"]) == sent
+        assert echo["body_sha256"] == hashlib.sha256(sent).hexdigest()
+        assert echo["method"] == "POST"
+        assert echo["path"] == "/v1/rerank"
+        assert echo["query"] == query
+        headers = echo["headers"]
+        assert headers["x-custom"] == "hello, world"
+        assert headers["content-type"] == "application/json"
+        assert headers["content-length"] == str(len(sent))
+        assert headers["host"] != f"127.0.0.1:{gw.port}"
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", headers["host"])
+        if query:  # a query string: the fast door hands the request to aiohttp's routes
+            watch.handed_over("head")
+        else:
+            watch.answered(1)
 
 
 def multipart(model: str, boundary: str = "----modelswapBoundary7MA4YWxk") -> bytes:
@@ -434,8 +454,8 @@ def test_upstream_passthrough_starts_the_model(gateway: StartGateway) -> None:
 # ---------------------------------------------------------------- errors
 
 
-def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
-    gw = gateway(
+def test_gateway_errors_are_enveloped_and_marked(door_gateway: StartGateway, door: Door) -> None:
+    gw = door_gateway(
         model("a")
         + model("wrong-name", "--strict-model", "--model", "served", useModelName="not-served"),
         extra_top="maxRequestBodyBytes: 1000",
@@ -483,7 +503,10 @@ def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
     assert set(error) == ENVELOPE_KEYS
     assert gw.running() == {}, "no request above named a usable model"
 
-    # The backend's own errors pass through unchanged and unmarked.
+    # The backend's own errors pass through unchanged and unmarked (its model ready: the
+    # fast door relays them itself).
+    load_model(gw, "a")
+    watch = door.watch(gw)
     reply = chat(gw, "a", max_tokens="many")
     assert reply.status == 400
     assert "X-Modelswap-Error" not in reply.headers
@@ -494,11 +517,15 @@ def test_gateway_errors_are_enveloped_and_marked(gateway: StartGateway) -> None:
             "code": 400,
         }
     }
+    watch.answered(1)
+    load_model(gw, "wrong-name")
+    watch = door.watch(gw)
     reply = chat(gw, "wrong-name")
     assert reply.status == 404
     assert "X-Modelswap-Error" not in reply.headers
     assert reply.json()["error"]["message"] == "The model `not-served` does not exist."
     assert reply.json()["error"]["type"] == "NotFoundError"
+    watch.answered(1)
 
 
 def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway, tmp_path: Path) -> None:
@@ -547,13 +574,16 @@ def test_failed_start_is_a_503_with_the_diagnosis(gateway: StartGateway, tmp_pat
 
 
 def test_backend_crash_mid_response_is_a_502_then_the_next_request_restarts_it(
-    gateway: StartGateway,
+    door_gateway: StartGateway,
+    door: Door,
 ) -> None:
-    gw = gateway(model("plain", "--crash-after", "2"))
+    gw = door_gateway(model("plain", "--crash-after", "2"))
     first = fake_pid(chat(gw, "plain"))
+    watch = door.watch(gw)
     error = gateway_error(chat(gw, "plain"), 502, "upstream_error")
     assert "plain" in str(error["message"])
     assert set(error) == ENVELOPE_KEYS
+    watch.answered(1)  # the 502: the relay's, on the door under test
     gw.wait_for(lambda: gw.running()["plain"]["state"] == "failed")
     assert not pid_alive(first)
     again = fake_pid(chat(gw, "plain"))
@@ -561,14 +591,59 @@ def test_backend_crash_mid_response_is_a_502_then_the_next_request_restarts_it(
     assert starts(gw, "plain") == 2
 
 
-def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
-    gateway: StartGateway,
+# What a backend says its answers are: the fake's bare types (and its own Cache-Control on a
+# stream), or what vLLM and SGLang send (FastAPI's StreamingResponse): a charset parameter and
+# no Cache-Control. The relay must read both as what they are.
+BACKEND_TYPES = {
+    "bare": (),
+    "charset": (
+        "--content-type-params",
+        shlex.quote("; charset=utf-8"),
+        "--no-stream-cache-control",
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", list(BACKEND_TYPES))
+def test_a_stream_is_relayed_as_a_stream_whatever_its_content_type_parameters(
+    door_gateway: StartGateway, door: Door, backend: str
 ) -> None:
-    gw = gateway(model("streamy", "--crash-after", "2", "--tokens", "6"))
+    gw = door_gateway(model("m", "--tokens", "4", *BACKEND_TYPES[backend]))
+    load_model(gw, "m")
+    watch = door.watch(gw)
+    plain = chat(gw, "m")
+    assert plain.status == 200, plain.body
+    assert plain.headers.get_content_type() == "application/json"
+    assert "X-Accel-Buffering" not in plain.headers
+    assert plain.json()["usage"]["completion_tokens"] == 4
+    with open_stream(gw, "m") as resp:
+        assert resp.status == 200
+        assert resp.headers.get_content_type() == "text/event-stream"
+        # Said by the gateway to any proxy in front of it, whatever the backend sent.
+        assert resp.headers["X-Accel-Buffering"] == "no"
+        assert resp.headers["Cache-Control"] == "no-cache"
+        raw = resp.read()
+    payloads = sse_payloads(raw)
+    assert payloads[-1] == "[DONE]"
+    assert usage_only_chunks(payloads) == [], "the usage chunk the relay asked for was shown"
+    assert [json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[1:5]] == [
+        f"tok{i} " for i in range(4)
+    ]
+    watch.answered(2)
+
+
+@pytest.mark.parametrize("backend", list(BACKEND_TYPES))
+def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
+    door_gateway: StartGateway, door: Door, backend: str
+) -> None:
+    flags = ("--crash-after", "2", "--tokens", "6", *BACKEND_TYPES[backend])
+    gw = door_gateway(model("streamy", *flags))
     first = fake_pid(chat(gw, "streamy"))
+    watch = door.watch(gw)
     with open_stream(gw, "streamy") as resp:  # a stream left hanging fails on its timeout
         assert resp.status == 200
         tokens, events = stream_tokens(resp)
+    watch.answered(1)
     assert tokens == ["tok0 ", "tok1 ", "tok2 "]
     assert "[DONE]" not in events
     last = json.loads(events[-1])
@@ -576,6 +651,7 @@ def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
     assert set(last["error"]) >= ENVELOPE_KEYS
     assert last["error"]["code"] == "upstream_error"
     assert "streamy" in last["error"]["message"]
+    assert resp.headers["X-Accel-Buffering"] == "no"  # relayed as a stream, whatever its type
     gw.wait_for(lambda: gw.running()["streamy"]["state"] == "failed")
     again = fake_pid(chat(gw, "streamy"))
     assert again != first
@@ -583,14 +659,17 @@ def test_backend_crash_mid_stream_ends_the_stream_with_an_error_event(
 
 
 def test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend(
-    gateway: StartGateway,
+    door_gateway: StartGateway,
+    door: Door,
 ) -> None:
     # The backend's helper (like vLLM's engine processes) keeps its stdout open for a moment
     # after the server process died; the server itself is gone at once.
     inner = "sleep 3 & exec " + fake_cmd_text("--load-delay", "0.2", "--crash-after", "2")
-    gw = gateway(f"  helper:\n    cmd: {json.dumps(f'bash -c {shlex.quote(inner)}')}\n")
+    gw = door_gateway(f"  helper:\n    cmd: {json.dumps(f'bash -c {shlex.quote(inner)}')}\n")
     first = fake_pid(chat(gw, "helper"))
+    watch = door.watch(gw)
     gateway_error(chat(gw, "helper"), 502, "upstream_error")
+    watch.answered(1)  # the crash met on the door under test; what follows may be either's
     wait_dead([first])  # (its exit may take a few ms to complete)
     # The client retries at once, as clients do: the dead server must be started again.
     again = chat(gw, "helper")
@@ -598,9 +677,12 @@ def test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend(
     assert fake_pid(again) != first
 
 
-def test_upstream_first_byte_timeout_is_504_and_frees_the_lease(gateway: StartGateway) -> None:
-    gw = gateway(model("hung", "--hang", timeouts="{firstByte: 1}"))
+def test_upstream_first_byte_timeout_is_504_and_frees_the_lease(
+    door_gateway: StartGateway, door: Door
+) -> None:
+    gw = door_gateway(model("hung", "--hang", timeouts="{firstByte: 1}"))
     assert request(gw, "GET", "/upstream/hung/health").status == 200  # started and ready
+    watch = door.watch(gw)
     began = time.monotonic()
     error = gateway_error(chat(gw, "hung"), 504, "upstream_timeout")
     took = time.monotonic() - began
@@ -609,6 +691,7 @@ def test_upstream_first_byte_timeout_is_504_and_frees_the_lease(gateway: StartGa
     row = gw.running()["hung"]
     assert row["in_flight"] == 0
     assert row["state"] == "ready"
+    watch.answered(1)
 
 
 # ---------------------------------------------------------------- listings and logs
@@ -679,13 +762,15 @@ def test_logs_tail_is_plain_text(gateway: StartGateway) -> None:
 # ---------------------------------------------------------------- the gateway's own death
 
 
-def test_sigterm_finishes_the_stream_then_exits_0(gateway: StartGateway) -> None:
-    gw = gateway(model("a", "--tps", "20", "--tokens", "20"))
+def test_sigterm_finishes_the_stream_then_exits_0(door_gateway: StartGateway, door: Door) -> None:
+    gw = door_gateway(model("a", "--tps", "20", "--tokens", "20"))
     load_model(gw, "a")  # the stream then gets the backend's own headers
+    watch = door.watch(gw)
     with open_stream(gw, "a") as resp:
         assert resp.status == 200
         pid = int(resp.headers["X-Fake-Pid"])
         assert next_event(resp) is not None
+        watch.answered(1)  # the stream the drain must finish is the door's own
         gw.proc.send_signal(signal.SIGTERM)
         tokens, events = stream_tokens(resp)
     assert tokens == EXPECTED_20

@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.e2e.conftest import REPO, Gateway, chat, fake_cmd, open_stream, request
+from tests.e2e.conftest import (
+    REPO,
+    Door,
+    Gateway,
+    chat,
+    fake_cmd,
+    load_model,
+    open_stream,
+    request,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -128,10 +137,13 @@ def assert_no_secret(body: bytes) -> None:
 
 @pytest.mark.parametrize("mode", ["status", "text"])
 def test_a_backend_500_quoting_its_argv_and_env_reaches_the_client_masked(
-    gateway: type[Gateway], mode: str
+    door_gateway: type[Gateway], door: Door, mode: str
 ) -> None:
-    gw = gateway(echo_model("echo", mode))  # type: ignore[call-arg]
+    gw = door_gateway(echo_model("echo", mode))  # type: ignore[call-arg]
+    load_model(gw, "echo")  # ready: the fast door relays the error itself
+    watch = door.watch(gw)
     reply = chat(gw, "echo")
+    watch.answered(1)
     assert reply.status == 500  # the backend's status, relayed
     assert_no_secret(reply.body)
     assert b"--api-key" in reply.body  # the error keeps its meaning: what was masked is named
@@ -139,17 +151,22 @@ def test_a_backend_500_quoting_its_argv_and_env_reaches_the_client_masked(
         assert json.loads(reply.body)["error"]["message"].startswith("internal error;")
 
 
-def test_a_streamed_request_gets_the_backend_500_masked(gateway: type[Gateway]) -> None:
-    gw = gateway(echo_model("echo", "status"))  # type: ignore[call-arg]
+def test_a_streamed_request_gets_the_backend_500_masked(
+    door_gateway: type[Gateway], door: Door
+) -> None:
+    gw = door_gateway(echo_model("echo", "status"))  # type: ignore[call-arg]
     assert chat(gw, "echo").status == 500  # started; the stream below goes straight through
+    watch = door.watch(gw)
     with open_stream(gw, "echo") as resp:
         body = resp.read()
         assert resp.status == 500
     assert_no_secret(body)
+    watch.answered(1)
 
 
 def test_a_stream_opened_early_gets_the_backend_500_masked(gateway: type[Gateway]) -> None:
     # A start longer than a second opens the event stream early; the error arrives as an event.
+    # One door only: a model not ready yet is aiohttp's on both (the fast door hands it over).
     gw = gateway(echo_model("echo", "status", "--load-delay 1.5"))  # type: ignore[call-arg]
     with open_stream(gw, "echo", timeout=60) as resp:
         body = resp.read()
@@ -158,12 +175,15 @@ def test_a_stream_opened_early_gets_the_backend_500_masked(gateway: type[Gateway
 
 
 def test_error_events_inside_a_stream_are_masked_and_the_answer_is_untouched(
-    gateway: type[Gateway],
+    door_gateway: type[Gateway], door: Door
 ) -> None:
-    gw = gateway(echo_model("echo", "event"))  # type: ignore[call-arg]
+    gw = door_gateway(echo_model("echo", "event"))  # type: ignore[call-arg]
+    load_model(gw, "echo")  # ready: the fast door relays the stream itself
+    watch = door.watch(gw)
     with open_stream(gw, "echo") as resp:
         assert resp.status == 200
         body = resp.read()
+    watch.answered(1)
     assert_no_secret(body)
     events = [line[len(b"data: ") :] for line in body.split(b"\n") if line.startswith(b"data: ")]
     content = json.loads(events[0])["choices"][0]["delta"]["content"]

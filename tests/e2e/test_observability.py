@@ -22,12 +22,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import (
     HANG,
     REPO,
+    Door,
     Gateway,
     Reply,
     chat,
     chat_body,
     fake_cmd,
     llamacpp_cmd,
+    load_model,
     next_event,
     open_stream,
     request,
@@ -160,12 +162,14 @@ def table_rows(text: str) -> list[list[str]]:
 # ------------------------------------------------------------------------------- metrics
 
 
-def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway, tmp_path: Path) -> None:
+def test_metrics_after_a_known_sequence_of_requests(
+    door_gateway: StartGateway, door: Door, tmp_path: Path
+) -> None:
     # The first stream stops after 40 of its 80 tokens until the test lets it go: it is surely
     # in flight while the test looks (the later requests ask for fewer tokens: never held).
     release = tmp_path / "release-a"
     held = ("--stall-after", "40", "--stall-until", shlex.quote(str(release)))
-    gw = gateway(
+    gw = door_gateway(
         model("a", "--tps", "100", *held, delay=1.3) + model("b"),
         extra_top="metrics:\n  scrapeBackends: true\n",  # the fake has no /metrics: no harm
     )
@@ -199,6 +203,7 @@ def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway, tmp_p
     assert usage_only_chunks(payloads) == [], "the injected usage chunk reached the client"
     prompt["a"] += PROMPT_WORDS
     completion["a"] += 80
+    watch = door.watch(gw)  # a is ready: 2-7 are the door's own, 8 aiohttp's on both
 
     # 2-4. Non-streamed chat and completions: the backend's usage is in the answer.
     for path, body in [
@@ -247,6 +252,7 @@ def test_metrics_after_a_known_sequence_of_requests(gateway: StartGateway, tmp_p
     # 8. A gateway error before any model resolves; 9. a listing (not a model request).
     assert chat(gw, "nope").status == 404
     assert request(gw, "GET", "/v1/models").status == 200
+    watch.handed_over("model", served=6)
 
     m = scrape(gw)
     ok, error = {"outcome": "ok", "code": ""}, {"outcome": "error"}
@@ -669,11 +675,15 @@ def test_real_llamacpp_usage_in_activity_and_backend_metrics(
     assert max(predicted) >= 2 * usage.completion_tokens
 
 
-def test_sdk_stream_that_hangs_up_at_done_is_a_success(gateway: StartGateway) -> None:
+def test_sdk_stream_that_hangs_up_at_done_is_a_success(
+    door_gateway: StartGateway, door: Door
+) -> None:
     # The openai SDK stops reading at `data: [DONE]` and closes the response without waiting
     # for the end of the chunked body. The client got the whole answer: it must be recorded
     # as 200 (with its tokens), not as a 499 client disconnect.
-    gw = gateway(f"  smollm2:\n    cmd: {llamacpp_cmd(2048)}\n")
+    gw = door_gateway(f"  smollm2:\n    cmd: {llamacpp_cmd(2048)}\n")
+    load_model(gw, "smollm2")  # ready: the fast door relays every stream itself
+    watch = door.watch(gw)
     client = openai.OpenAI(base_url=gw.url("/v1"), api_key="unused", max_retries=0, timeout=60)
     messages: Any = [{"role": "user", "content": "Name one colour."}]
     try:
@@ -690,6 +700,7 @@ def test_sdk_stream_that_hangs_up_at_done_is_a_success(gateway: StartGateway) ->
     rows = activity(gw)
     assert [r["status"] for r in rows] == [200] * 10
     assert all(r["completion_tokens"] for r in rows)
+    watch.answered(10)
     m = scrape(gw)
     assert m["modelswap_requests_total"] == {
         lab(model="smollm2", route=CHAT, status="200", outcome="ok", code=""): 10

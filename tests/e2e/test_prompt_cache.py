@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ def saved_files(state: Path) -> list[Path]:
     return sorted((state / "prompt-cache").glob("modelswap-*.bin"))
 
 
+ON = "promptCache: {enabled: true}\n"
+
+
 def models(*names: str, flags: str = "") -> str:
     return "".join(
         f"  {name}:\n    cmd: {fake_cmd('--slot-bytes-per-token 1000', flags)}\n" for name in names
@@ -75,6 +79,19 @@ def test_a_swap_away_and_back_restores_the_slot(gateway: Any, tmp_path: Path) ->
     restored = receipt(gw, "a")["prompt_cache"]["restored"]
     assert restored["slots"] == 1
     assert restored["tokens"] == saved[0]["tokens"]
+
+
+def test_a_slot_file_the_backend_left_readable_is_made_private_once_saved(
+    gateway: Any, tmp_path: Path
+) -> None:
+    # A backend that sets its own mode (0644) whatever the keeper's umask 077: the saved
+    # conversation is still this user's alone once the gateway has checked it (issue 38).
+    gw = gateway(models("a", "b", flags="--slot-file-mode 644"), extra_top=ON)
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")  # evicts a: its slot is saved
+    [saved] = saved_files(tmp_path / "state")
+    assert stat.S_IMODE(os.stat(saved).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(saved.parent).st_mode) == 0o700
 
 
 def test_a_corrupt_file_is_dropped_and_the_request_served(gateway: Any, tmp_path: Path) -> None:

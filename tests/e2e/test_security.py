@@ -1,5 +1,10 @@
 """Security end to end: ``python -m modelswap serve`` as a subprocess with fake backends.
 
+The gateways that relay (``keyed``, ``open_gw`` and the connection bounds) run through both
+doors, the fast lane on and off (the ``door`` fixture), and where the fast door serves a request
+itself the test proves it did (``door.watch``); the exposure policy and the redaction surfaces,
+which relay nothing, run once.
+
 Covers the auth matrix (every scope x every route class x every credential form), model
 filters, the failure limiter, CORS, client credentials never forwarded, the /upstream path
 guard, body/header/connection bounds, the slow-header timeout, the exposure policy at bind
@@ -33,6 +38,7 @@ import pytest
 from tests.e2e.conftest import (
     FAKE_BACKEND,
     REPO,
+    Door,
     Gateway,
     chat_body,
     fake_cmd,
@@ -276,7 +282,7 @@ ORIGIN = "https://app.example"
 
 
 @pytest.fixture(scope="module")
-def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def keyed(tmp_path_factory: pytest.TempPathFactory, door: Door) -> Iterator[Gateway]:
     entries = [
         f"  - {{key: {SECRETS[n]}, name: {json.dumps(n)}, scopes: {json.dumps(s)}}}"
         for n, s in SCOPE_KEYS.items()
@@ -288,6 +294,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "apiKeys:\n" + "\n".join(entries) + "\n"
         f"security:\n  corsOrigins: [{json.dumps(ORIGIN)}]\n"
         "includeAliasesInList: true\n"
+        f"limits: {{fastLane: {json.dumps(door.fast)}}}\n"
         "models:\n"
         f"  alpha:\n    cmd: {fake()}\n    aliases: [a-one]\n    apiKey: ${{env.MS_T_UPSTREAM}}\n"
         f"  beta:\n    cmd: {fake()}\n"
@@ -471,7 +478,54 @@ def test_a_model_filter_hides_other_models(keyed: Gateway) -> None:
     assert "beta" not in {row["model"] for row in running}  # never started for that key
 
 
-def test_client_credentials_never_reach_the_backend(keyed: Gateway) -> None:
+def refused_as_absent(reply: Reply, name: str) -> dict[str, Any]:
+    """``reply`` is the 404 of a model that does not exist, in OpenAI's shape; its error."""
+    assert reply.status == 404, reply.text
+    assert reply.headers["X-Modelswap-Error"] == "1"
+    assert reply.headers.get_content_type() == "application/json"
+    error: dict[str, Any] = reply.json()["error"]
+    assert (error["code"], error["type"], error["param"]) == (
+        "model_not_found",
+        "invalid_request_error",
+        "model",
+    )
+    assert error["message"].startswith(f"The model `{name}` does not exist.")
+    return error
+
+
+def test_a_restricted_key_is_refused_a_ready_idle_model_outside_its_list(
+    keyed: Gateway, door: Door
+) -> None:
+    """A ready, idle model is what the fast door serves itself, without aiohttp's routes: it
+    must hold a key to its model list as they do (the same 404 as for a model that does not
+    exist), and never reach the backend."""
+    mine = {"Authorization": f"Bearer {RESTRICTED}", **JSON}
+    loaded = call(keyed, "POST", "/api/models/load/beta", headers=ALL)
+    assert loaded.status == 200, loaded.text
+    try:
+        before = call(keyed, "GET", "/upstream/beta/stats", headers=ALL).json()["requests"]
+        watch = door.watch(keyed, ALL)
+        for body in (chat_body("beta"), chat_body("beta", stream=True)):
+            hidden = call(keyed, "POST", "/v1/chat/completions", body, mine)
+            absent = call(keyed, "POST", "/v1/chat/completions", chat_body("gamma"), mine)
+            assert refused_as_absent(hidden, "beta")["suggestions"] == []
+            assert refused_as_absent(absent, "gamma")["suggestions"] == []
+        watch.handed_over("model", 4)  # the fast door found no model for that key
+        after = call(keyed, "GET", "/upstream/beta/stats", headers=ALL).json()["requests"]
+        assert after == before, "the restricted key's request reached the backend"
+        [row] = call(keyed, "GET", "/running", headers=ALL).json()["running"]
+        assert (row["model"], row["state"], row["in_flight"]) == ("beta", "ready", 0)
+
+        # The control: a key that may use it is served, by the door under test.
+        watch = door.watch(keyed, ALL)
+        allowed = call(keyed, "POST", "/v1/chat/completions", chat_body("beta"), {**ALL, **JSON})
+        assert allowed.status == 200, allowed.text
+        watch.answered(1)
+    finally:
+        call(keyed, "POST", "/api/models/unload/beta", headers=ALL)
+
+
+def test_client_credentials_never_reach_the_backend(keyed: Gateway, door: Door) -> None:
     headers = {
         "Authorization": f"Bearer {SECRETS['all']}",
         "x-api-key": SECRETS["inf"],
@@ -479,7 +533,10 @@ def test_client_credentials_never_reach_the_backend(keyed: Gateway) -> None:
         **JSON,
     }
     body = json.dumps({"model": "alpha", "input": "hi"}).encode()
+    assert call(keyed, "POST", "/api/models/load/alpha", headers=ALL).status == 200
+    watch = door.watch(keyed, ALL)
     via_inference = call(keyed, "POST", "/v1/responses", body, headers)
+    watch.answered(1)  # ready: the fast door relays it itself
     basic_auth = {"Authorization": basic("me", SECRETS["admin"]), "x-api-key": SECRETS["inf"]}
     via_upstream = call(keyed, "GET", "/upstream/alpha/echo/me?x=1", headers=basic_auth)
     for reply in (via_inference, via_upstream):
@@ -495,7 +552,13 @@ def test_client_credentials_never_reach_the_backend(keyed: Gateway) -> None:
     assert via_upstream.json()["path"] == "/echo/me"
 
     # A model without apiKey gets no Authorization at all.
-    beta = call(keyed, "POST", "/v1/responses", json.dumps({"model": "beta"}).encode(), headers)
+    assert call(keyed, "POST", "/api/models/load/beta", headers=ALL).status == 200
+    try:
+        watch = door.watch(keyed, ALL)
+        beta = call(keyed, "POST", "/v1/responses", json.dumps({"model": "beta"}).encode(), headers)
+        watch.answered(1)
+    finally:
+        call(keyed, "POST", "/api/models/unload/beta", headers=ALL)
     assert beta.status == 200, beta.text
     assert "authorization" not in beta.json()["headers"]
     assert SECRETS["all"] not in beta.text
@@ -509,7 +572,11 @@ PREFLIGHT = {
 }
 
 
-def test_cors_for_the_configured_origin(keyed: Gateway) -> None:
+# A request with an Origin is aiohttp's on both doors (the fast door hands it over, ``head``):
+# these run on both so that it stays so, or that the fast door, serving it, gets CORS right.
+
+
+def test_cors_for_the_configured_origin(keyed: Gateway, door: Door) -> None:
     source = fresh_source()
     pre = call(
         keyed,
@@ -528,6 +595,7 @@ def test_cors_for_the_configured_origin(keyed: Gateway) -> None:
     assert normal.status == 200
     assert normal.headers["Access-Control-Allow-Origin"] == ORIGIN
 
+    watch = door.watch(keyed, ALL)
     conn = http.client.HTTPConnection("127.0.0.1", keyed.port, timeout=15)
     try:
         conn.request(
@@ -543,16 +611,40 @@ def test_cors_for_the_configured_origin(keyed: Gateway) -> None:
         assert b"[DONE]" in streamed.read()
     finally:
         conn.close()
+    watch.handed_over("head")
 
 
-def test_cors_refuses_other_origins(keyed: Gateway) -> None:
-    evil = {"Origin": "https://evil.example"}
+@pytest.mark.parametrize(
+    "other",
+    [
+        "https://evil.example",
+        ORIGIN + ".evil.net",  # the listed origin is a prefix of it: origins match exactly
+        ORIGIN + ":8443",  # another port: another origin
+        "http://app.example",  # another scheme
+        ORIGIN[:-1],  # a prefix of the listed one
+    ],
+    ids=["other", "suffixed-host", "other-port", "other-scheme", "prefix"],
+)
+def test_cors_refuses_other_origins(keyed: Gateway, other: str) -> None:
+    evil = {"Origin": other}
     pre = call(keyed, "OPTIONS", "/v1/chat/completions", headers={**evil, **PREFLIGHT})
     assert pre.status == 403
     assert "Access-Control-Allow-Origin" not in pre.headers
     normal = call(keyed, "GET", "/v1/models", headers={**evil, **ALL})
     assert normal.status == 200
     assert "Access-Control-Allow-Origin" not in normal.headers
+    # Served, as a request without CORS is, but nothing lets the page read it.
+    streamed = call(
+        keyed,
+        "POST",
+        "/v1/chat/completions",
+        chat_body("alpha", stream=True),
+        {**evil, **ALL, **JSON},
+    )
+    assert streamed.status == 200, streamed.text
+    assert streamed.headers.get_content_type() == "text/event-stream"
+    assert b"[DONE]" in streamed.body
+    assert not [h for h in streamed.headers if h.lower().startswith("access-control-")]
 
 
 # --- gateway B: no keys, small bounds --------------------------------------------------------
@@ -562,11 +654,11 @@ UPLOAD_CAP = 65536
 
 
 @pytest.fixture(scope="module")
-def open_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def open_gw(tmp_path_factory: pytest.TempPathFactory, door: Door) -> Iterator[Gateway]:
     text = (
         f"startPort: {free_port_range(4)}\nlogLevel: debug\n"
         f"maxRequestBodyBytes: {BODY_CAP}\nmaxUploadBodyBytes: {UPLOAD_CAP}\n"
-        "limits: {maxHeaderBytes: 2048, maxHeaders: 20}\n"
+        f"limits: {{maxHeaderBytes: 2048, maxHeaders: 20, fastLane: {json.dumps(door.fast)}}}\n"
         "models:\n"
         f"  trav:\n    cmd: {fake()}\n"
         f"  alpha:\n    cmd: {fake()}\n"
@@ -741,9 +833,9 @@ def test_header_size_and_count_limits(open_gw: Gateway) -> None:
 
 
 def test_slow_header_client_is_dropped_within_the_header_timeout(
-    gateway: StartGateway,
+    door_gateway: StartGateway,
 ) -> None:
-    gw = gateway(f"  m:\n    cmd: {fake()}\n", extra_top="limits: {headerTimeout: 1}")
+    gw = door_gateway(f"  m:\n    cmd: {fake()}\n", extra_top="limits: {headerTimeout: 1}")
     measured = []
     for first in (b"GET /hea", b"", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "):
         with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
@@ -807,9 +899,9 @@ def assert_refused(out: bytes, limit: str) -> None:
 
 
 def test_connections_over_max_connections_get_a_503_and_are_closed(
-    gateway: StartGateway,
+    door_gateway: StartGateway,
 ) -> None:
-    gw = gateway(f"  m:\n    cmd: {fake()}\n", extra_top="limits: {maxConnections: 2}")
+    gw = door_gateway(f"  m:\n    cmd: {fake()}\n", extra_top="limits: {maxConnections: 2}")
     held = [Capture(gw, "/api/events", {}) for _ in range(2)]
     try:
         for stream in held:
@@ -830,8 +922,10 @@ def test_connections_over_max_connections_get_a_503_and_are_closed(
     assert_refused(out, "limits.maxConnections: 2")
 
 
-def test_one_client_cannot_take_every_connection(gateway: StartGateway) -> None:
-    gw = gateway(f"  m:\n    cmd: {fake()}\n", extra_top="limits: {maxConnectionsPerClient: 2}")
+def test_one_client_cannot_take_every_connection(door_gateway: StartGateway) -> None:
+    gw = door_gateway(
+        f"  m:\n    cmd: {fake()}\n", extra_top="limits: {maxConnectionsPerClient: 2}"
+    )
     # Requests in flight are not what the share counts: more streams than it are served...
     held = [Capture(gw, "/api/events", {}) for _ in range(3)]  # from 127.0.0.1
     slow: list[socket.socket] = []

@@ -32,6 +32,10 @@ For the prompt cache kept across a swap (issue 30), ``--slot-save-path DIR`` (or
 tokens: ``GET /slots``, ``POST /slots/{id}?action=save|restore|erase``, files of
 ``--slot-bytes-per-token`` bytes a token written ``--slot-save-seconds`` late; a chat or
 completion reports the words its slot already held as ``cached_tokens``.
+As real backends do, ``--content-type-params '; charset=utf-8'`` sends
+``text/event-stream; charset=utf-8`` and ``application/json; charset=utf-8`` (vLLM's and SGLang's
+streams; the default is the bare type), and ``--no-stream-cache-control`` sends a stream without
+``Cache-Control`` (as vLLM and SGLang), so a gateway's own streaming headers are its own.
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -93,6 +97,7 @@ class Config:
     model: str
     strict_model: bool
     flavor: str
+    owned_by: str | None
     load_delay: float
     ctx: int
     tps: float
@@ -126,9 +131,12 @@ class Config:
     timestamps: str | None = None
     barrier: int = 0
     slot_save_path: str | None = None
+    slot_file_mode: int | None = None
     slots: int = 1
     slot_bytes_per_token: int = 100
     slot_save_seconds: float = 0.0
+    content_type_params: str = ""
+    stream_cache_control: bool = True
 
 
 @dataclasses.dataclass
@@ -238,6 +246,8 @@ class FakeSlots:
                 if self.cfg.slot_save_seconds:  # a large slot: written slowly
                     await asyncio.sleep(self.cfg.slot_save_seconds)
                 fh.write(b"\0" * (size - len(header)))
+            if self.cfg.slot_file_mode is not None:
+                os.chmod(path, self.cfg.slot_file_mode)
             ms = (time.monotonic() - began) * 1000
             return json_response(
                 {
@@ -319,9 +329,21 @@ def embedding_for(text: str) -> list[float]:
     return [round(v / 65535.0 * 2.0 - 1.0, 6) for v in values]
 
 
+# What follows the media type in every Content-Type sent (``--content-type-params``): vLLM and
+# SGLang (FastAPI) say ``text/event-stream; charset=utf-8`` and ``application/json``, llama.cpp
+# ``application/json; charset=utf-8``; the fake's default is the bare type.
+CONTENT_TYPE_PARAMS = ""
+
+
+def content_type(media_type: str) -> str:
+    return media_type + CONTENT_TYPE_PARAMS
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(
-        status=status, body=json.dumps(data).encode("utf-8"), content_type="application/json"
+        status=status,
+        body=json.dumps(data).encode("utf-8"),
+        headers={"Content-Type": content_type("application/json")},
     )
 
 
@@ -434,7 +456,9 @@ class FakeBackend:
         if self.cfg.metadata_delay > 0:
             await asyncio.sleep(self.cfg.metadata_delay)
         if self.cfg.metadata_forever:
-            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            response = web.StreamResponse(
+                headers={"Content-Type": content_type("application/json")}
+            )
             await response.prepare(request)
             await response.write(b'{"object":"list","data":[')
             for _ in range(1_000_000):  # bounded: ~1 GB at most, the reader gives up far sooner
@@ -442,7 +466,9 @@ class FakeBackend:
             return response
         if self.cfg.models_body_file and request.path in MODELS_PATHS:
             body = Path(self.cfg.models_body_file).read_bytes()  # tiny test file  # noqa: ASYNC240
-            return web.Response(body=body, content_type="application/json")
+            return web.Response(
+                body=body, headers={"Content-Type": content_type("application/json")}
+            )
         return None
 
     def models_body(self) -> dict[str, Any]:
@@ -452,7 +478,7 @@ class FakeBackend:
                 "id": self.cfg.model,
                 "object": "model",
                 "created": self.created,
-                "owned_by": "vllm",
+                "owned_by": self.cfg.owned_by or "vllm",
                 "root": "/fake/model",
                 "parent": None,
                 "max_model_len": self.cfg.ctx,
@@ -703,10 +729,10 @@ class FakeBackend:
                 return {"index": 0, "delta": delta, "finish_reason": finish}
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
 
-        response = web.StreamResponse(
-            status=200,
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
-        )
+        headers = {"Content-Type": content_type("text/event-stream")}
+        if self.cfg.stream_cache_control:
+            headers["Cache-Control"] = "no-cache"
+        response = web.StreamResponse(status=200, headers=headers)
         await response.prepare(request)
 
         async def send(payload: dict[str, Any] | str) -> None:
@@ -968,6 +994,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--model", default="fake")
     p.add_argument("--strict-model", action="store_true")
     p.add_argument("--flavor", choices=("llamacpp", "vllm"), default="llamacpp")
+    # The /v1/models row's owned_by (default: the flavor's): a vllm-shaped row with another
+    # owner is a server that is neither llama.cpp nor vLLM but reports max_model_len.
+    p.add_argument("--owned-by", default=None)
     p.add_argument("--load-delay", type=float, default=0.0)
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--tps", type=float, default=0.0)
@@ -1049,7 +1078,24 @@ def parse_args(argv: list[str] | None) -> Config:
     )
     p.add_argument("--slot-bytes-per-token", type=int, default=100, help="a saved slot's size")
     p.add_argument(
+        "--slot-file-mode",
+        type=lambda text: int(text, 8),
+        default=None,
+        help="chmod each saved slot file to this (octal): a backend that ignores its umask",
+    )
+    p.add_argument(
         "--slot-save-seconds", type=float, default=0.0, help="a save takes S s (a large slot)"
+    )
+    p.add_argument(
+        "--content-type-params",
+        default="",
+        metavar="TEXT",
+        help="append TEXT to every Content-Type, e.g. '; charset=utf-8' (vLLM's, SGLang's)",
+    )
+    p.add_argument(
+        "--no-stream-cache-control",
+        action="store_true",
+        help="send no Cache-Control on a stream (as vLLM and SGLang)",
     )
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
@@ -1060,6 +1106,7 @@ def parse_args(argv: list[str] | None) -> Config:
         model=a.model,
         strict_model=a.strict_model,
         flavor=a.flavor,
+        owned_by=a.owned_by,
         load_delay=max(0.0, a.load_delay),
         ctx=a.ctx,
         tps=max(0.0, a.tps),
@@ -1093,9 +1140,12 @@ def parse_args(argv: list[str] | None) -> Config:
         timestamps=a.timestamps,
         barrier=max(0, a.barrier),
         slot_save_path=a.slot_save_path or None,
+        slot_file_mode=a.slot_file_mode,
         slots=a.parallel or 1,
         slot_bytes_per_token=max(1, a.slot_bytes_per_token),
         slot_save_seconds=max(0.0, a.slot_save_seconds),
+        content_type_params=a.content_type_params,
+        stream_cache_control=not a.no_stream_cache_control,
     )
 
 
@@ -1113,10 +1163,14 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True)
     cfg = parse_args(argv)
+    global CONTENT_TYPE_PARAMS
+    CONTENT_TYPE_PARAMS = cfg.content_type_params
     stamp(cfg, "ran", RAN_AT)
+    mask = os.umask(0o077)  # read back (the keeper's, issue 38), then put back
+    os.umask(mask)
     out(
         f"fake backend starting: pid={os.getpid()} flavor={cfg.flavor} model={cfg.model} "
-        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay}"
+        f"listen={cfg.host}:{cfg.port} load_delay={cfg.load_delay} umask={mask:03o}"
     )
     code = asyncio.run(amain(cfg))
     out(f"fake backend exiting with code {code}")

@@ -83,6 +83,35 @@ async def test_a_plain_props_says_text_and_nothing_of_tools(
     assert "tools" not in fields["observed"]  # unknown is not said to be false
 
 
+async def test_a_generic_server_s_max_model_len_is_kept_after_it_stopped(
+    make_model: MakeModel,
+    make_process: MakeProcess,
+    session: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    # Neither llama.cpp nor vLLM (owned_by names another server), but its /v1/models row says
+    # max_model_len: its context is remembered as theirs are (issue 38).
+    config = make_model(
+        "--flavor", "vllm", "--owned-by", "someserver", "--ctx", "6144", backend="auto"
+    )
+    process, meta = await probed(make_process, session, config)
+    assert (meta.backend, meta.context_length) == ("generic", 6144)
+    observed = observed_from(capability_report(meta), time.time())
+    assert observed is not None
+    memory = CapabilityMemory(tmp_path / "capabilities.json")
+    memory.record(process.config, observed)
+    memory.flush()
+    await process.stop()
+    kept = CapabilityMemory(tmp_path / "capabilities.json").get(config)
+    assert kept is not None
+    assert (kept.backend, kept.endpoint, kept.context) == ("generic", "/v1/models", 6144)
+    assert (kept.inputs, kept.outputs, kept.tools) == (None, None, None)  # not said
+    fields = listing_fields(Capabilities(), kept)
+    assert fields["context_window"] == 6144
+    assert fields["observed"]["fills"] == ["context"]
+    assert "architecture" not in fields
+
+
 async def test_vllm_reports_its_max_model_len(
     make_model: MakeModel, make_process: MakeProcess, session: aiohttp.ClientSession
 ) -> None:

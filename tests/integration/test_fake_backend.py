@@ -296,6 +296,34 @@ async def test_chat_stream(
 
 
 @pytest.mark.integration
+async def test_content_types_as_vllm_sends_them(
+    spawn: SpawnFn, session: aiohttp.ClientSession
+) -> None:
+    fake = await ready_fake(
+        spawn, session, "--content-type-params", "; charset=utf-8", "--no-stream-cache-control"
+    )
+    url = f"{fake.url}/v1/chat/completions"
+    async with session.post(url, json={**CHAT, "stream": True, "max_tokens": 2}) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+        assert "Cache-Control" not in resp.headers
+        assert (await read_sse(resp))[-1] == "[DONE]"
+    async with session.post(url, json={**CHAT, "max_tokens": 2}) as resp:
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+        assert (await resp.json())["usage"]["completion_tokens"] == 2
+    async with session.post(url, json={**CHAT, "max_tokens": "x"}) as resp:
+        assert resp.status == 400
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+    # The default: the bare types, and Cache-Control on a stream.
+    plain = await ready_fake(spawn, session)
+    url = f"{plain.url}/v1/chat/completions"
+    async with session.post(url, json={**CHAT, "stream": True, "max_tokens": 2}) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        assert resp.headers["Cache-Control"] == "no-cache"
+        await resp.read()
+
+
+@pytest.mark.integration
 async def test_completion_stream_and_embeddings(
     spawn: SpawnFn, session: aiohttp.ClientSession
 ) -> None:

@@ -368,3 +368,23 @@ def test_the_readiness_history_survives_a_restart(tmp_path: Path) -> None:
     saved = json.loads(path.read_text())["models"]
     assert "listen_seconds" not in saved["b"]
     assert "listen_to_ready_seconds" not in saved["c"]
+
+
+def test_each_runs_own_peak_is_kept_and_survives_a_restart(tmp_path: Path) -> None:
+    # The load dry run states the spread of a model's memory over its runs (issue 39): each
+    # run (a backend pid) keeps its own peak beside the highest ever.
+    path = tmp_path / "stats.json"
+    store = StatsStore(path)
+    for used in (100, 300, 200):  # one run: its peak is its highest sample
+        store.record_peak("a", "ram", used, run=11)
+    assert not store.record_peak("a", "ram", 150, run=12)  # a new run, not a new peak
+    store.record_peak("a", "ram", 250, run=12)
+    assert store.run_peaks("a") == {"ram": [300, 250]}
+    assert store.peaks("a") == {"ram": 300}
+    assert store.runs_sampled("a") == {"ram": 2}
+    store.save()
+    again = StatsStore(path)
+    assert again.run_peaks("a") == {"ram": [300, 250]}
+    assert again.runs_sampled("a") == {}  # counted from this gateway's start
+    again.record_peak("a", "ram", 10, run=11)  # a pid reused after the restart: a new run
+    assert again.run_peaks("a") == {"ram": [300, 250, 10]}

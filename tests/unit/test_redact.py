@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from urllib.parse import quote
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tests.property import examples
 
 from modelswap.redact import MASK, Redactor, is_secret_name
 
@@ -423,6 +425,15 @@ def _plain_data(s: str) -> bool:
     return True
 
 
+def _outside(*scaffolds: str) -> Callable[[str], bool]:
+    """A filter: the secret does not occur in the text a property puts around it (with the
+    secret masked), in any letter case (known values are masked in any case). Such a secret
+    would be found in the output although nothing leaked ('llama-se' in 'llama-server …'):
+    a case the property does not cover, so the generator never draws it (issue 38)."""
+    texts = [text.casefold() for text in scaffolds]
+    return lambda secret: not any(secret.casefold() in text for text in texts)
+
+
 # Known values: anything but a number or a literal word (module docstring).
 secrets_known = secrets_any.filter(lambda s: not _plain_data(s.strip()))
 # For placements where masking is a shape rule rather than a known value, "*" is left out: MASK
@@ -437,7 +448,7 @@ secrets_word = st.text([c for c in ASCII_PRINTABLE if c not in " *\"'"], min_siz
 # No per-example deadline: a loaded machine stretches an example past Hypothesis's 200 ms
 # default, and how fast redaction runs is bench/'s question, not this property's.
 PROP = settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -449,13 +460,21 @@ def _no_leak(secret: str, *outputs: str) -> None:
         assert secret not in out, (secret, out)
 
 
+KNOWN_LINE = "starting with key {}"
+KNOWN_SCAFFOLD = (
+    KNOWN_LINE.format(MASK),
+    "srv --flag=*** http://h/x?q=*** http://h/*** X-Note X-Raw",
+    json.dumps({"note": MASK, "list": [MASK, [MASK]], "n": {"deep": MASK}}),
+)
+# Not "other-known" either, nor a part of it: the other known value is masked too.
+secrets_known_alone = secrets_known.filter(_outside(*KNOWN_SCAFFOLD, "other-known"))
+
+
 @PROP
-@given(secret=secrets_known)
+@given(secret=secrets_known_alone)
 def test_redact_property_known_secret_in_every_surface(secret: str) -> None:
     r = Redactor(["other-known", secret])
-    line = f"starting with key {secret}"
-    assume(secret not in line.replace(secret, MASK))
-    assume(secret not in "http://h/x?q=*** other-known starting with key --flag=***")
+    line = KNOWN_LINE.format(secret)
     assert r.text(line) == f"starting with key {MASK}"
     outs = [
         r.text(line),
@@ -469,11 +488,15 @@ def test_redact_property_known_secret_in_every_surface(secret: str) -> None:
     _no_leak(json.dumps(secret)[1:-1], outs[-1])
 
 
+STRUCTURED_SCAFFOLD = (
+    "srv --api-key --hf-token=*** HF_TOKEN=*** DB_PASSWORD=*** --port 8080 -hft",
+    "Authorization *** x-api-key",
+)
+
+
 @PROP
-@given(secret=secrets_any)
+@given(secret=secrets_any.filter(_outside(*STRUCTURED_SCAFFOLD)))
 def test_redact_property_structured_placements(secret: str) -> None:
-    scaffold = "srv --api-key --hf-token=*** HF_TOKEN=*** DB_PASSWORD=*** --port 8080 -hft"
-    assume(secret not in scaffold)
     args = [
         "srv",
         "--api-key",
@@ -515,8 +538,19 @@ def test_redact_property_structured_placements(secret: str) -> None:
     }
 
 
+TEXT_AND_URL_EXPECTED = (
+    "http://***@h/",
+    "http://h/p?x=1&api_key=***&y=2",
+    "GET http://***@h/?api_key=*** 200",
+    "Authorization: ***",
+    '{"password": "***", "n": 1}',
+    "{'password': '***'}",
+    "{'password': \"***\"}",
+)
+
+
 @PROP
-@given(secret=secrets_no_star)
+@given(secret=secrets_no_star.filter(_outside(*TEXT_AND_URL_EXPECTED)))
 def test_redact_property_text_and_url_placements(secret: str) -> None:
     quoted = quote(secret, safe="")
     q = repr(secret)[0]
@@ -533,7 +567,6 @@ def test_redact_property_text_and_url_placements(secret: str) -> None:
         (R.text, repr({"password": secret}), f"{{'password': {q}***{q}}}"),
     ]
     for method, given_text, expected in cases:
-        assume(secret not in expected)
         out = method(given_text)
         assert out == expected, (given_text, out)
         _no_leak(secret, out)
@@ -541,25 +574,43 @@ def test_redact_property_text_and_url_placements(secret: str) -> None:
         _no_leak(json.dumps(secret)[1:-1], out)
 
 
+FREE_TEXT_LINES = (
+    "llama-server --api-key {} --port 8080",
+    "llama-server --hf-token={} --port 8080",
+    "env HF_TOKEN={} ./run",
+    "error: OPENAI_API_KEY={}",
+)
+
+
 @PROP
-@given(secret=secrets_word)
+@given(secret=secrets_word.filter(_outside(*(t.format(MASK) for t in FREE_TEXT_LINES))))
 def test_redact_property_free_text_flags_and_env(secret: str) -> None:
-    for line in (
-        f"llama-server --api-key {secret} --port 8080",
-        f"llama-server --hf-token={secret} --port 8080",
-        f"env HF_TOKEN={secret} ./run",
-        f"error: OPENAI_API_KEY={secret}",
-    ):
-        _no_leak(secret, R.text(line))
+    for template in FREE_TEXT_LINES:
+        _no_leak(secret, R.text(template.format(secret)))
+
+
+def test_redact_free_text_secret_that_is_part_of_the_command_is_masked() -> None:
+    # Found by a random run (issue 38): 'llama-se' is in 'llama-server'. The value is masked;
+    # the command's own name stays, so such a draw cannot be told from a leak by `in`.
+    assert R.text("llama-server --api-key llama-se --port 8080") == (
+        f"llama-server --api-key {MASK} --port 8080"
+    )
+
+
+NESTED_SCAFFOLD = f"a {MASK} b {MASK} c"
 
 
 @st.composite
 def nested_secrets(draw: st.DrawFn) -> tuple[str, str]:
-    outer = draw(secrets_known)
+    """A known secret and a part of it (4+ characters), neither in the text around them, and the
+    outer one not spelled by the inner one with its surroundings (" 0000" around "0000": that
+    occurrence *is* the outer secret and is rightly masked with them)."""
+    outer = draw(secrets_known.filter(_outside(NESTED_SCAFFOLD, "x")))
     size = draw(st.integers(4, len(outer) - 1))
     cut = draw(st.integers(0, len(outer) - size))
     inner = outer[cut : cut + size]
     assume(not _plain_data(inner) and not _plain_data(inner.strip()))
+    assume(_outside(NESTED_SCAFFOLD)(inner) and _outside(f"a  b {inner} c")(outer))
     return outer, inner
 
 
@@ -567,11 +618,7 @@ def nested_secrets(draw: st.DrawFn) -> tuple[str, str]:
 @given(pair=nested_secrets())
 def test_redact_property_secret_containing_another(pair: tuple[str, str]) -> None:
     outer, inner = pair
-    scaffold = f"a {MASK} b {MASK} c"
-    assume(outer not in scaffold and inner not in scaffold)
-    # If the text around the inner secret spells the outer one (" 0000" around "0000"),
-    # that occurrence *is* the outer secret and is rightly masked with its surroundings.
-    assume(outer not in f"a  b {inner} c")
+    scaffold = NESTED_SCAFFOLD
     for order in ([inner, outer], [outer, inner]):
         r = Redactor(order)
         assert r.text(f"a {outer} b {inner} c") == scaffold

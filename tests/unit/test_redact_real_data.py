@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tests.property import examples
 
 from modelswap.redact import MASK, Redactor, is_secret_name
 
@@ -37,7 +38,7 @@ LOG_SECRETS = (
 R = Redactor()
 
 PROP = settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

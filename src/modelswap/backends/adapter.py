@@ -300,7 +300,13 @@ class BaseAdapter:
         return ModelMetadata(self.name, context, row_n_ctx_train(row), source="/v1/models")
 
     def capability_report(self, meta: ModelMetadata) -> CapabilityReport | None:
-        return None
+        """Its context, when its ``/v1/models`` row said one: remembered after an unload as
+        llama.cpp's and vLLM's are (issue 38). Nothing of modalities or tools: not said."""
+        from modelswap.reported import CapabilityReport
+
+        if meta.context_length is None:
+            return None
+        return CapabilityReport(self.name, meta.source, context=meta.context_length)
 
     def error_hint(self, status: int, body: bytes) -> str | None:
         return None

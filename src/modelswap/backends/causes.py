@@ -22,6 +22,7 @@ __all__ = [
     "MODEL_LOAD_ERROR",
     "MODEL_LOAD_ERROR_FIX",
     "OUT_OF_MEMORY",
+    "OUT_OF_MEMORY_CODES",
     "OUT_OF_MEMORY_FIX",
     "Cause",
     "Context",
@@ -29,6 +30,19 @@ __all__ = [
     "gpu_out_of_memory",
     "round_down",
 ]
+
+# The diagnoses that mean "it does not fit": a start failing with one of these answers with the
+# load dry run's prediction and fixes (issue 39).
+OUT_OF_MEMORY_CODES = frozenset(
+    {
+        "cuda_oom",
+        "kv_cache_too_small",
+        "no_kv_cache_memory",
+        "utilization_guard",
+        "mamba_cache_blocks",
+        "cpu_kv_cache_space",
+    }
+)
 
 KV_CACHE_TOO_SMALL = "the KV cache does not fit in the memory left for it."
 OUT_OF_MEMORY = "the GPU ran out of memory."

@@ -85,7 +85,9 @@ def _profiles(
             if entry.description:
                 descriptions[name] = entry.description
         pins: dict[str, str | None] = {}
-        for path, (pin, target) in zip(where, given.items(), strict=True):
+        for path, (pin, written) in zip(where, given.items(), strict=True):
+            # llama-swap reads an empty pin as "not served in this profile", as null (issue 38).
+            target = written or None
             if target is not None and not (
                 target in owner or target in routed or target.startswith(tuple(discovering))
             ):

@@ -329,6 +329,49 @@ class RawCapabilities(BaseModel):
     )
 
 
+# The names the list form of ``capabilities`` took, and the mapping keys each one is now.
+_LIST_CAPABILITIES: dict[str, tuple[tuple[str, str], ...]] = {
+    "chat": (("in", "text"), ("out", "text")),
+    "completion": (("in", "text"), ("out", "text")),
+    "vision": (("in", "text"), ("in", "image"), ("out", "text")),
+    "tools": (("tools", "true"),),
+    "function_calling": (("tools", "true"),),
+    "rerank": (("reranker", "true"),),
+    "reranker": (("reranker", "true"),),
+    "audio_transcriptions": (("in", "audio"), ("out", "text")),
+    "transcription": (("in", "audio"), ("out", "text")),
+    "audio_speech": (("in", "text"), ("out", "audio")),
+    "speech": (("in", "text"), ("out", "audio")),
+    "image_generation": (("in", "text"), ("out", "image")),
+}
+
+
+def _capabilities_mapping(names: list[object]) -> str:
+    """The mapping a list of capability names is written as now, in YAML's flow style."""
+    keys: dict[str, list[str]] = {}
+    for name in names:
+        for key, value in _LIST_CAPABILITIES.get(str(name).lower(), ()):
+            values = keys.setdefault(key, [])
+            if value not in values:
+                values.append(value)
+    if not keys:
+        return "a mapping, e.g. {in: [text, image], out: [text], tools: true}"
+    parts = [
+        f"{key}: [{', '.join(values)}]" if key in ("in", "out") else f"{key}: true"
+        for key, values in keys.items()
+    ]
+    return "{" + ", ".join(parts) + "}"
+
+
+def _check_capabilities(value: object) -> object:
+    """The list of names modelswap once took is refused with the mapping it is now (issue 41)."""
+    if isinstance(value, list):
+        mapping = _capabilities_mapping(value)
+        message = f"expected a mapping, got a list (the old form); write it as {mapping}"
+        raise PydanticCustomError(SHAPE_ERROR, message, {"sub": ()})
+    return value
+
+
 class RawModel(BaseModel):
     """One model: the command that serves it and how to reach it."""
 
@@ -492,7 +535,7 @@ class RawModel(BaseModel):
         "restore them when it starts again, so a conversation is not prefilled again after a "
         "swap (default: top level promptCache.enabled).",
     )
-    capabilities: RawCapabilities | None = Field(
+    capabilities: Annotated[RawCapabilities | None, BeforeValidator(_check_capabilities)] = Field(
         None,
         description="What the model takes and can do, as llama-swap declares it ({in: [text, "
         "image], out: [text], tools: true, context: 8192}); GET /v1/models lists it, with "

@@ -173,7 +173,8 @@ class RawProfile(BaseModel):
     description: str | None = Field(None, description="Shown by GET /api/profiles.")
     pins: dict[str, str | None] = Field(
         default_factory=dict,
-        description="Pin name -> model id or alias (null: the pin is not served in this one).",
+        description='Pin name -> model id or alias (null or "": the pin is not served in this '
+        "one).",
     )
 
 

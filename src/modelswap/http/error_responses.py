@@ -160,6 +160,10 @@ def _response_for(error: ModelswapError) -> web.Response:
         return error_response(str(error), 413, code="request_too_large")
     if isinstance(error, StartError):
         d = error.diagnosis
+        if error.prediction is not None:  # it cannot fit: what the dry run says, and its fixes
+            return error_response(
+                str(error), 503, code=d.code, diagnosis=d.as_dict(), prediction=error.prediction
+            )
         return error_response(str(error), 503, code=d.code, diagnosis=d.as_dict())
     if isinstance(error, QueueFullError):
         response = error_response(str(error), 429, code="queue_full")

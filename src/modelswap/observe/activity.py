@@ -31,10 +31,15 @@ from pathlib import Path
 
 from modelswap.errors import ModelswapError
 from modelswap.observe.records import RequestRecord
+from modelswap.statefile import FILE_MODE, make_private_dir, move_aside, tighten_path
 
 log = logging.getLogger(__name__)
 
 MEMORY = ":memory:"
+COMPANIONS = ("-wal", "-shm")  # SQLite's files beside the database, moved aside with it
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+REOPEN_FIRST = 1.0  # seconds before an unavailable database is opened again, doubled ...
+REOPEN_MAX = 60.0  # ... up to this
 MAX_QUERY_LIMIT = 1000
 RETENTION_INTERVAL = 60.0
 """Seconds between two retention passes in :meth:`ActivityLog.run`."""
@@ -255,13 +260,25 @@ def _connect(path: str | Path) -> tuple[sqlite3.Connection, str]:
         conn = sqlite3.connect(MEMORY, check_same_thread=False, isolation_level=None)
         return conn, MEMORY
     file = Path(path).expanduser()
-    file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dir(file.parent)
     if not file.exists():
         # Key names (and, with capture, bodies) live here: readable by the owner only. SQLite
         # gives the -wal and -shm files the same permissions as the database file.
-        os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+        os.close(os.open(file, os.O_CREAT | os.O_WRONLY, FILE_MODE))
+    for suffix in ("", *COMPANIONS):  # one an older modelswap left looser (issue 38)
+        with contextlib.suppress(OSError):
+            tighten_path(Path(f"{file}{suffix}"))
     conn = sqlite3.connect(file, check_same_thread=False, isolation_level=None)
     return conn, str(file)
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    """SQLITE_NOTADB or SQLITE_CORRUPT: the file is not (or no longer) a database."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (SQLITE_CORRUPT, SQLITE_NOTADB)
+    text = str(exc)
+    return "file is not a database" in text or "malformed" in text
 
 
 # The columns a page may be sorted by (never the client's text in the SQL).
@@ -313,7 +330,15 @@ class ActivityLog:
 
     ``record`` is safe from any thread and never blocks. ``run`` is the writer task; ``close``
     (or ``close_now``) writes whatever is still pending and closes the database. Records that
-    arrive after closing, or that overflow the pending queue, are counted in ``dropped``.
+    arrive after closing, that overflow the pending queue, or that cannot be written are
+    counted in ``dropped``, by reason (:meth:`dropped_by`).
+
+    Never off for the rest of the run (issue 38): a corrupt file (not a database, malformed)
+    is moved aside, kept as ``<name>.corrupt-<UTC time>``, and a fresh one started; a database
+    that cannot be opened or set up (a full disk at start) leaves the log *unavailable*: its
+    rows are dropped and counted, and ``run`` opens it again after a backoff
+    (:data:`REOPEN_FIRST` doubling to :data:`REOPEN_MAX`) until it can. Only a file of a newer
+    schema is refused (:class:`ActivityError`), to be left untouched.
     """
 
     def __init__(
@@ -333,26 +358,99 @@ class ActivityLog:
         self.max_rows = max_rows
         self.batch_seconds = batch_seconds
         self.max_pending = max_pending
-        self._pending: deque[RequestRecord] = deque()
+        # Rows, not records: the row is built on the loop (a few µs) so the batch writer's
+        # thread runs almost only sqlite's C code, which releases the GIL the loop needs.
+        self._pending: deque[tuple[object, ...]] = deque()
         self._pending_lock = threading.Lock()
         self._conn_lock = threading.Lock()
         self._dropped = 0
+        self._dropped_by: dict[str, int] = {}
         self._closed = False
         self._stop = asyncio.Event()
         self._last_retention: float | None = None
         self._failing = False  # the last write failed (logged once until one succeeds)
+        self._path = path
+        self.where = MEMORY if str(path) == MEMORY else str(Path(path).expanduser())
+        self._conn: sqlite3.Connection | None = None
+        self.problem: str | None = None  # why the database is unavailable now
+        self.moved_aside: list[str] = []  # corrupt files kept, in order
+        self._reopen_at = 0.0  # monotonic: when run() tries to open it again
+        self._reopen_delay = REOPEN_FIRST
+        self._open()
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def _open(self) -> bool:
+        """Open and set up the database (a corrupt file moved aside and a fresh one made);
+        False when it cannot be now (the reason in :attr:`problem`, said once). Raises
+        :class:`ActivityError` for a newer schema only."""
+        for attempt in (1, 2):  # a second time after a corrupt file was moved aside
+            try:
+                conn, self.where = _connect(self._path)
+            except (OSError, sqlite3.Error) as exc:
+                return self._unavailable(f"cannot open activity database {self._path}: {exc}")
+            try:
+                self._setup(conn)
+            except sqlite3.Error as exc:
+                conn.close()
+                corrupt = attempt == 1 and self.where != MEMORY and _corrupt(exc)
+                if corrupt and self._set_aside(exc):
+                    continue
+                return self._unavailable(f"cannot use activity database {self.where}: {exc}")
+            except BaseException:
+                conn.close()
+                raise
+            with self._conn_lock:
+                self._conn = conn
+            if self.problem is not None:
+                log.warning(
+                    "activity log: recording again in %s (%d rows dropped while it could not)",
+                    self.where,
+                    self._dropped_by.get("unavailable", 0),
+                )
+            self.problem = None
+            self._reopen_delay = REOPEN_FIRST
+            return True
+        return False  # pragma: no cover - the loop returns
+
+    def _set_aside(self, why: sqlite3.Error) -> bool:
+        """Move a corrupt database (with its -wal and -shm) aside; True when it was."""
         try:
-            conn, self.where = _connect(path)
-        except (OSError, sqlite3.Error) as exc:
-            raise ActivityError(f"cannot open activity database {path}: {exc}") from exc
-        try:
-            self._setup(conn)
-        except BaseException as exc:
-            conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise ActivityError(f"cannot use activity database {self.where}: {exc}") from exc
-            raise
-        self._conn: sqlite3.Connection | None = conn
+            kept = move_aside(Path(self.where), companions=COMPANIONS)
+        except OSError as exc:
+            log.warning("activity database %s is corrupt (%s): %s", self.where, why, exc)
+            return False
+        self.moved_aside.append(str(kept))
+        log.warning(
+            "activity database %s is corrupt (%s): moved aside to %s; a fresh one is started",
+            self.where,
+            why,
+            kept,
+        )
+        return True
+
+    def _unavailable(self, why: str) -> bool:
+        if self.problem is None:
+            log.warning(
+                "activity log: %s; its rows are dropped (counted) until it can be opened again,"
+                " tried by itself",
+                why,
+            )
+        self.problem = why
+        self._reopen_at = time.monotonic() + self._reopen_delay
+        self._reopen_delay = min(self._reopen_delay * 2, REOPEN_MAX)
+        return False
+
+    @property
+    def state(self) -> str:
+        """``recording``, or ``unavailable`` (:attr:`problem` says why) until reopened."""
+        return "recording" if self.problem is None else "unavailable"
+
+    def dropped_by(self) -> dict[str, int]:
+        """Rows lost, by reason: ``unavailable`` (the database could not be opened),
+        ``write_failed`` (a batch failed: a full disk), ``queue_full``, ``closed``."""
+        with self._pending_lock:
+            return dict(self._dropped_by)
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         # The version is checked before anything is written, so a newer file is left untouched.
@@ -370,12 +468,17 @@ class ActivityLog:
         """Queue ``rec`` for the next batch. No I/O; drops the oldest pending record when full."""
         with self._pending_lock:
             if self._closed:
-                self._dropped += 1
+                self._count("closed", 1)
                 return
             if len(self._pending) >= self.max_pending:
                 self._pending.popleft()
-                self._dropped += 1
-            self._pending.append(rec)
+                self._count("queue_full", 1)
+            self._pending.append(_row_values(rec))
+
+    def _count(self, reason: str, n: int) -> None:
+        """Count ``n`` dropped rows; the caller holds ``_pending_lock``."""
+        self._dropped += n
+        self._dropped_by[reason] = self._dropped_by.get(reason, 0) + n
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -391,26 +494,37 @@ class ActivityLog:
                 return 0
             conn = self._conn
             if conn is None:
-                self._count_dropped(len(batch))
+                self._count_dropped(len(batch), "closed" if closing else "unavailable")
                 return 0
             try:
                 conn.execute("BEGIN")
                 try:
-                    conn.executemany(_INSERT, [_row_values(rec) for rec in batch])
+                    conn.executemany(_INSERT, batch)
                     conn.execute("COMMIT")
                 except BaseException:
                     _rollback(conn)
                     raise
             except sqlite3.Error as exc:
-                self._count_dropped(len(batch))
+                self._count_dropped(len(batch), "write_failed")
+                if _corrupt(exc):
+                    self._replace_corrupt(exc)
                 raise ActivityError(
                     f"writing {len(batch)} activity rows to {self.where} failed: {exc}"
                 ) from exc
             return len(batch)
 
-    def _count_dropped(self, n: int) -> None:
+    def _count_dropped(self, n: int, reason: str) -> None:
         with self._pending_lock:
-            self._dropped += n
+            self._count(reason, n)
+
+    def _replace_corrupt(self, why: sqlite3.Error) -> None:
+        """A database found corrupt while running: closed, moved aside, and a fresh one opened
+        (now, or by ``run`` later). The caller holds ``_conn_lock``."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._set_aside(why)
+        self._unavailable(f"activity database {self.where} was corrupt: {why}")
 
     def flush_now(self) -> int:
         """Write the pending records now, on this thread; returns how many. For tests and CLI."""
@@ -448,6 +562,8 @@ class ActivityLog:
         return last is None or time.monotonic() - last >= RETENTION_INTERVAL
 
     def _tick(self) -> int:
+        if self._conn is None and not self._closed and time.monotonic() >= self._reopen_at:
+            self._open()
         written = self._write_pending()
         if self._retention_due():
             self._last_retention = time.monotonic()
@@ -466,7 +582,8 @@ class ActivityLog:
                 await asyncio.wait_for(self._stop.wait(), self.batch_seconds)
             if self._stop.is_set():
                 return
-            if not self._pending and not self._retention_due():
+            reopen = self._conn is None and time.monotonic() >= self._reopen_at
+            if not self._pending and not self._retention_due() and not reopen:
                 continue  # idle: no thread hop
             try:
                 written = await asyncio.to_thread(self._tick)
@@ -500,6 +617,10 @@ class ActivityLog:
         if self._conn is None:
             raise ActivityError(f"activity log {self.where} is closed")
         return self._conn
+
+    def readable(self) -> bool:
+        """Whether the database is open: while it is unavailable, reads find no rows."""
+        return self._conn is not None
 
     def query(
         self,
@@ -546,6 +667,8 @@ class ActivityLog:
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         params.append(max(0, min(limit, MAX_QUERY_LIMIT)))
         with self._conn_lock:
+            if self._conn is None and not self._closed:
+                return []  # unavailable (a full disk at start): nothing to read yet
             rows = (
                 self._connection()
                 .execute(f"{_SELECT}{where} ORDER BY id DESC LIMIT ?", params)
@@ -563,6 +686,8 @@ class ActivityLog:
         )
         limit = max(0, min(query.limit, MAX_QUERY_LIMIT))
         with self._conn_lock:
+            if self._conn is None and not self._closed:
+                return [], 0
             conn = self._connection()
             total = int(conn.execute(f"SELECT COUNT(*) FROM requests{where}", params).fetchone()[0])
             rows = conn.execute(
@@ -576,6 +701,8 @@ class ActivityLog:
         generation speed (>0) of the stored rows (of ``model`` only, when given)."""
         where, params = (" WHERE model = ?", [model]) if model else ("", [])
         with self._conn_lock:
+            if self._conn is None and not self._closed:
+                return 0, 0, 0, 0, []
             conn = self._connection()
             count, prompt, completion, cached = conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0),"
@@ -592,8 +719,13 @@ class ActivityLog:
         return int(count), int(prompt), int(completion), int(cached), speeds_seen
 
     def stats(self) -> dict[str, int]:
-        """``{"rows": stored, "dropped": lost, "pending": queued}``; a snapshot."""
+        """``{"rows": stored, "dropped": lost, "pending": queued}``; a snapshot (no rows
+        while the database is unavailable)."""
         with self._conn_lock:
-            rows = int(self._connection().execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+            if self._conn is None and not self._closed:
+                rows = 0
+            else:
+                sql = "SELECT COUNT(*) FROM requests"
+                rows = int(self._connection().execute(sql).fetchone()[0])
         with self._pending_lock:
             return {"rows": rows, "dropped": self._dropped, "pending": len(self._pending)}

@@ -2,10 +2,11 @@
 
 When a model becomes ready, the metadata probe reads what its backend says about it
 (``backends/probe.py``): llama.cpp's ``/props`` (the loaded ``n_ctx``, image and audio input,
-whether the chat template carries tools, its slots) and vLLM's ``max_model_len``. Other servers
-say nothing that is kept. That report is kept here as an :class:`Observed`, under the model's
-id with a key of the command that served it, and saved in ``<stateDir>/capabilities.json``, so
-``/v1/models`` lists it after the model stopped and after the gateway restarted.
+whether the chat template carries tools, its slots) and vLLM's ``max_model_len``; of any other
+server, the context its ``/v1/models`` row says (``max_model_len``, ``context_length``). That
+report is kept here as an :class:`Observed`, under the model's id with a key of the command
+that served it, and saved in ``<stateDir>/capabilities.json``, so ``/v1/models`` lists it after
+the model stopped and after the gateway restarted.
 
 It is a *memory*, never a receipt: the row's live fields (``max_model_len``,
 ``context_length``, ``meta.n_ctx``) stay those of a ready backend only, and what is listed
@@ -33,7 +34,7 @@ from typing import Any
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import Capabilities
 from modelswap.reported import CapabilityReport
-from modelswap.statefile import write_json
+from modelswap.statefile import StateFile
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,10 @@ class CapabilityMemory:
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
+        # A corrupt file is moved aside, a failed save retried: never off (statefile.py).
+        self.file = StateFile(path, prefix=".capabilities-", what="capabilities") if path else None
         self._entries: dict[str, tuple[str, Observed]] = {}
         self._save_timer: asyncio.TimerHandle | None = None
-        self._warned = False
         self._load()
 
     def get(self, model: ModelConfig) -> Observed | None:
@@ -160,19 +162,14 @@ class CapabilityMemory:
         if self._save_timer is not None:
             self._save_timer.cancel()
             self._save_timer = None
-        if self._path is None:
+        if self.file is None:
             return
         models = {
             model_id: {"command": key, **observed.as_dict()}
             for model_id, (key, observed) in sorted(self._entries.items())
         }
-        data = {"version": FILE_VERSION, "models": models}
-        try:
-            write_json(self._path, data, prefix=".capabilities-")
-        except OSError as exc:
-            if not self._warned:  # said once: it serves anyway, remembering in memory
-                log.warning("cannot save %s (kept in memory until exit): %s", self._path, exc)
-            self._warned = True
+        # A failure is said once and retried: it serves anyway, remembering in memory.
+        self.file.write({"version": FILE_VERSION, "models": models}, self.save)
 
     def _save_soon(self) -> None:
         if self._path is None or self._save_timer is not None:
@@ -185,15 +182,10 @@ class CapabilityMemory:
         self._save_timer = loop.call_later(SAVE_DELAY, self.save)
 
     def _load(self) -> None:
-        if self._path is None or not self._path.is_file():
+        if self.file is None:
             return
-        try:
-            data = json.loads(self._path.read_text())
-            models = data.get("models") if isinstance(data, dict) else None
-            if data.get("version") != FILE_VERSION or not isinstance(models, dict):
-                raise ValueError(f"not a version {FILE_VERSION} capabilities file")
-        except (OSError, ValueError, AttributeError) as exc:
-            log.warning("ignoring unreadable %s: %s", self._path, exc)
+        models = self.file.read(_models)
+        if models is None:
             return
         for model_id, entry in models.items():
             parsed = _entry(entry)
@@ -201,6 +193,16 @@ class CapabilityMemory:
                 log.warning("ignoring the unreadable entry of %r in %s", model_id, self._path)
                 continue
             self._entries[str(model_id)] = parsed
+
+
+def _models(data: object) -> dict[str, object]:
+    """The ``models`` of a capabilities file; ValueError when it is not one (corrupt)."""
+    models = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
+        raise ValueError(f"not a version {FILE_VERSION} capabilities file")
+    if not isinstance(models, dict):
+        raise ValueError(f"not a version {FILE_VERSION} capabilities file")
+    return models
 
 
 class _Malformed(ValueError):

@@ -41,6 +41,12 @@ class LastSwaps:
             if isinstance(data.get("cached_tokens"), int):  # a restored prompt cache shows here
                 record["first_request_cached_tokens"] = data["cached_tokens"]
 
+    def annotate(self, model: str, key: str, value: object) -> None:
+        """Add ``key`` to the newest swap to ``model`` (the dry run it is compared with)."""
+        record = self._last.get(model)
+        if record is not None:
+            record[key] = value
+
     def last(self, model: str) -> dict[str, Any] | None:
         """The newest swap to ``model`` (a copy), or None."""
         record = self._last.get(model)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from modelswap.observe.records import RequestRecord
@@ -36,6 +36,52 @@ class ModelView:
     context_length: int | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateCounts:
+    """What the scrape reads about the files of ``stateDir`` (issue 38): rows the activity log
+    dropped, by reason; failed writes and files moved aside as corrupt, by file (``activity``,
+    ``stats``, ``capabilities``, ``prompt-cache-index``)."""
+
+    activity_dropped: Mapping[str, int]
+    write_failures: Mapping[str, int]
+    moved_aside: Mapping[str, int]
+
+
+class _StateCollector:
+    def __init__(self, read: Callable[[], StateCounts]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self._read()
+        families = []
+        for name, text, label, values in (
+            (
+                "modelswap_activity_rows_dropped",
+                "Activity rows not stored, by reason (unavailable, write_failed, queue_full, "
+                "closed)",
+                "reason",
+                counts.activity_dropped,
+            ),
+            (
+                "modelswap_state_write_failures",
+                "Failed writes of a stateDir file (each retried later)",
+                "file",
+                counts.write_failures,
+            ),
+            (
+                "modelswap_state_files_moved_aside",
+                "stateDir files found corrupt, moved aside and started afresh",
+                "file",
+                counts.moved_aside,
+            ),
+        ):
+            family = CounterMetricFamily(name, text, labels=[label])
+            for key, value in sorted(values.items()):
+                family.add_metric([key], value)
+            families.append(family)
+        return families
 
 
 class _LiveCollector:
@@ -79,7 +125,11 @@ class _LiveCollector:
 
 
 class Metrics:
-    def __init__(self, view: Callable[[], Mapping[str, ModelView]]) -> None:
+    def __init__(
+        self,
+        view: Callable[[], Mapping[str, ModelView]],
+        state: Callable[[], StateCounts] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -151,6 +201,8 @@ class Metrics:
             registry=r,
         )
         r.register(_LiveCollector(view))
+        if state is not None:
+            r.register(_StateCollector(state))
         self._cache: dict[tuple[str, str, int, str | None], tuple[Any, Any]] = {}
         self._ttfb: dict[tuple[str, str, str], Any] = {}
 

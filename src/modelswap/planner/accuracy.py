@@ -141,6 +141,10 @@ class PlanCache:
         if plan is not None:
             self._plans[model_id] = plan
 
+    def plan(self, argv: list[str]) -> Plan | None:
+        """A plan of ``argv`` now, on the GPU detected once (blocking: a worker thread's)."""
+        return self._plan(argv)
+
     def _plan(self, argv: list[str]) -> Plan | None:
         if not self._gpu_checked:
             self._gpu, self._gpu_checked = detect_gpu(), True

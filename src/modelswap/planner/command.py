@@ -26,7 +26,12 @@ EXIT_FITS, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", nargs="?", help="a model folder (config.json) or a .gguf file")
+    parser.add_argument(
+        "path",
+        nargs="?",
+        help="a model folder (config.json) or a .gguf file; with --config, a configured "
+        "model's id or alias: the load dry run",
+    )
     parser.add_argument("--config", help="YAML config file, to plan one of its models (--model)")
     parser.add_argument("--model", help="the configured model to plan (its command line's path)")
     parser.add_argument("--gpu", help="GPU memory, e.g. 32GiB (default: nvidia-smi, if present)")
@@ -43,6 +48,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--weights", help="weights' size if known, e.g. 22.07GiB")
     parser.add_argument("--allowance", help="activations/graphs/non-torch allowance, e.g. 2GiB")
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="with --config: which models run side by side, printed as llama-swap YAML",
+    )
+    parser.add_argument(
+        "--as",
+        dest="as_form",
+        choices=("groups", "matrix"),
+        help="--together's YAML: groups (when the sets do not overlap) or matrix",
+    )
+    parser.add_argument(
+        "--running", help="the dry run's state: models running now, comma-separated"
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--svg", help="also write the memory basin as an SVG file")
 

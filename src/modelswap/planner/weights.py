@@ -8,6 +8,7 @@ this adds the files around it that the backend loads too: every shard of a split
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -56,3 +57,18 @@ def _gguf_shards(path: Path) -> list[Path]:
 
 def _folder_weights(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+
+
+def prefetch_summary(argv: Sequence[str], enabled: bool) -> dict[str, object]:
+    """Whether a swap to the model ``argv`` serves reads its weights ahead (beside the drain
+    and the stop of what it evicts), and how much: for the load dry run."""
+    if not enabled:
+        return {"will": False, "why": "prefetch: false"}
+    files = weight_files(argv)
+    if not files:
+        return {"will": False, "why": "the command names no local weight files"}
+    size = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+    return {"will": True, "files": len(files), "bytes": size}

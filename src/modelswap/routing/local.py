@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +32,7 @@ from modelswap.supervisor.stops import IDLE, UNLOADED, StopRecord, evicted
 log = logging.getLogger(__name__)
 
 RETIRE_ROUNDS = 5
+SERVED_HISTORY = 50  # requests per model whose service time a dry run's drain estimate reads
 # The last-swap record waits this long at most for a cancelled prefetch's thread to finish
 # its chunk.
 PREFETCH_SETTLE_SECONDS = 1.0
@@ -78,7 +80,7 @@ class Lease:
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._router._release(self.model)
+            self._router._release(self.model, time.monotonic() - self.granted_at)
 
 
 class LocalRouter:
@@ -92,8 +94,16 @@ class LocalRouter:
         policy: SchedulerPolicy | None = None,
         *,
         tick_seconds: float = 1.0,
+        explain_failure: Callable[[str, StartError], None] | None = None,
+        before_cold_start: Callable[[str], None] | None = None,
     ) -> None:
         self.processes = dict(processes)
+        # Completes a failed start's error before its waiters hear it (the dry run of a model
+        # that does not fit): called once per failed start.
+        self._explain_failure = explain_failure
+        # Told of the first request for a model that is not running, before the scheduler
+        # decides on it: the runtime records its dry run, to set beside the swap that follows.
+        self._before_cold_start = before_cold_start
         self._events = events
         self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self, policy)
         self._tick_seconds = tick_seconds
@@ -104,6 +114,8 @@ class LocalRouter:
         self._idle_timers: dict[str, asyncio.TimerHandle] = {}
         self._stop_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.last_used: dict[str, float] = {}
+        # How long each model's last requests held their lease: a dry run's drain estimate.
+        self.served_seconds: dict[str, deque[float]] = {}
         self._settle_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._prefetches: dict[str, Prefetch | PrefetchRecord] = {}  # a record: decided against
         self._due_at: dict[str, float] = {}  # target -> when its swap began to wait (drain)
@@ -122,10 +134,24 @@ class LocalRouter:
         (its class and weight order the queue; docs/sharing.md)."""
         loop = asyncio.get_running_loop()
         pending = PendingLease(model, loop.create_future(), self.now(), client)
+        if self._before_cold_start is not None and self._cold(model):
+            try:
+                self._before_cold_start(model)
+            except Exception:  # a report must never refuse a request
+                log.exception("model %s: no dry run before its start", model)
         self.scheduler.on_request(pending)
         if not pending.future.done():
             self._ensure_ticking()  # it waits: the scheduler needs the time
         return pending
+
+    def _cold(self, model: str) -> bool:
+        """Not running, no start under way for it, nobody waiting for it yet."""
+        scheduler = self.scheduler
+        return (
+            not scheduler.runs(model)
+            and scheduler.swapping != model
+            and not scheduler.queued(model)
+        )
 
     def withdraw(self, pending: PendingLease) -> None:
         """The waiter left: leave the queue (causing no start), or give back a lease that was
@@ -166,7 +192,13 @@ class LocalRouter:
             self._resolve_stop_waiters(model)
             process = self.processes.get(model)
             if process is not None and process.state is ProcessState.FAILED:
+                failure = process.last_failure
                 await process.stop()  # an explicit unload clears a failure (and its backoff)
+                # Its stop reason says what was cleared (issue 41 #8).
+                code = failure.code if failure is not None and failure.code else "error"
+                process.record_stop(
+                    StopRecord(UNLOADED, time.time(), f"{why} after a failed start ({code})")
+                )
                 cleared.append(model)
         await asyncio.gather(*waiters)
         return sorted([*accepted, *cleared])
@@ -315,6 +347,9 @@ class LocalRouter:
     async def _swap(self, target: str, evict: frozenset[str], due_at: float | None) -> None:
         error: Exception | None = None
         began = time.monotonic()
+        # One time for the swap on every card (issue 41 #10): the evicted model's "evicted to
+        # start B at T" and B's "last swap at T" are both when it began.
+        began_at = time.time()
         drained = began - due_at if due_at is not None else None
         stopped = began
         try:
@@ -323,7 +358,7 @@ class LocalRouter:
                 await self._stop_processes(evict, sleep=True)
                 for model in evict:
                     self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
-                    self.processes[model].record_stop(evicted(target))
+                    self.processes[model].record_stop(evicted(target, began_at))
             stopped = time.monotonic()
             # From here the backend reads its own weights; the prefetch has done its part.
             self._stop_prefetch(target, "the start began")
@@ -332,6 +367,7 @@ class LocalRouter:
             await self.processes[target].ensure_ready()
         except StartError as exc:
             error = exc
+            self._explained(target, exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not leave waiters hanging
@@ -347,9 +383,17 @@ class LocalRouter:
         try:  # the last-swap record is a report: it must never keep waiters from their answer
             prefetched = await self._settled_prefetch(target)
             clock = (began, stopped, ended)
-            self._publish_last_swap(target, evict, drained, clock, error, prefetched)
+            self._publish_last_swap(target, evict, drained, clock, error, prefetched, began_at)
         except Exception:
             log.exception("swap to %s: no last-swap record", target)
+
+    def _explained(self, target: str, error: StartError) -> None:
+        if self._explain_failure is None:
+            return
+        try:
+            self._explain_failure(target, error)
+        except Exception:  # an explanation must never keep waiters from their answer
+            log.exception("swap to %s: could not explain the failure", target)
 
     def _eviction_outcome(
         self, evict: frozenset[str], target: str, error: Exception | None
@@ -421,13 +465,15 @@ class LocalRouter:
         clock: tuple[float, float, float],
         error: Exception | None,
         prefetched: PrefetchRecord | None,
+        began_at: float | None = None,
     ) -> None:
         """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
         what it evicted (until each whole process tree was gone), then the target's own
         start — spawn to listening, listening to healthy (0 when it was running already) —
         and what was prefetched meanwhile. ``drained``: how long the swap waited, before it
         began, for what it evicts to finish serving (None: it did not wait). ``clock``: began,
-        stopped, ended (monotonic)."""
+        stopped, ended (monotonic); ``began_at``: when it began (epoch seconds), the time its
+        evictions' stop records carry."""
         process = self.processes[target]
         began, stopped, now = clock
         record: dict[str, object] = {
@@ -438,6 +484,8 @@ class LocalRouter:
             "start_seconds": round(now - stopped, 4),
             "total_seconds": round(now - began, 4),
         }
+        if began_at is not None:
+            record["began_at"] = round(began_at, 3)
         spawned, listening = process.start_clock()
         if spawned is not None and listening is not None and spawned >= stopped:  # this swap
             record["spawn_to_listening_seconds"] = round(listening - spawned, 4)
@@ -529,8 +577,10 @@ class LocalRouter:
 
     # ---- leases and idle timers ------------------------------------------------------------
 
-    def _release(self, model: str) -> None:
+    def _release(self, model: str, held: float) -> None:
         self.last_used[model] = time.time()
+        served = self.served_seconds.setdefault(model, deque(maxlen=SERVED_HISTORY))
+        served.append(held)
         self.scheduler.on_serve_done(model)
         self._maybe_arm_idle_timer(model)
 

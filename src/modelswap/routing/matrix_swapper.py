@@ -31,7 +31,9 @@ class MatrixSwapper:
         if not options:
             reason = f"start {target} (in no matrix set: it runs alone)"
             return Eviction(
-                others, reason + (f"; evict {', '.join(sorted(others))}" if others else "")
+                others,
+                reason + (f"; evict {', '.join(sorted(others))}" if others else ""),
+                dict.fromkeys(others, f"matrix: {target} is in no set"),
             )
 
         def score(alt: frozenset[str]) -> tuple[float, int]:
@@ -43,4 +45,5 @@ class MatrixSwapper:
         reason = f"start {target} in matrix set {{{', '.join(sorted(best))}}}"
         if evict:
             reason += f"; evict {', '.join(sorted(evict))} (cost {score(best)[0]:g})"
-        return Eviction(evict, reason)
+        where = f"matrix: not in set {{{', '.join(sorted(best))}}}"
+        return Eviction(evict, reason, dict.fromkeys(evict, where))

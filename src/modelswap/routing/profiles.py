@@ -29,4 +29,5 @@ class PinnedSwapper:
             return eviction
         kept_text = ", ".join(sorted(kept))
         reason = f"{eviction.reason}; kept (pinned by the active profile): {kept_text}"
-        return Eviction(eviction.models - pinned, reason)
+        why = {m: w for m, w in eviction.why.items() if m not in pinned}
+        return Eviction(eviction.models - pinned, reason, why)

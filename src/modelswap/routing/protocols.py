@@ -6,8 +6,8 @@ router implements it with real processes and futures; tests implement it with a 
 
 from __future__ import annotations
 
-from collections.abc import Set
-from dataclasses import dataclass
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -24,10 +24,13 @@ class Admission(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Eviction:
-    """What must stop before a target can start, and why (logged once when committed)."""
+    """What must stop before a target can start, and why (logged once when committed).
+    ``why``: each evicted model's rule in a few words (``group G is exclusive``, ``budget
+    ram``, …), for the load dry run (``routing/prediction.py``); absent for none."""
 
     models: frozenset[str]
     reason: str
+    why: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
 class Effects(Protocol):

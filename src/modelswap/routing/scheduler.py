@@ -50,6 +50,29 @@ class SchedulerPolicy:
     retry_after: float = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulerSnapshot:
+    """A copy of what the scheduler decides over, for a dry run (``routing/prediction.py``):
+    deciding on it with ``swapper`` is deciding as the scheduler would now."""
+
+    swapper: Swapper
+    running: frozenset[str]
+    in_flight: Mapping[str, int]
+    queued: Mapping[str, int]
+    swapping: str | None
+    stopping: frozenset[str]
+    unload_requested: frozenset[str]
+    drain_timeout: float
+
+    @property
+    def busy(self) -> frozenset[str]:
+        return frozenset(m for m in self.running if self.in_flight.get(m, 0))
+
+    def eviction_for(self, model: str) -> Eviction | None:
+        """What the scheduler's own swapper would stop to start ``model`` from this state."""
+        return self.swapper.eviction_for(model, self.running, self.busy)
+
+
 class Scheduler:
     def __init__(
         self, swapper: Swapper, effects: Effects, policy: SchedulerPolicy | None = None
@@ -97,6 +120,11 @@ class Scheduler:
     @property
     def running(self) -> frozenset[str]:
         return frozenset(self._running)
+
+    def runs(self, model: str) -> bool:
+        """Whether ``model`` is running (without copying the running set: every admission
+        asks)."""
+        return model in self._running
 
     @property
     def swapping(self) -> str | None:
@@ -182,9 +210,21 @@ class Scheduler:
 
     def evictions_for(self, model: str) -> frozenset[str] | None:
         """What starting ``model`` now would stop (None: it cannot start now)."""
-        busy = {m for m in self._running if self._in_flight[m]}
-        eviction = self._swapper.eviction_for(model, frozenset(self._running), busy)
+        eviction = self.snapshot().eviction_for(model)
         return None if eviction is None else eviction.models
+
+    def snapshot(self) -> SchedulerSnapshot:
+        """A copy of the state the next decision is made on (nothing shared with it)."""
+        return SchedulerSnapshot(
+            swapper=self._swapper,
+            running=frozenset(self._running),
+            in_flight={m: n for m, n in self._in_flight.items() if n},
+            queued=dict(Counter(adm.model for adm in self._queue)),
+            swapping=self._swapping,
+            stopping=frozenset(self._stopping),
+            unload_requested=frozenset(self._unload_requested),
+            drain_timeout=self._policy.drain_timeout,
+        )
 
     def on_tick(self) -> None:
         """Time passed: re-check the starvation bound and drain timeouts."""

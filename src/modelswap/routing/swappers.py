@@ -23,7 +23,7 @@ class ExclusiveSwapper:
     def eviction_for(self, target: str, running: Set[str], busy: Set[str]) -> Eviction:
         others = frozenset(m for m in running if m != target)
         reason = f"start {target}" + (f"; evict {', '.join(sorted(others))}" if others else "")
-        return Eviction(others, reason)
+        return Eviction(others, reason, dict.fromkeys(others, "exclusive: one model at a time"))
 
 
 class GroupSpec:
@@ -66,12 +66,15 @@ class GroupSwapper:
         mine = self._of.get(target, [])
         evict: set[str] = set()
         why: list[str] = []
+        each: dict[str, str] = {}
         for group in mine:
             if group.swap:
                 peers = {m for m in running if m in group.members and m != target}
                 if peers:
                     evict |= peers
                     why.append(f"{', '.join(sorted(peers))} (same group {group.name})")
+                    for m in peers:
+                        each.setdefault(m, f"group {group.name}: its members swap")
             if group.exclusive:
                 own = {m for g in mine for m in g.members}
                 others = {
@@ -80,8 +83,10 @@ class GroupSwapper:
                 if others:
                     evict |= others
                     why.append(f"{', '.join(sorted(others))} (group {group.name} is exclusive)")
+                    for m in others:
+                        each.setdefault(m, f"group {group.name} is exclusive")
         reason = f"start {target}" + (f"; evict {'; '.join(why)}" if why else "")
-        return Eviction(frozenset(evict), reason)
+        return Eviction(frozenset(evict), reason, each)
 
 
 class BudgetSwapper:
@@ -150,13 +155,16 @@ class BudgetSwapper:
         if self._over(awake, asleep, target):
             return None
         parts = []
+        each: dict[str, str] = {}
         for model in evicted:
             state = "busy" if model in busy else ("asleep" if model not in running else "idle")
             how = f": {self._explain(model)}" if self._explain is not None else ""
             parts.append(f"{model} ({state}, cost {self._cost(model):.1f} s{how})")
+            held = [r for r in self._budgets if self._uses(model).get(r, 0)]
+            each[model] = f"budget {', '.join(held)}: {state}, cost {self._cost(model):.1f} s"
         budgets = ", ".join(f"{r} {_fmt(b)}" for r, b in self._budgets.items())
         reason = f"evict {', '.join(parts)} to fit {target} within {budgets}"
-        return Eviction(frozenset(evicted), reason)
+        return Eviction(frozenset(evicted), reason, each)
 
 
 class CombinedSwapper:
@@ -177,4 +185,4 @@ class CombinedSwapper:
             return a
         if not a.models:
             return b
-        return Eviction(a.models | b.models, f"{a.reason}; {b.reason}")
+        return Eviction(a.models | b.models, f"{a.reason}; {b.reason}", {**b.why, **a.why})

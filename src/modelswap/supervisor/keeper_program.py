@@ -80,6 +80,12 @@ class Spec:
         self.argv, self.grace, self.cgroup, self.env = argv, grace, cgroup, env
 
 
+BACKEND_UMASK = 0o077
+"""What a backend creates is its user's alone: llama.cpp's saved slots (a conversation's
+tokens) in ``<stateDir>/prompt-cache`` above all (issue 38). A backend that must share what
+it writes runs under ``sh -c 'umask 022; exec …'``."""
+
+
 def quietly(action: Callable[[], object]) -> None:
     """Run ``action``, ignoring OSError: the process or file it touches may be gone already."""
     try:  # noqa: SIM105 - contextlib.suppress: importing contextlib costs ms at every start
@@ -276,9 +282,10 @@ def send_with_descriptor(control: int, data: bytes, fd: int) -> bool:
 
 def _prepare_child(cgroup: str | None, report: int) -> None:
     """In the forked child, before the command: own process group, own cgroup, default
-    signals, stdin /dev/null. Joining the cgroup is what costs (the kernel's
-    cgroup_threadgroup_rwsem): a spare pays it before its command comes."""
+    signals, stdin /dev/null, umask :data:`BACKEND_UMASK`. Joining the cgroup is what costs
+    (the kernel's cgroup_threadgroup_rwsem): a spare pays it before its command comes."""
     os.setpgid(0, 0)
+    os.umask(BACKEND_UMASK)
     if cgroup is not None and not cgroup_join(cgroup):
         os.write(report, b"C")
     signal.set_wakeup_fd(-1)

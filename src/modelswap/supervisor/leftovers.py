@@ -30,12 +30,14 @@ from pathlib import Path
 
 import psutil
 
+from modelswap.statefile import write_json
 from modelswap.supervisor import tree
 
 log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 1.5
 _PREFIX = "gateway-"
+_TMP_PREFIX = ".gateway-"  # a write under way (never matched by the glob of records)
 
 
 def _key(pid: int) -> tree.ProcKey | None:
@@ -94,15 +96,13 @@ class BackendRecord:
             if not self._backends:
                 path.unlink(missing_ok=True)
                 return
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             backends = [
                 {**entry, "tree": sorted([list(k) for k in self._trees.get(pid, frozenset())])}
                 for pid, entry in self._backends.items()
             ]
             data = {"gateway": {"pid": self._me[0], "create_time": self._me[1]}}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({**data, "backends": backends}))
-            os.replace(tmp, path)
+            # 0700 folder, 0600 file (issue 38): written whole, then renamed over the old one.
+            write_json(path, {**data, "backends": backends}, prefix=_TMP_PREFIX)
         except OSError as exc:
             if not self._warned:
                 self._warned = True

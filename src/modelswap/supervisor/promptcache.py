@@ -36,6 +36,7 @@ from typing import Literal
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import PromptCacheSettings
 from modelswap.reported import ModelMetadata, SlotFileAction, SlotState
+from modelswap.statefile import make_private_dir, tighten_path
 from modelswap.supervisor import slotstore
 from modelswap.supervisor.backend_needs import SlotApi
 from modelswap.supervisor.slotstore import Rates, SavedSlot, SlotStore
@@ -182,7 +183,7 @@ class PromptCache:
         if not self.enabled(config) or root is None or self.folder(config) != root:
             return {}
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            make_private_dir(root)  # 0700: saved conversations are the user's alone (issue 38)
         except OSError as exc:
             log.warning("model %s: no prompt cache folder %s: %s", config.id, root, exc)
             return {}
@@ -271,6 +272,10 @@ class PromptCache:
                 reason=f"the file has {size} bytes, the backend wrote {answer.bytes}",
             )
         os.replace(part, final)  # one folder: a rename
+        # The backend wrote it under its own umask (the keeper gives it 077; one started by
+        # hand may not): a saved conversation is readable by this user only (issue 38).
+        with contextlib.suppress(OSError):
+            tighten_path(final)
         now = time.time()
         seconds = max(time.monotonic() - began, 1e-6)
         entry = SavedSlot(

@@ -22,14 +22,13 @@ file operations, synchronously, none of them slow but :func:`digest` (run in a t
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from modelswap.statefile import write_json
+from modelswap.statefile import StateFile
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +147,12 @@ class SlotStore:
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
+        # A corrupt index is moved aside, a failed save retried: never off (statefile.py).
+        self.file = (
+            StateFile(root / INDEX, prefix=".index-", what="prompt-cache-index") if root else None
+        )
         self._entries: dict[str, SavedSlot] = {}  # by path
         self._rates: dict[str, Rates] = {}
-        self._warned = False
         self._load()
 
     # ---- reading -------------------------------------------------------------------------
@@ -215,8 +217,9 @@ class SlotStore:
     # ---- the index -----------------------------------------------------------------------
 
     def save(self) -> None:
-        """Write the index (whole, then renamed over the old one); a failure is said once."""
-        if self.root is None:
+        """Write the index (whole, then renamed over the old one, 0600); a failure is said
+        once, counted and tried again later (:class:`StateFile`)."""
+        if self.file is None:
             return
         data = {
             "version": FILE_VERSION,
@@ -225,28 +228,13 @@ class SlotStore:
             ],
             "rates": {m: asdict(r) for m, r in sorted(self._rates.items())},
         }
-        try:
-            write_json(self.root / INDEX, data, prefix=".index-")
-        except OSError as exc:
-            if not self._warned:
-                log.warning("cannot save %s: %s", self.root / INDEX, exc)
-            self._warned = True
+        self.file.write(data, self.save)
 
     def _load(self) -> None:
-        if self.root is None:
+        if self.file is None:
             return
-        path = self.root / INDEX
-        files: list[object] = []
-        rates: dict[str, object] = {}
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text())
-                if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
-                    raise ValueError(f"not a version {FILE_VERSION} index")
-                files = list(data.get("files") or [])
-                rates = dict(data.get("rates") or {})
-            except (OSError, ValueError, TypeError) as exc:
-                log.warning("ignoring unreadable %s: %s", path, exc)
+        path = self.file.path
+        files, rates = self.file.read(_index) or ([], {})
         for raw in files:
             entry = _entry(raw)
             if entry is None:
@@ -275,6 +263,13 @@ class SlotStore:
                 if str(found) not in self._entries:
                     log.info("removing %s: no saved slot of the index", found)
                     remove(found)
+
+
+def _index(data: object) -> tuple[list[object], dict[str, object]]:
+    """The index's files and rates; ValueError or TypeError when it is not one (corrupt)."""
+    if not isinstance(data, dict) or data.get("version") != FILE_VERSION:
+        raise ValueError(f"not a version {FILE_VERSION} index")
+    return list(data.get("files") or []), dict(data.get("rates") or {})
 
 
 def _entry(raw: object) -> SavedSlot | None:

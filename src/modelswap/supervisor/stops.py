@@ -56,6 +56,8 @@ class StopRecord:
         return out
 
 
-def evicted(target: str) -> StopRecord:
-    """Stopped (or put to sleep) now to make room for ``target``'s start."""
-    return StopRecord(EVICTED, time.time(), f"evicted to start {target}", target)
+def evicted(target: str, at: float | None = None) -> StopRecord:
+    """Stopped (or put to sleep) to make room for ``target``'s start; ``at``: when that swap
+    began (the time its own record says), else now."""
+    when = time.time() if at is None else at
+    return StopRecord(EVICTED, when, f"evicted to start {target}", target)

@@ -64,8 +64,24 @@ def _is_gpu(resource: str) -> bool:
     return resource.lower() not in HOST_RESOURCES
 
 
+def _receipt_note(source: str, charged: int, receipt: int) -> str:
+    """How a backend's receipt stands beside what the scheduler charges for the model."""
+    if not charged:
+        return (
+            f"the scheduler counts 0 (nothing declared or measured); the backend's receipt "
+            f"says {receipt / GIB:.2f} GiB"
+        )
+    side = "more than" if receipt > charged else "within"
+    return (
+        f"counted as {source} ({charged / GIB:.2f} GiB); the backend's receipt "
+        f"({receipt / GIB:.2f} GiB: weights + KV) is {side} it"
+    )
+
+
 def memory_view(runtime: Runtime) -> dict[str, Any]:
-    """Per budget: its total, each loaded (or loading) model's share, and utilisation limits."""
+    """Per budget: its total, each loaded (or loading) model's share as the scheduler counts
+    it (``bytes``: declared, else measured — what the budgets charge), the backend's receipt
+    beside it (``receipt_bytes``, weights + KV), and utilisation limits."""
     config = runtime.config
     resources: list[dict[str, Any]] = []
     for name, total in config.scheduling.resources.items():
@@ -78,30 +94,31 @@ def memory_view(runtime: Runtime) -> dict[str, Any]:
                 continue
             model = config.models[model_id]
             row: dict[str, Any] = {"model": model_id, "state": state.value}
+            # The band is what the scheduler charges (runtime.uses: declared, else the
+            # measured peak): the "free" beside it is the room a start really has. A
+            # backend's receipt is the detail, never the band (issue 41 #1).
             declared = model.uses.get(name)
-            measured = runtime.stats.peaks(model_id).get(name)
+            charged = runtime.uses(model_id).get(name, 0)
+            row["bytes"] = charged
+            row["source"] = "declared" if declared is not None else "measured"
             cap = status.receipt if state is ProcessState.READY else None
             if gpu and cap is not None and cap.weights_gib is not None and cap.kv_cache_gib:
                 weights = int(cap.weights_gib * GIB)
                 kv = int(cap.kv_cache_gib * GIB)
-                row.update(bytes=weights + kv, weights_bytes=weights, kv_bytes=kv)
-                row["source"] = "receipt"
-            else:
-                used = declared if declared is not None else (measured or 0)
-                row["bytes"] = used
-                row["source"] = "declared" if declared is not None else "measured"
-                if cap is not None and cap.kv_cache_mib is not None and used:
-                    # llama.cpp reports only its KV cache: the rest is the total less KV,
-                    # never a measured weights size (a 92 MiB file is not "0.54 GiB weights").
-                    kv = min(used, int(cap.kv_cache_mib * MIB))
-                    row.update(weights_bytes=used - kv, kv_bytes=kv)
-                    row["weights_label"] = f"rest ({row['source']} − KV)"
-                    row["source_note"] = (
-                        f"total {row['source']}; KV from the backend's receipt; the rest is "
-                        "the total less KV, not a measured weights size"
-                    )
-            if not row["bytes"]:
-                continue  # nothing declared, nothing measured (yet): nothing to draw
+                row.update(receipt_bytes=weights + kv, weights_bytes=weights, kv_bytes=kv)
+                row["source_note"] = _receipt_note(row["source"], charged, weights + kv)
+            elif cap is not None and cap.kv_cache_mib is not None and charged:
+                # llama.cpp reports only its KV cache: the rest is the total less KV,
+                # never a measured weights size (a 92 MiB file is not "0.54 GiB weights").
+                kv = min(charged, int(cap.kv_cache_mib * MIB))
+                row.update(weights_bytes=charged - kv, kv_bytes=kv)
+                row["weights_label"] = f"rest ({row['source']} − KV)"
+                row["source_note"] = (
+                    f"total {row['source']}; KV from the backend's receipt; the rest is "
+                    "the total less KV, not a measured weights size"
+                )
+            if not row["bytes"] and "receipt_bytes" not in row:
+                continue  # nothing declared, measured or reported (yet): nothing to draw
             models.append(row)
             fraction = gpu_utilization(model.cmd) if gpu else None
             if fraction is not None:

@@ -51,3 +51,21 @@ def test_a_macro_gives_the_context_its_number() -> None:
 )
 def test_what_llamaswap_would_refuse_is_refused(block: str, message: str) -> None:
     assert message in problem(block)
+
+
+@pytest.mark.parametrize(
+    ("block", "mapping"),
+    [
+        ("[vision, tools]", "write it as {in: [text, image], out: [text], tools: true}"),
+        ("[chat, rerank]", "write it as {in: [text], out: [text], reranker: true}"),
+        ("[audio_transcriptions]", "write it as {in: [audio], out: [text]}"),
+        ("[embeddings]", "write it as a mapping, e.g. {in: [text, image], out: [text]"),
+    ],
+)
+def test_the_old_list_form_is_refused_with_the_mapping_it_is_now(block: str, mapping: str) -> None:
+    """Issue 41: one message naming the key path, the list called the old form, and the
+    mapping to write instead (the names it knows translated)."""
+    message = problem(block)
+    assert "models.m.capabilities: expected a mapping, got a list (the old form); " in message
+    assert mapping in message
+    assert message.count("models.m.capabilities") == 1

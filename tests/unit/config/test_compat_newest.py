@@ -304,6 +304,23 @@ def test_profile_pins_may_name_selectors_and_peer_models() -> None:
     ]
 
 
+def test_an_empty_profile_pin_is_read_as_not_served() -> None:
+    # llama-swap's loader accepts `pin: ""` and serves nothing under it (issue 38): the same as
+    # null, never "'' is not a model id".
+    config = load(
+        """\
+        profiles:
+          day: {pins: {chat: "", own: m, gone: null}}
+        hooks:
+          on_startup: {profile: day}
+        models:
+          m: {cmd: 'srv --port ${PORT}'}
+        """
+    )
+    assert dict(config.scheduling.profiles["day"]) == {"chat": None, "own": "m", "gone": None}
+    assert config.scheduling.profile == "day"
+
+
 # ---- selectors as llama-swap's newest schema writes them ------------------------------------
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 import time
@@ -421,11 +422,24 @@ def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
-def test_activity_rejects_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+def test_activity_moves_a_file_that_is_not_a_database_aside_and_starts_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Never off for the rest of the run (issue 38): the garbage is kept, named with the time.
     path = tmp_path / "junk.db"
-    path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ActivityError, match="cannot use activity database"):
-        ActivityLog(path)
+    garbage = b"this is not sqlite" * 100
+    path.write_bytes(garbage)
+    with caplog.at_level(logging.WARNING):
+        log = ActivityLog(path)
+    [kept] = tmp_path.glob("junk.db.corrupt-*")
+    assert kept.read_bytes() == garbage
+    assert log.moved_aside == [str(kept)]
+    assert log.state == "recording"
+    assert caplog.text.count("is corrupt") == 1
+    log.record(rec(model="after"))
+    assert log.flush_now() == 1
+    assert [row["model"] for row in log.query()] == ["after"]
+    log.close_now()
 
 
 def test_activity_rejects_nonsense_limits() -> None:

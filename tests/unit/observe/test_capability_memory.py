@@ -64,11 +64,14 @@ def test_vllm_keeps_its_context_with_text_in_and_out_as_llamaswap() -> None:
 
 
 @pytest.mark.parametrize("backend", ["sglang", "ollama", "generic"])
-def test_other_servers_keep_nothing(backend: str) -> None:
-    assert (
-        observed_from(capability_report(ModelMetadata(backend, 4096, source="/v1/models")), 5.0)
-        is None
+def test_other_servers_keep_the_context_their_row_said_and_nothing_else(backend: str) -> None:
+    # Remembered after an unload as llama.cpp's and vLLM's are (issue 38); modalities and
+    # tools are not said by such a row, so none are kept.
+    meta = ModelMetadata(backend, 4096, source="/v1/models")
+    assert observed_from(capability_report(meta), 5.0) == Observed(
+        5.0, backend, "/v1/models", context=4096
     )
+    assert observed_from(capability_report(ModelMetadata(backend, None)), 5.0) is None
 
 
 # ---- the key --------------------------------------------------------------------------------
@@ -166,7 +169,7 @@ async def test_a_record_is_saved_soon_off_the_requests_path(tmp_path: Path) -> N
     "text",
     ["", "not json", "[]", '{"version": 2, "models": {}}', '{"version": 1, "models": []}'],
 )
-def test_an_unreadable_file_is_ignored_with_a_warning(
+def test_a_corrupt_file_is_moved_aside_said_once_and_started_afresh(
     tmp_path: Path, text: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "capabilities.json"
@@ -174,8 +177,14 @@ def test_an_unreadable_file_is_ignored_with_a_warning(
     with caplog.at_level(logging.WARNING):
         memory = CapabilityMemory(path)
     assert memory.get(model()) is None
-    assert "ignoring unreadable" in caplog.text
-    memory.record(model(), SEEN)  # and written over with a good one
+    # Corrupt: moved aside (kept, named with the time), said once, and started afresh.
+    [kept] = tmp_path.glob("capabilities.json.corrupt-*")
+    assert kept.read_text() == text
+    assert not path.exists()
+    assert caplog.text.count("is corrupt") == 1
+    assert memory.file is not None
+    assert memory.file.moved_aside == 1
+    memory.record(model(), SEEN)  # and a good one written
     assert CapabilityMemory(path).get(model()) == SEEN
 
 

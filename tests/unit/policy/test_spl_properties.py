@@ -14,6 +14,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tests.property import examples
 
 from modelswap.policy import ABSENT, PolicyError, PolicyRuntimeError, Request, parse, read, run
 from modelswap.policy.nodes import (
@@ -34,7 +35,9 @@ RESERVED = {
     "present", "missing", "in", "matches", "true", "false", "null", "body", "context", "auth",
     "request", "model",
 }  # fmt: skip
-SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # -- programs, as token lists ----------------------------------------------------------------
 

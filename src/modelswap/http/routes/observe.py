@@ -14,6 +14,7 @@ from modelswap.errors import BadRequestError
 from modelswap.http.app_keys import RUNTIME
 from modelswap.http.relay.sse import event_stream
 from modelswap.http.route_table import READ, declare
+from modelswap.observe.activity import ActivityError
 from modelswap.observe.records import OUTCOMES
 from modelswap.observe.relabel import merge_backend_metrics
 from modelswap.runtime import Runtime
@@ -83,7 +84,8 @@ async def activity(request: web.Request) -> web.Response:
         raise BadRequestError("`outcome` must be `ok` or `error`.", param="outcome")
 
     def read() -> list[dict[str, object]]:  # SQLite off the event loop
-        store.flush_now()
+        with contextlib.suppress(ActivityError):  # a failed batch is counted; read what is there
+            store.flush_now()
         return store.query(
             model=request.query.get("model"),
             request_id=request.query.get("request_id"),
@@ -96,7 +98,16 @@ async def activity(request: web.Request) -> web.Response:
         )
 
     rows = await asyncio.to_thread(read)
-    return web.json_response({"object": "list", "data": rows})
+    body: dict[str, object] = {"object": "list", "data": rows, "enabled": True}
+    # Never off for the rest of the run (issue 38): "unavailable" (a full disk at start) until
+    # the database can be opened again, which the log does by itself.
+    body["state"] = store.state
+    if store.problem is not None:
+        body["reason"] = store.problem
+    dropped = store.dropped_by()
+    if dropped:
+        body["dropped"] = dropped
+    return web.json_response(body)
 
 
 async def gateway_log(request: web.Request) -> web.Response:

@@ -1,5 +1,6 @@
 """``GET /api/plan?model=ID``: the fit planner for a configured model (read scope), and the
-plan-versus-receipt fields ``/running`` shows for ready models.
+plan-versus-receipt fields ``/running`` shows for ready models. ``GET /api/models/{id}/dry-run``:
+the load dry run (``routing/prediction.py``; docs/predicting-swaps.md), read scope too.
 
 Only configured models are planned over HTTP — never a path a client names — so the route
 reads no file the configuration does not already point at. Query parameters mirror
@@ -78,6 +79,15 @@ async def plan(request: web.Request) -> web.Response:
     )
 
 
+async def dry_run(request: web.Request) -> web.Response:
+    """What loading the model would do now: evictions and why, memory, time, fit. Starts and
+    stops nothing."""
+    runtime = request.app[RUNTIME]
+    model = runtime.resolve(request.match_info["model"], client_key(request))
+    prediction = await runtime.dry_run(model.id)
+    return web.json_response(runtime.redactor.data(prediction.to_json()))
+
+
 def _masked(value: Any, text: Callable[[str], str]) -> Any:
     """Known secrets masked in every string (paths, notes). Numbers are left alone: keys such
     as ``kv_bytes_per_token`` would look secret to the key-based masking of ``data``."""
@@ -92,3 +102,4 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
 
 def add_routes(app: web.Application) -> None:
     declare(app, "GET", "/api/plan", plan, READ)
+    declare(app, "GET", "/api/models/{model:.+}/dry-run", dry_run, READ)

@@ -68,8 +68,8 @@ class OfflineError extends Error {}
 /* Who is asking (GET /api/whoami): the key's name and scopes, never the key. */
 const auth = { known: false, name: null, scopes: [], keysConfigured: false };
 function can(scope) { return !auth.known || auth.scopes.includes(scope); }
-function needs(scope) {
-  return `needs a key with the ${scope} scope (this key${auth.name ? " “" + auth.name + "”" : ""} has ${auth.scopes.join(", ") || "none"})`;
+function needs(scope, plural = false) {
+  return `${plural ? "need" : "needs"} a key with the ${scope} scope (this key${auth.name ? " “" + auth.name + "”" : ""} has ${auth.scopes.join(", ") || "none"})`;
 }
 
 async function loadWhoami() {
@@ -296,6 +296,7 @@ function modelCard(id) {
       </span>
     </div>
     <div class="tags" data-role="tags" hidden></div>
+    <p class="muted small card-desc" data-role="description" hidden></p>
     <p class="stop-note small" data-role="last-stop" hidden></p>
     <div class="progress" data-role="progress" hidden>
       <div><span data-role="phase"></span> · <span data-role="elapsed" class="muted"></span></div>
@@ -310,6 +311,15 @@ function modelCard(id) {
       <dt data-role="swap-dt" hidden>last swap</dt><dd data-role="swap" hidden></dd>
     </dl>
     <p class="perm-note small" data-role="perm" hidden></p>
+    <div class="confirm" data-role="confirm" role="group" hidden>
+      <div data-role="confirm-summary"></div>
+      <ul class="small" data-role="confirm-evict"></ul>
+      <div class="muted small" data-role="confirm-time"></div>
+      <div class="confirm-actions">
+        <button type="button" data-role="confirm-load">Load anyway</button>
+        <button type="button" data-role="confirm-cancel">Cancel</button>
+      </div>
+    </div>
     <div class="failure" data-role="failure" hidden>
       <div><strong data-role="fail-code"></strong> <span data-role="fail-summary"></span></div>
       <div class="muted small" data-role="fail-when"></div>
@@ -322,7 +332,10 @@ function modelCard(id) {
   role(card, "fail-log").href = `#/logs?source=${encodeURIComponent(id)}`;
   role(card, "load").setAttribute("aria-label", `Load ${id}`);
   role(card, "unload").setAttribute("aria-label", `Unload ${id}`);
-  $('[data-role="load"]', card).addEventListener("click", () => modelAction("load", id));
+  $('[data-role="load"]', card).addEventListener("click", () => loadWithDryRun(card, id));
+  role(card, "confirm-load").setAttribute("aria-label", `Load ${id} anyway`);
+  role(card, "confirm-load").addEventListener("click", () => { role(card, "confirm").hidden = true; modelAction("load", id); });
+  role(card, "confirm-cancel").addEventListener("click", () => { role(card, "confirm").hidden = true; });
   $('[data-role="unload"]', card).addEventListener("click", () => modelAction("unload", id));
   return card;
 }
@@ -348,6 +361,37 @@ async function modelAction(kind, id) {
     for (const c of busy) c.removeAttribute("aria-busy");
   }
   scheduleModelsRefresh(0);
+}
+
+/* Load asks the dry run first (GET /api/models/{id}/dry-run; docs/predicting-swaps.md): a load
+   that would stop other models, or cannot start now, says so and waits for a confirmation; one
+   that stops nothing goes ahead at once. A key that may not read the dry run loads as before. */
+async function loadWithDryRun(card, id) {
+  let prediction = null;
+  try {
+    const resp = await api(`/api/models/${encodeURIComponent(id)}/dry-run`);
+    if (resp.ok) prediction = await resp.json();
+  } catch (err) {
+    if (err instanceof AuthError || err instanceof OfflineError) return;
+  }
+  if (!prediction || prediction.running || (prediction.can_start && !(prediction.evict || []).length)) {
+    await modelAction("load", id);
+    return;
+  }
+  const box = role(card, "confirm");
+  role(card, "confirm-summary").textContent = prediction.can_start
+    ? `Loading ${id} stops ${prediction.evict.length} model${prediction.evict.length === 1 ? "" : "s"}:`
+    : `${id} cannot start now: ${prediction.blocked}.`;
+  role(card, "confirm-evict").replaceChildren(...(prediction.evict || []).map((e) => el("li", { "data-model": e.model },
+    el("strong", { text: e.model }), ` — ${e.why}`,
+    e.busy ? el("span", { class: "warn", text: ` · busy: ${e.in_flight} in flight${e.drain_seconds != null ? `, about ${secs(e.drain_seconds)} to drain` : ""}` }) : null)));
+  const t = prediction.time || {};
+  const fitsHere = prediction.fits_machine && prediction.fits_machine.fits === false
+    ? ` · does not fit this machine: ${prediction.fits_machine.problems.join("; ")}` : "";
+  role(card, "confirm-time").textContent = t.total_seconds != null
+    ? `about ${secs(t.total_seconds)} · start: ${t.start_source}${fitsHere}` : fitsHere;
+  box.hidden = false;
+  role(card, "confirm-load").focus();
 }
 
 function role(card, name) { return card.querySelector(`[data-role="${name}"]`); }
@@ -423,21 +467,58 @@ function renderSwap(card, receipt, failureShown) {
   if (dd.dataset.shown === shown) return;
   dd.dataset.shown = shown;
   const evicted = (receipt.evict || []).join(", ");
+  // A failed start is a phase too (issue 41 #8): before its port listened it is the whole
+  // start; after, the wait that ended in the failure. "← most" weighs it with the others.
+  const failedEarly = receipt.error && typeof receipt.spawn_to_listening_seconds !== "number";
+  const failedLate = receipt.error && !failedEarly;
   const parts = [
     ["drain", receipt.drain_seconds, `waited for ${evicted || "what it evicts"} to finish serving`],
     ["stop", evicted ? receipt.stop_seconds : undefined, `${evicted} stopped, every process gone`],
+    ["start (failed)", failedEarly ? receipt.start_seconds : undefined, "the backend's start until it failed, before its port listened"],
     ["spawn → listening", receipt.spawn_to_listening_seconds, "the backend's start until its port listened"],
-    ["listening → healthy", receipt.listening_to_ready_seconds, "until its health check passed"],
+    [failedLate ? "listening → failed" : "listening → healthy", receipt.listening_to_ready_seconds,
+      failedLate ? "from listening until the start failed" : "until its health check passed"],
     ["first byte", receipt.first_byte_seconds, "the first request's first byte after it, from that request's arrival"],
   ].filter(([, v]) => typeof v === "number");
   const phases = parts.filter(([k]) => k !== "first byte");
   const slowest = phases.length ? phases.reduce((a, b) => (b[1] > a[1] ? b : a))[0] : null;
+  const failedPart = failedEarly ? "start (failed)" : failedLate ? "listening → failed" : null;
   const fmt = (v) => (v < 1 ? `${Math.round(v * 1000)} ms` : secs(v));
+  // When the swap began: the time the models it evicted give for their stop (issue 41 #10).
+  const at = receipt.began_at !== undefined ? receipt.began_at : receipt.at;
   dd.replaceChildren(
-    el("span", { "data-part": "total", title: fullDate(receipt.at), text: `${fmt(receipt.total_seconds || 0)} at ${clock(receipt.at)}` + (evicted ? ` · evicted ${evicted}` : "") }),
+    el("span", { "data-part": "total", title: `began ${fullDate(at)}`, text: `${fmt(receipt.total_seconds || 0)} at ${clock(at)}` + (evicted ? ` · evicted ${evicted}` : "") }),
     receipt.error ? el("span", { class: "error small", "data-role": "swap-error", text: failureShown ? " · failed (why: below)" : ` · failed: ${receipt.error}` }) : "",
-    el("ul", { class: "receipt" }, ...parts.map(([k, v, why]) => el("li", { "data-part": k, title: why, class: k === slowest ? "slowest" : "" },
-      `${k} `, el("strong", { text: fmt(v) })))));
+    el("ul", { class: "receipt" }, ...parts.map(([k, v, why]) => el("li", { "data-part": k, title: why,
+      class: [k === slowest ? "slowest" : "", k === failedPart ? "failed" : ""].filter(Boolean).join(" ") },
+      `${k} `, el("strong", { text: fmt(v) })))),
+    promptCacheBlock(receipt),
+    predictedLine(receipt.prediction, fmt));
+}
+
+/* The prompt cache in the last swap (issue 41 #6): what was saved of the models it evicted and
+   restored of this one — tokens, size and time — and the cached tokens of its first request. */
+function promptCacheBlock(receipt) {
+  const pc = receipt.prompt_cache;
+  if (!pc) return "";
+  const size = (b) => (b >= 1024 ** 2 ? `${(b / 1024 ** 2).toFixed(1)} MiB` : `${Math.round(b / 1024)} KiB`);
+  const what = (r) => `${(r.tokens || 0).toLocaleString()} tokens in ${r.slots || 0} slot${r.slots === 1 ? "" : "s"} (${size(r.bytes || 0)}, ${Math.round(r.ms || 0)} ms)` + (r.error ? ` · ${r.error}` : "");
+  const lines = (pc.saved || []).map((r) => el("li", { "data-cache": "saved", "data-model": r.model }, `saved ${r.model}: ${what(r)}`));
+  if (pc.restored) {
+    const used = receipt.first_request_cached_tokens;
+    lines.push(el("li", { "data-cache": "restored" }, `restored: ${what(pc.restored)}`
+      + (typeof used === "number" ? ` · its first request took ${used.toLocaleString()} from the cache` : "")));
+  }
+  return el("div", { class: "prompt-cache small", "data-role": "prompt-cache" }, el("span", { class: "muted", text: "prompt cache" }), el("ul", { class: "receipt" }, ...lines));
+}
+
+/* How the dry run taken before the swap compared with it (docs/predicting-swaps.md). */
+function predictedLine(p, fmt) {
+  if (!p) return "";
+  const bits = [p.evict_equal ? "evicted as predicted" : `predicted to evict ${(p.evict_predicted || []).join(", ") || "nothing"}`];
+  if (p.time) bits.push(`predicted ${fmt(p.time.predicted_seconds)} (${fmt(p.time.range[0])}–${fmt(p.time.range[1])})${p.time.within ? "" : ": outside"}`);
+  for (const [name, m] of Object.entries(p.memory || {})) bits.push(`${name} ${m.within ? "within" : "outside"} the predicted band`);
+  return el("div", { class: "muted small", "data-role": "swap-predicted", title: "the dry run taken before this swap, against it", text: bits.join(" · ") });
 }
 
 function capacityText(cap) {
@@ -465,7 +546,7 @@ function renderSummary() {
   all.title = can("admin") ? (busy ? "stop every running model" : "nothing is running") : `Unload all ${needs("admin")}`;
   const perm = $("#models-perm");
   perm.hidden = can("admin");
-  perm.textContent = can("admin") ? "" : `Load, Unload and Unload all ${needs("admin")}.`;
+  perm.textContent = can("admin") ? "" : `Load, Unload and Unload all ${needs("admin", true)}.`;
 }
 
 function renderModels() {
@@ -518,6 +599,10 @@ function updateCard(card, model, run) {
   badge.dataset.state = state;
   const name = $(".name", card);
   name.textContent = model.name ? `${model.id} — ${model.name}` : model.id;
+  // The config's description, as llama-swap's list shows it (its own page lists it below).
+  const desc = role(card, "description");
+  desc.hidden = !model.description || !!card.dataset.single;
+  desc.textContent = desc.hidden ? "" : model.description;
   const tags = capTags(model.capabilities);
   const tagBox = role(card, "tags");
   tagBox.hidden = !tags.length;
@@ -534,7 +619,7 @@ function updateCard(card, model, run) {
   unload.dataset.blocked = !admin || state === "stopped" || state === "stopping" ? "1" : "0";
   load.disabled = link.offline || load.dataset.blocked === "1";
   unload.disabled = link.offline || unload.dataset.blocked === "1";
-  const why = admin ? null : `Load and Unload ${needs("admin")}`;
+  const why = admin ? null : `Load and Unload ${needs("admin", true)}`;
   for (const b of [load, unload]) if (why) b.title = why; else b.removeAttribute("title");
   // Said once: on the model's own page by its card, on the list above the cards (renderSummary).
   role(card, "perm").hidden = !why || !card.dataset.single;
@@ -586,7 +671,8 @@ function updateCard(card, model, run) {
     let retry = "the next request retries the start";
     if (failure.retry_in !== undefined) {
       const left = failure.retry_in - (Date.now() - run._at) / 1000;
-      if (left > 0) retry = `the same answer for ${secs(left)} more, then the next request retries`;
+      // Under a tenth of a second left it would read "for 0.0 s more": it is as good as over.
+      if (left >= 0.1) retry = `the same answer for ${secs(left)} more, then the next request retries`;
     }
     role(card, "fail-retry").textContent = retry;
   }
@@ -787,8 +873,8 @@ pages.model = async (state) => {
       // A failed request is red, as in Activity, and has no TTFT or speed unless a token came.
       el("tbody", {}, ...rows.map((r) => { const bad = failed(r), none = tokenless(r); return el("tr", { "data-id": r.id, "data-outcome": bad ? "error" : "ok" },
         el("td", {}, timeEl(r.at)),
-        el("td", { class: bad ? "status-bad" : "", "data-role": "status", title: r.error_code || "",
-          text: String(r.status) + (bad && r.error_code ? ` ${r.error_code}` : "") }),
+        el("td", { class: bad ? "status-bad" : "", "data-role": "status", title: statusTitle(r),
+          text: statusText(r) }),
         el("td", { class: "num", text: r.completion_tokens == null ? "" : String(r.completion_tokens) }),
         el("td", { class: "num", "data-role": "ttft", text: none || r.ttft == null ? "" : (r.ttft * 1000).toFixed(0) + " ms" }),
         el("td", { class: "num", text: none || r.tokens_per_second == null ? "" : r.tokens_per_second.toFixed(1) })); })))
@@ -823,7 +909,7 @@ function assignColors(names) {
   });
 }
 
-const SOURCE_WORDS = { receipt: "receipt: the backend's own allocator report", measured: "measured: peak seen while it ran", declared: "declared: uses: in the config" };
+const SOURCE_WORDS = { receipt: "receipt: the backend's own allocator report", measured: "counted as measured: the peak seen while it ran", declared: "counted as declared: uses: in the config" };
 const BASIN = { w: 430, h: 320, top: 20, bottom: 20, left: 70, width: 150, labelX: 236, gap: 13 };
 
 /* Labels beside the basin, each at its band's middle, pushed apart so none overlaps. */
@@ -860,13 +946,16 @@ function drawBasin(res) {
     const top = y - h;
     const color = colorFor(m.model);
     const starting = m.state === "starting";
-    const label = `${m.model} (${m.state}): ${gib(m.bytes || 0)} — ${m.source}`;
+    const label = `${m.model} (${m.state}): ${gib(m.bytes || 0)} counted (${m.source})` + (m.receipt_bytes !== undefined ? ` · receipt ${gib(m.receipt_bytes)}` : "");
     const g = svg("g", { "data-model": m.model, "data-bytes": m.bytes || 0, "data-state": m.state });
-    if (!starting && m.weights_bytes !== undefined && m.kv_bytes !== undefined) {
-      const hw = px(m.weights_bytes);
+    if (!starting && h > 0 && m.weights_bytes !== undefined && m.kv_bytes !== undefined) {
+      // The parts (a receipt's weights and KV) inside the counted band, from its floor; a
+      // receipt larger than what is counted is drawn to the band's scale, never past it.
+      const fit = Math.min(1, (m.bytes || 0) / ((m.weights_bytes + m.kv_bytes) || 1));
+      const hw = px(m.weights_bytes) * fit, hk = px(m.kv_bytes) * fit;
       g.append(svg("rect", { class: "part", "data-part": "weights", "data-model": m.model, "data-bytes": m.weights_bytes, x, y: y - hw, width: BASIN.width, height: hw, fill: color, "fill-opacity": 0.85 },
         svg("title", {}, `${m.model} ${m.weights_label || "weights"}: ${gib(m.weights_bytes)}`)));
-      g.append(svg("rect", { class: "part", "data-part": "kv", "data-model": m.model, "data-bytes": m.kv_bytes, x, y: top, width: BASIN.width, height: h - hw, fill: color, "fill-opacity": 0.45 },
+      g.append(svg("rect", { class: "part", "data-part": "kv", "data-model": m.model, "data-bytes": m.kv_bytes, x, y: y - hw - hk, width: BASIN.width, height: hk, fill: color, "fill-opacity": 0.45 },
         svg("title", {}, `${m.model} KV cache: ${gib(m.kv_bytes)}`)));
     }
     const hasParts = g.childNodes.length > 0;
@@ -897,14 +986,16 @@ function drawBasin(res) {
   return root;
 }
 
+/* A model's share: what the scheduler counts (the band), then a receipt beside it, each
+   labelled for what it is (issue 41 #1). */
 function legendItem(m) {
-  const parts = [];
-  if (m.weights_bytes !== undefined) {
-    parts.push(`${m.weights_label || "weights"} ${gib(m.weights_bytes)} + KV ${gib(m.kv_bytes)}`);
-  }
+  const parts = m.weights_bytes !== undefined ? `${m.weights_label || "weights"} ${gib(m.weights_bytes)} + KV ${gib(m.kv_bytes)}` : "";
+  const receipt = m.receipt_bytes !== undefined
+    ? [" · ", el("span", { "data-role": "receipt", text: `receipt ${gib(m.receipt_bytes)} (${parts})` })]
+    : parts ? [` (${parts})`] : [];
   return el("li", { "data-model": m.model },
     el("span", { class: "swatch", style: `background:${colorFor(m.model)}` }),
-    el("strong", { text: m.model }), ` ${gib(m.bytes)}`, parts.length ? ` (${parts.join("")})` : "", " ",
+    el("strong", { text: m.model }), " ", el("span", { "data-role": "counted", text: `${gib(m.bytes)} counted` }), ...receipt, " ",
     el("span", { class: "muted small", "data-role": "source", text: `${m.state} · ${m.source_note || SOURCE_WORDS[m.source] || m.source}` }));
 }
 
@@ -927,7 +1018,8 @@ function renderMemory(data) {
         el("span", { class: "muted small", text: `(${names})` })));
     }
     legend.append(el("li", { class: "muted", "data-role": "free", "data-free-bytes": Math.max(0, res.total_bytes - used),
-      text: `free ${gib(Math.max(0, res.total_bytes - used))} of ${gib(res.total_bytes)}` + (starting ? ` (${gib(starting)} held for starting models)` : "") }));
+      title: "the total less what the scheduler counts for each model (declared uses:, else the measured peak): the room a start has without evicting",
+      text: `free ${gib(Math.max(0, res.total_bytes - used))} of ${gib(res.total_bytes)}, as the scheduler counts` + (starting ? ` (${gib(starting)} held for starting models)` : "") }));
     return el("div", { class: "basin", "data-resource": res.name },
       el("div", {}, el("h2", { text: res.name }), drawBasin(res)), legend);
   }));
@@ -1233,17 +1325,20 @@ function renderStats() {
   const hasCached = rows.some((r) => r.cached_tokens != null);
   const card = (role, label, value, title) => el("div", { class: "stat", "data-stat": role, title },
     el("div", { class: "stat-value", text: value }), el("div", { class: "muted small", text: label }));
-  const prompt = rows.filter((r) => r.prompt_tokens && r.ttft > 0).map((r) => r.prompt_tokens / r.ttft);
+  // Processed: the prompt tokens the backend computed, not those it took from its cache.
+  const processed = (r) => Math.max(0, (r.prompt_tokens || 0) - (r.cached_tokens || 0));
+  const prompt = rows.filter((r) => processed(r) && r.ttft > 0).map((r) => processed(r) / r.ttft);
   const gen = rows.filter((r) => r.tokens_per_second != null).map((r) => r.tokens_per_second);
   $("#activity-stats").replaceChildren(
     el("div", { class: "stat-cards" },
       card("requests", "requests", rows.length.toLocaleString(), "the rows shown (filters applied)"),
       card("errors", "errors", rows.filter(failed).length.toLocaleString(), "status 400 and above, or an error event inside a 200 stream"),
-      card("processed", "prompt tokens processed", sum("prompt_tokens").toLocaleString(), "the prompt tokens the backends reported"),
+      card("processed", "prompt tokens processed", rows.reduce((t, r) => t + processed(r), 0).toLocaleString(),
+        "the prompt tokens the backends computed: their prompt tokens less those taken from the cache"),
       card("cached", "prompt tokens cached", hasCached ? sum("cached_tokens").toLocaleString() : "—",
         hasCached ? "prompt tokens the backend took from its cache" : "no backend reported cached tokens for these rows"),
       card("generated", "tokens generated", sum("completion_tokens").toLocaleString(), "completion tokens")),
-    histogram("prompt", "Prompt speed (prompt tokens ÷ TTFT)", prompt, "tok/s"),
+    histogram("prompt", "Prompt speed (prompt tokens processed ÷ TTFT)", prompt, "tok/s"),
     histogram("generation", "Generation speed (tok/s)", gen, "tok/s"));
 }
 
@@ -1291,12 +1386,23 @@ const SECOND_FIELDS = new Set(["ttft", "first_byte", "load", "duration"]);
    sixteen digits. */
 function fieldNode(k, v) {
   if ((k === "at" || k.endsWith("_at")) && typeof v === "number") return el("dd", { "data-field": k }, timeEl(v), ` · ${fullDate(v)}`);
+  if (k.endsWith("_headers")) return headersNode(k, v);
   let text;
   if (typeof v === "number" && SECOND_FIELDS.has(k)) text = v < 1 ? `${(v * 1000).toFixed(v < 0.01 ? 1 : 0)} ms` : `${v.toFixed(2)} s`;
   else if (typeof v === "number" && !Number.isInteger(v)) text = String(+v.toFixed(3));
   else if (typeof v === "object") text = JSON.stringify(v);
   else text = String(v);
   return el("dd", { "data-field": k, text });
+}
+/* Captured headers (a JSON object, credentials already masked): one a row, name and value. */
+function headersNode(k, v) {
+  let map = v;
+  if (typeof v === "string") { try { map = JSON.parse(v); } catch { map = null; } }
+  if (!map || typeof map !== "object") return el("dd", { "data-field": k, text: String(v) });
+  const rows = Array.isArray(map) ? map : Object.entries(map);
+  return el("dd", { "data-field": k }, el("table", { class: "headers", "data-role": "headers" },
+    el("tbody", {}, ...rows.map(([name, value]) => el("tr", {}, el("th", { scope: "row", text: String(name) }),
+      el("td", { text: Array.isArray(value) ? value.join(", ") : String(value) }))))));
 }
 /* A captured body: JSON pretty-printed (two spaces); anything else (a stream, a cut body) as
    it was captured. */
@@ -1319,6 +1425,17 @@ function showCapture(r) {
   dlg.showModal();
 }
 
+/* The status cell: the HTTP status, or — for a stream that failed after its 200 went out —
+   the outcome (issue 41 #11), the status in its title. */
+function statusText(r) {
+  if (failed(r) && r.status < 400) return `${r.error_code || "error"} (mid-stream)`;
+  // The code beside the status: the error column is off screen on a phone (issue 41 #3).
+  if (failed(r) && r.error_code) return `${r.status} ${r.error_code}`;
+  return r.status == null ? "" : String(r.status);
+}
+function statusTitle(r) {
+  return failed(r) && r.status < 400 ? `HTTP ${r.status} had been sent when the answer failed: an error event inside the stream` : r.error_code || "";
+}
 /* An error: the gateway's ``outcome`` (a status of 400 or more, or an error event inside a 200
    stream, e.g. a start that failed after the loading comments); rows without it, by status. */
 function failed(r) { return r.outcome ? r.outcome === "error" : r.status >= 400; }
@@ -1353,7 +1470,8 @@ function renderActivity() {
   $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status, "data-outcome": failed(r) ? "error" : "ok" },
     ...columns.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
       el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, title: fullDate(r.at), onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && failed(r) ? " status-bad" : ""),
-      text: TOKEN_TIMES.has(c.key) && tokenless(r) ? "" : c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
+      "data-role": c.key === "status" ? "status" : null, title: c.key === "status" ? statusTitle(r) || null : null,
+      text: c.key === "status" ? statusText(r) : TOKEN_TIMES.has(c.key) && tokenless(r) ? "" : c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
   $("#activity-empty").hidden = rows.length > 0;
   $("#activity-older").disabled = !activity.more;
   // The footer, the stats and the charts count the same rows: those the filters let through.

@@ -41,6 +41,9 @@ function perfChart({ id, title, series, span, now, top, fmt, axis, note }) {
   const values = series.flatMap((s) => s.points.map((p) => p[1])).filter((v) => v != null);
   const ymax = top || Math.max(1, ...values) * 1.1;
   const tick = axis ? axis(ymax) : fmt;
+  // The legend and the points say their values in the axis's unit (issue 41 #11): never a
+  // legend in B/s under an axis in KiB/s.
+  const say = axis ? tick : fmt;
   const x = (t) => L + ((t - (now - span)) / span) * (W - L - R);
   const y = (v) => H - B - (v / ymax) * (H - T - B);
   const nodes = [];
@@ -62,13 +65,13 @@ function perfChart({ id, title, series, span, now, top, fmt, axis, note }) {
     nodes.push(svg("polyline", { class: "perf-line", stroke: s.color, "stroke-dasharray": s.dash || null, "data-series": s.name,
       points: pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ") }));
     const [lt, lv] = pts[pts.length - 1];
-    nodes.push(svg("circle", { cx: x(lt).toFixed(1), cy: y(lv).toFixed(1), r: 2.5, fill: s.color }, svg("title", {}, `${s.name}: ${fmt(lv)}`)));
+    nodes.push(svg("circle", { cx: x(lt).toFixed(1), cy: y(lv).toFixed(1), r: 2.5, fill: s.color }, svg("title", {}, `${s.name}: ${say(lv)}`)));
   });
   const legend = el("ul", { class: "perf-legend small" }, ...series.map((s) => {
     const pts = s.points.filter((p) => p[1] != null);
     const last = pts.length ? pts[pts.length - 1][1] : null;
     const swatch = s.dash ? el("span", { class: "swatch dashed", style: `border-top-color:${s.color}` }) : el("span", { class: "swatch", style: `background:${s.color}` });
-    return el("li", { "data-series": s.name }, swatch, `${s.name} `, el("strong", { "data-role": "value", text: fmt(last) }));
+    return el("li", { "data-series": s.name }, swatch, `${s.name} `, el("strong", { "data-role": "value", text: say(last) }));
   }));
   return el("figure", { class: "pchart", "data-chart": id },
     el("figcaption", {}, el("strong", { text: title })),

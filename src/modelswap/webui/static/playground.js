@@ -114,6 +114,9 @@ async function apiFailure(resp) {
   const err = new Error(`${resp.status}${kind}: ${message}`);
   err.body = body ? JSON.stringify(body, null, 2) : raw;
   err.status = resp.status;
+  err.code = (e && e.code) || (e && e.details && e.details.error_code) || null;
+  err.gateway = resp.headers.get("X-Modelswap-Error") === "1"; // the gateway's own, not the backend's
+  err.retryAfter = resp.headers.get("Retry-After");
   err.path = new URL(resp.url, location.href).pathname;
   return err;
 }
@@ -362,15 +365,12 @@ async function sendChat(text, { again = null } = {}) {
       method: "POST", body: JSON.stringify(body), signal: chat.abort.signal,
       headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
     });
-    if (!resp.ok) {
-      const err = await resp.json().catch(() => ({}));
-      throw new Error((err.error && err.error.message) || `${resp.status} ${resp.statusText}`);
-    }
+    if (!resp.ok) throw await apiFailure(resp);
     await readSSE(resp, (_kind, data) => {
       if (data === "[DONE]") return false;
       let msg;
       try { msg = JSON.parse(data); } catch { return; }
-      if (msg.error) throw new Error(msg.error.message || "the backend failed mid-answer");
+      if (msg.error) throw Object.assign(new Error(msg.error.message || "the backend failed mid-answer"), { code: msg.error.code || null, inStream: true });
       if (msg.usage) usage = msg.usage;
       const choice = msg.choices && msg.choices[0];
       if (choice && choice.finish_reason) finish = choice.finish_reason;
@@ -410,12 +410,12 @@ async function sendChat(text, { again = null } = {}) {
       out.meta.textContent = "stopped — you pressed Stop";
     } else if (!(err instanceof AuthError)) {
       outcome = "error";
-      const reason = err instanceof OfflineError ? "gateway unreachable" : String(err.message || err);
       if (!answer) out.node.remove();
       else { out.node.dataset.finish = "error"; out.meta.textContent = "cut by an error"; }
-      const bubble = addMessage("error", reason, { label: `error · ${model}` });
+      const bubble = chatFailure(err, model);
       bubble.meta.textContent = "this turn was not kept: the next message is sent without it";
       user.node.classList.add("unsent");
+      evictionNote(bubble, model, sentAt).catch(() => {});
     }
   } finally {
     if (answer) renderMarkdown(out.body, answer); // the whole answer, whatever the frames drew
@@ -438,6 +438,39 @@ async function sendChat(text, { again = null } = {}) {
       stats.dataset.activityId = row.id;
     }
   } catch (err) { /* the browser's estimate stays */ }
+}
+
+/* A failed turn, said as whose refusal it is (issue 41 #9): a policy denial is the gateway's
+   policy (status and code), never the model's answer; another refusal of the gateway names
+   its status and code; the backend's own error is the model's. */
+function chatFailure(err, model) {
+  if (err instanceof OfflineError) return addMessage("error", "gateway unreachable", { label: `error · ${model}` });
+  const message = String(err.message || err);
+  if (err.code === "policy_denied") {
+    const said = message.replace(/^\d{3}( · [\w-]+)?: /, "");
+    const bubble = addMessage("error", `${err.status} policy_denied: ${said}`, { label: "refused · the gateway's policy (not the model's answer)" });
+    bubble.node.classList.add("policy");
+    bubble.node.dataset.refusal = "policy";
+    return bubble;
+  }
+  const who = !err.gateway ? `error · ${model}` : err.status < 500 ? `refused by the gateway · ${model}` : `error · ${model} · from the gateway`;
+  const code = err.code && !message.includes(err.code) ? ` · ${err.code}` : "";
+  const bubble = addMessage("error", message + code, { label: who });
+  if (err.gateway) bubble.node.dataset.refusal = "gateway";
+  return bubble;
+}
+
+/* A start that failed may have evicted models first (they are stopped now): the failed turn
+   says so, from the model's last swap (read scope). */
+async function evictionNote(bubble, model, sentAt) {
+  if (!can("read")) return;
+  const found = await catalog();
+  const run = (found.running || []).find((r) => r.model === model) || (found.list || []).find((m) => m.id === model);
+  const swap = run && run.last_swap;
+  const began = swap && (swap.began_at !== undefined ? swap.began_at : swap.at);
+  if (!swap || !swap.error || !(swap.evict || []).length || began < sentAt - 1 || !bubble.node.isConnected) return;
+  const names = swap.evict.join(", ");
+  bubble.body.after(el("span", { class: "small", "data-role": "evicted", text: `Before it failed, the start of ${model} evicted ${names}: ${swap.evict.length === 1 ? "it is" : "they are"} stopped now.` }));
 }
 
 function mib(bytes) { return (bytes / 1024 / 1024).toFixed(1) + " MiB"; }
@@ -646,7 +679,24 @@ function rerankTab() {
 
 const LOAD_MAX_N = 1000;
 const LOAD_MAX_C = 64;
+const LOAD_RETRIES = 10; // tries a refused request gets when Retry-After is honoured
 const load = { ctl: null };
+
+/* Seconds a refusal asks to wait (Retry-After: seconds or an HTTP date), 1 when it does not
+   say, at most a minute. */
+function retryAfterSeconds(value) {
+  if (!value) return 1;
+  const n = Number(value);
+  const s = Number.isFinite(n) ? n : (Date.parse(value) - Date.now()) / 1000;
+  return Math.min(60, Math.max(0, Number.isFinite(s) ? s : 1));
+}
+function pause(seconds, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) { reject(new DOMException("stopped", "AbortError")); return; }
+    const timer = setTimeout(resolve, seconds * 1000);
+    signal.addEventListener("abort", () => { clearTimeout(timer); reject(new DOMException("stopped", "AbortError")); }, { once: true });
+  });
+}
 
 /* One streamed chat request, as the chat measures it: TTFT from sending (or from the model
    being ready, after a cold start's load comments) to the first token; tok/s the tokens after
@@ -708,10 +758,13 @@ function loadTab() {
   const n = el("input", { id: "pg-loadtest-n", type: "number", min: 1, max: LOAD_MAX_N, value: 20, required: true });
   const c = el("input", { id: "pg-loadtest-c", type: "number", min: 1, max: LOAD_MAX_C, value: 4, required: true });
   const maxTokens = el("input", { id: "pg-loadtest-max", type: "number", min: 1, max: 4096, value: 32 });
+  const honour = el("input", { id: "pg-loadtest-retry", type: "checkbox" });
   const stop = el("button", { type: "button", id: "pg-loadtest-stop", text: "Stop", disabled: true });
   stop.addEventListener("click", () => { if (load.ctl) { load.ctl.stopped = true; load.ctl.abort.abort(); } });
   const panel = tabPanel("loadtest", "Load test", [el("label", { for: prompt.id, text: "Prompt (every request)" }), prompt,
-    el("div", { class: "controls" }, field("Requests (N)", n), field("Concurrency (C)", c), field("Tokens each", maxTokens)),
+    el("div", { class: "controls" }, field("Requests (N)", n), field("Concurrency (C)", c), field("Tokens each", maxTokens),
+      el("label", { class: "small", for: honour.id, title: `a request refused with 429 waits what its Retry-After asks, then is sent again (at most ${LOAD_RETRIES} tries)` },
+        honour, " Honour Retry-After")),
     el("p", { class: "muted small", text: `At most ${LOAD_MAX_N} requests, ${LOAD_MAX_C} at a time. TTFT and tok/s as in the chat: the first token after the model was ready; the tokens after the first over the time after it. A browser opens at most 6 connections to one gateway (HTTP/1.1), so above C = 6 requests also wait in the browser: the final percentiles come from the gateway's activity log when this key may read it, which leaves that wait out.` }),
   ], "Start", async (model, out, status) => {
     const total = Number(n.value), width = Number(c.value);
@@ -720,19 +773,31 @@ function loadTab() {
     const ctl = { stopped: false, abort: new AbortController() };
     load.ctl = ctl;
     stop.disabled = false;
-    const res = { started: 0, ok: 0, errors: 0, stopped: 0, ttft: [], tps: [], tokens: 0, lastError: "", source: "this browser" };
+    const res = { started: 0, ok: 0, refused: 0, retried: 0, errors: 0, stopped: 0, ttft: [], tps: [], tokens: 0, lastError: "", lastRefusal: "", source: "this browser" };
     const body = { model, stream: true, max_tokens: Number(maxTokens.value) || 32, stream_options: { include_usage: true },
       messages: [{ role: "user", content: prompt.value }] };
     const prefix = `loadtest-${Date.now().toString(36)}-`;
     const sentAt = Date.now() / 1000;
     const t0 = performance.now();
     const render = (state, at = performance.now()) => renderLoad(out, res, total, state, (at - t0) / 1000);
+    // A refusal (429) is not an answer (issue 41 #5): counted apart, and with Retry-After
+    // honoured the request waits what it asks and is sent again.
+    const attempt = async (id) => {
+      for (let tries = 1; ; tries++) {
+        try { return await measuredStream(body, ctl.abort.signal, tries > 1 ? `${id}-try${tries}` : id); } catch (err) {
+          if (err.status !== 429 || !honour.checked || tries >= LOAD_RETRIES || ctl.stopped) throw err;
+          res.retried += 1;
+          render("running");
+          await pause(retryAfterSeconds(err.retryAfter), ctl.abort.signal);
+        }
+      }
+    };
     const worker = async () => {
       while (!ctl.stopped && res.started < total) {
         const id = prefix + res.started;
         res.started += 1;
         try {
-          const m = await measuredStream(body, ctl.abort.signal, id);
+          const m = await attempt(id);
           res.ok += 1;
           if (m.ttft != null) res.ttft.push(m.ttft);
           if (m.tps != null) res.tps.push(m.tps);
@@ -740,6 +805,7 @@ function loadTab() {
         } catch (err) {
           if (err.name === "AbortError") res.stopped += 1;
           else if (err instanceof AuthError) { ctl.stopped = true; res.errors += 1; }
+          else if (err.status === 429) { res.refused += 1; res.lastRefusal = String(err.message || err); }
           else { res.errors += 1; res.lastError = String(err.message || err); }
         }
         render("running");
@@ -755,7 +821,7 @@ function loadTab() {
     const state = ctl.stopped ? "stopped" : "finished";
     const ended = performance.now();
     render(state, ended);
-    status.textContent = `${state}: ${res.ok + res.errors} of ${total} answered`;
+    status.textContent = `${state}: ${loadCounts(res)}`;
     try {
       const rows = await gatewayRows(prefix, sentAt, res.ok);
       const served = (rows || []).filter((r) => r.status === 200 && r.ttft != null);
@@ -771,6 +837,16 @@ function loadTab() {
   return panel;
 }
 
+/* "2 ok · 10 refused (429) · 1 failed": answers and refusals apart. */
+function loadCounts(res) {
+  const parts = [`${res.ok} ok`];
+  if (res.refused) parts.push(`${res.refused} refused (429)`);
+  if (res.errors) parts.push(`${res.errors} failed`);
+  if (res.stopped) parts.push(`${res.stopped} stopped`);
+  if (res.retried) parts.push(`${res.retried} retried after Retry-After`);
+  return parts.join(" · ");
+}
+
 /* The run as a whole (requests and tokens per second of wall time), then per request: the
    median and the slow tail — for TTFT the 95th percentile (slower is higher), for tok/s the 5th
    (slower is lower: the speed 95 % of requests beat). */
@@ -779,8 +855,10 @@ function renderLoad(out, res, total, state, elapsed) {
   const rate = (v) => (v == null ? "–" : `${v.toFixed(1)} tok/s`);
   const per = (n, unit) => (elapsed > 0 && res.ok ? `${(n / elapsed).toFixed(n / elapsed >= 100 ? 0 : 2)} ${unit}` : "–");
   const rows = [
-    ["state", state], ["sent", `${res.started} of ${total}`], ["ok", res.ok], ["errors", res.errors],
-    ["stopped", res.stopped],
+    ["state", state], ["sent", `${res.started} of ${total}`], ["ok", res.ok],
+    ["refused", `${res.refused} (429)`, "refused", "refused by the gateway or the backend with 429 (a limit), never answered" + (res.retried ? "" : "; Honour Retry-After waits and sends them again")],
+    ["retried", res.retried, "retried", "refusals sent again after the wait their Retry-After asked"],
+    ["errors", res.errors], ["stopped", res.stopped],
     ["requests/s", per(res.ok, "req/s"), "requests-per-s", "answers finished per second of the run's wall time (all requests together)"],
     ["tokens/s, all", per(res.tokens, "tok/s"), "total-tok-s", "completion tokens of every answer per second of the run's wall time"],
     ["TTFT p50", ms(percentile(res.ttft, 50)), "TTFT-p50"],
@@ -789,6 +867,7 @@ function renderLoad(out, res, total, state, elapsed) {
     ["tok/s p5 (slow tail)", rate(percentile(res.tps, 5)), "tok-s-p5", "the per-request speed 95 % of requests beat: the slowest 5 % were at or below it"],
     ["measured by", res.source], ["elapsed", secs(elapsed)],
   ];
+  if (res.lastRefusal) rows.push(["last refusal", res.lastRefusal]);
   if (res.lastError) rows.push(["last error", res.lastError]);
   out.replaceChildren(el("dl", { class: "kv", "data-role": "load-result", "data-state": state },
     ...rows.flatMap(([k, v, id, why]) => [el("dt", { text: k, title: why }),
