@@ -153,7 +153,11 @@ class Sink(Protocol):
         """The answer's head (``length`` None: framed as it comes)."""
 
     def write(self, data: bytes) -> None:
-        """Body bytes, sent at the latest by the next :meth:`drained`."""
+        """Body bytes, sent at the latest by the next :meth:`flush` or :meth:`drained`."""
+
+    def flush(self) -> None:
+        """Send what was written where that needs no wait (a door whose writes are awaited
+        says :attr:`backlogged` instead)."""
 
     async def drained(self) -> None:
         """Send what was written; return once the client can take more."""
@@ -364,10 +368,12 @@ class _Run:
         loop = asyncio.get_running_loop()
         idle = deadlines.idle
         while True:
-            if not body.has_data or sink.backlogged:
+            if not body.has_data:
+                sink.flush()  # nothing more in hand: what we have goes now
+            if sink.backlogged:
                 deadlines.next_chunk_by = NEVER  # a slow client is not a stalled backend
                 await sink.drained()
-                deadlines.next_chunk_by = loop.time() + idle
+            deadlines.next_chunk_by = loop.time() + idle
             try:
                 chunk = await body.read()
             except BackendBrokeError as exc:

@@ -12,7 +12,6 @@ class ResponseSink:
     its model loads (:meth:`open_early`) is one whose head already went out."""
 
     __slots__ = ("_out", "_request", "cut", "response")
-    backlogged = False  # every write is awaited (aiohttp drains as it writes)
 
     def __init__(self, request: web.Request) -> None:
         self._request = request
@@ -23,6 +22,16 @@ class ResponseSink:
     @property
     def started(self) -> bool:
         return self.response is not None
+
+    @property
+    def backlogged(self) -> bool:
+        """Anything written, or a head not sent: aiohttp's writes are awaited (it drains as
+        it writes)."""
+        response = self.response
+        return bool(self._out) or (response is not None and not response.prepared)
+
+    def flush(self) -> None:
+        """Nothing: :attr:`backlogged` has the relay await :meth:`drained`."""
 
     async def open_early(self, response: web.StreamResponse) -> web.StreamResponse:
         await response.prepare(self._request)

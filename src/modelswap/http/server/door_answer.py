@@ -153,18 +153,23 @@ class Answer:
         else:
             self.out.append(data)
 
-    async def drained(self) -> None:
+    def flush(self) -> None:
         out = self.out
         if out:
             self.connection.write(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
+
+    async def drained(self) -> None:
+        self.flush()
         if self.connection.backlogged:
             await self.connection.drained()
 
     async def end(self) -> None:
         if self.chunked:
             self.out.append(b"0\r\n\r\n")
-        await self.drained()
+        self.flush()
+        if self.connection.backlogged:
+            await self.connection.drained()
 
     def abort(self, reason: str) -> None:
         self.keep_alive = False
@@ -256,8 +261,7 @@ class Answer:
         reason = (response.reason or "").encode("latin-1", "replace")
         self.head(response.status, reason, headers, len(body))
         self.write(body)
-        self.connection.write(b"".join(self.out))
-        self.out.clear()
+        self.flush()
         try:
             data = loads(body)
         except ValueError:
