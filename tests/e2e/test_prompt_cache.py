@@ -190,3 +190,24 @@ def test_a_save_past_the_ceiling_is_skipped_and_the_swap_goes_on(
     assert re.search(
         r'modelswap_prompt_cache_slots_total\{action="save",model="a",result="skipped"\} 1', metrics
     ), metrics
+
+
+def test_a_restored_conversation_that_went_on_is_saved_anew(gateway: Any, tmp_path: Path) -> None:
+    # restored, continued, swapped away again: the newer state is saved over the old file
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    first_turn = turn(gw, "a", PROMPT)
+    answer = first_turn["choices"][0]["message"]["content"]
+    turn(gw, "b", "hello")  # a saved
+    (first,) = receipt(gw, "b")["prompt_cache"]["saved"]
+    longer = (PROMPT, answer, "and then?")
+    again = turn(gw, "a", *longer)  # restored, then continued
+    assert cached(again) >= first_turn["usage"]["prompt_tokens"] - 1
+    turn(gw, "b", "hello")  # a saved again: what it holds now, not the restored file
+    (second,) = receipt(gw, "b")["prompt_cache"]["saved"]
+    (slot,) = second["detail"]
+    assert slot["result"] == "saved", slot
+    assert second["tokens"] > first["tokens"]
+    third = turn(gw, "a", *longer, again["choices"][0]["message"]["content"], "and after?")
+    # the second turn's prompt came back whole: more than the first save held
+    assert cached(third) >= again["usage"]["prompt_tokens"] - 1
+    assert cached(third) > first["tokens"]
