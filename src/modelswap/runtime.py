@@ -23,7 +23,7 @@ from modelswap.backends.configured import ConfiguredLimits, parse_configured
 from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
-from modelswap.backends.registry import capability_report, keeps_slots
+from modelswap.backends.registry import cache_hazards, capability_report, why_no_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Selector, Timeouts
@@ -196,6 +196,10 @@ class ModelStatus:
     def last_swap(self) -> dict[str, Any] | None:
         """The receipt of the last swap to it (it outlives an unload)."""
         return self._runtime.swaps.last(self.model)
+
+    def prompt_cache(self) -> dict[str, object] | None:
+        """What its restores proved of its prompt cache (issue 38); None: the cache is off."""
+        return self._process.prompt_cache_verdict()
 
     def plan(self) -> Plan | None:
         """The fit planner's plan for its current start."""
@@ -442,7 +446,8 @@ class Runtime:
             SlotClient(self._health_session),
             identity=command_key,
             save_path_of=save_path,
-            keeps_slots=keeps_slots,
+            why_no_slots=lambda model, meta: why_no_slots(model.backend, model.cmd, meta),
+            hazards=lambda model, meta, lines: cache_hazards(model.backend, model.cmd, meta, lines),
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
@@ -633,6 +638,10 @@ class Runtime:
 
     def request_finished(self, record: RequestRecord) -> None:
         self.observer.request_finished(record)
+        if record.model is not None and record.status == 200 and record.error_code is None:
+            process = self.router.processes.get(record.model)
+            if process is not None:  # the first answer after a restore proves it (issue 38)
+                process.answered(record.cached_tokens, record.prompt_tokens, record.salted)
 
     def metrics_text(self) -> bytes:
         """The gateway's own /metrics exposition."""
