@@ -31,7 +31,11 @@ For the prompt cache kept across a swap (issue 30), ``--slot-save-path DIR`` (or
 ``LLAMA_ARG_SLOT_SAVE_PATH``, as llama-server) serves llama.cpp's slots API over words as
 tokens: ``GET /slots``, ``POST /slots/{id}?action=save|restore|erase``, files of
 ``--slot-bytes-per-token`` bytes a token written ``--slot-save-seconds`` late; a chat or
-completion reports the words its slot already held as ``cached_tokens``.
+completion reports the words its slot already held as ``cached_tokens``. As llama.cpp, a
+request's ``cache_salt`` reuses only a slot filled with the same salt, and a restore leaves the
+slot unsalted. For the restore's proof (issue 38): ``--slot-restore-noop`` answers a restore
+as done and keeps the slot empty (ggml-org/llama.cpp#26676); ``--no-slots`` answers ``/slots``
+404, as a server without the API.
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -129,6 +133,8 @@ class Config:
     slots: int = 1
     slot_bytes_per_token: int = 100
     slot_save_seconds: float = 0.0
+    slot_restore_noop: bool = False
+    no_slots: bool = False
 
 
 @dataclasses.dataclass
@@ -153,6 +159,7 @@ class FakeSlot:
     words: list[str] = dataclasses.field(default_factory=list)
     task: int | None = None  # as llama.cpp: None until a task used it (a restore is no task)
     used: int = 0
+    salt: str | None = None  # the cache_salt of the request that filled it
 
 
 class FakeSlots:
@@ -167,10 +174,13 @@ class FakeSlots:
         self.slots = [FakeSlot() for _ in range(max(1, cfg.slots))]
         self.tasks = 0
 
-    def use(self, words: list[str], answer: list[str]) -> int:
-        """Serve ``words``: the cached tokens (the prefix its slot already held)."""
+    def use(self, words: list[str], answer: list[str], salt: str | None = None) -> int:
+        """Serve ``words``: the cached tokens (the prefix its slot already held, filled with
+        the same ``salt``)."""
 
         def shared(slot: FakeSlot) -> int:
+            if slot.salt != salt:
+                return 0
             n = 0
             for a, b in zip(slot.words, words, strict=False):
                 if a != b:
@@ -184,6 +194,7 @@ class FakeSlots:
             best = min(self.slots, key=lambda slot: slot.used)
         self.tasks += 1
         best.words, best.task, best.used = [*words, *answer], self.tasks, self.tasks
+        best.salt = salt
         return min(cached, max(0, len(words) - 1))  # llama.cpp evaluates at least one token
 
     def listing(self) -> list[dict[str, Any]]:
@@ -264,7 +275,8 @@ class FakeSlots:
                     "Unable to restore slot, no available space in KV cache or invalid slot save "
                     "file"
                 )
-            slot.words, slot.task = [str(w) for w in words], None
+            kept = [] if self.cfg.slot_restore_noop else [str(w) for w in words]
+            slot.words, slot.task, slot.salt = kept, None, None
             ms = (time.monotonic() - began) * 1000
             return json_response(
                 {
@@ -400,6 +412,8 @@ class FakeBackend:
             if self.cfg.flavor == "vllm":
                 return web.Response(status=200)
             return json_response({"status": "ok"})
+        if self.cfg.no_slots and (path == "/slots" or path.startswith("/slots/")):
+            return json_response({"error": {"code": 404, "message": "File Not Found"}}, 404)
         if self.slots is not None and path == "/slots" and method == "GET":
             return json_response(self.slots.listing())
         if self.slots is not None and path.startswith("/slots/") and method == "POST":
@@ -569,7 +583,12 @@ class FakeBackend:
         self.cached = None
         if self.slots is not None:  # what its slot held: the prompt cache kept or lost
             words = self.word_list(body, kind)
-            self.cached = self.slots.use(words, [f"tok{i}" for i in range(n_tokens)])
+            salt = body.get("cache_salt")
+            self.cached = self.slots.use(
+                words,
+                [f"tok{i}" for i in range(n_tokens)],
+                salt if isinstance(salt, str) and salt else None,
+            )
         if stream:
             return await self.stream(request, body, kind, model, prompt_tokens, n_tokens, crash)
         if self.cfg.tps > 0 and n_tokens > 0:
@@ -1051,6 +1070,10 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument(
         "--slot-save-seconds", type=float, default=0.0, help="a save takes S s (a large slot)"
     )
+    p.add_argument(
+        "--slot-restore-noop", action="store_true", help="a restore answers done, keeps nothing"
+    )
+    p.add_argument("--no-slots", action="store_true", help="answer /slots 404")
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -1096,6 +1119,8 @@ def parse_args(argv: list[str] | None) -> Config:
         slots=a.parallel or 1,
         slot_bytes_per_token=max(1, a.slot_bytes_per_token),
         slot_save_seconds=max(0.0, a.slot_save_seconds),
+        slot_restore_noop=a.slot_restore_noop,
+        no_slots=a.no_slots,
     )
 
 
