@@ -49,6 +49,7 @@ from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
 from modelswap.routing.matrix_swapper import MatrixSwapper
+from modelswap.routing.overlap import start_may_overlap
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
 from modelswap.routing.profiles import PinnedSwapper
 from modelswap.routing.protocols import Swapper
@@ -391,6 +392,26 @@ class Runtime:
             await self.router.load(model_id)
         return models
 
+    def _start_may_overlap(self, target: str, evict: frozenset[str]) -> bool:
+        """Whether ``target``'s start may begin while ``evict`` save and stop: the budgets show
+        it fits beside everything that holds memory now (routing/overlap.py)."""
+        models = self.config.models
+        if target not in models or any(m not in models for m in evict):
+            return False
+        holding = frozenset(
+            m
+            for m, p in self.router.processes.items()
+            if p.state not in (ProcessState.STOPPED, ProcessState.FAILED, ProcessState.SHUTDOWN)
+        )
+        return start_may_overlap(
+            target,
+            evict,
+            holding,
+            self.config.scheduling.resources,
+            self.uses,
+            lambda m: models[m].proxy,
+        )
+
     def _sleeping(self) -> frozenset[str]:
         if self._router is None:
             return frozenset()
@@ -451,7 +472,9 @@ class Runtime:
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
-        self._router = LocalRouter(processes, self.events, self.swapper(), self.policy())
+        self._router = LocalRouter(
+            processes, self.events, self.swapper(), self.policy(), overlap=self._start_may_overlap
+        )
         sampler = MemorySampler(
             self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
         )

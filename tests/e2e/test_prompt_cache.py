@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import Gateway, fake_cmd, request
+from tests.e2e.conftest import Gateway, fake_cmd, fake_cmd_text, request
 
 pytestmark = pytest.mark.e2e
 
@@ -306,3 +307,51 @@ def test_a_vllm_server_is_never_asked_for_slots(gateway: Any) -> None:
     verdict = verdict_of(gw, "v")
     assert verdict["state"] == "unsupported"
     assert "vllm" in verdict["reason"]
+
+
+def paired(release: Path, ram: str) -> str:
+    """a and b in one swapping group (one runs at a time), each declaring 1 GiB of a ``ram``
+    budget; a's save waits until b's command has begun (it creates ``release``)."""
+    slots = "--slot-bytes-per-token 1000"
+    b = f"touch {shlex.quote(str(release))}; exec {fake_cmd_text(slots)}"
+    return (
+        f"  a:\n    uses: {{ram: 1GiB}}\n"
+        f"    cmd: {fake_cmd(slots, f'--slot-save-until {release}')}\n"
+        f"  b:\n    uses: {{ram: 1GiB}}\n    cmd: {json.dumps('sh -c ' + shlex.quote(b))}\n"
+    )
+
+
+def pair_top(ram: str, save_timeout: float = 60) -> str:
+    return (
+        f"promptCache: {{enabled: true, saveTimeout: {save_timeout}}}\nresources: {{ram: {ram}}}\n"
+        "groups:\n  pair: {members: [a, b], swap: true}\n"
+    )
+
+
+def test_the_start_begins_while_the_save_runs_when_both_fit(gateway: Any, tmp_path: Path) -> None:
+    release = tmp_path / "b-began"
+    gw = gateway(paired(release, "4GiB"), extra_top=pair_top("4GiB"))
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")  # a's save finishes only because b's start began beside it
+    record = receipt(gw, "b")
+    assert record["stop_overlapped"] is True
+    (saved,) = record["prompt_cache"]["saved"]
+    assert saved["slots"] == 1, saved
+    assert cached(turn(gw, "a", PROMPT)) >= 200  # and it restores as ever
+
+
+def test_the_start_waits_for_the_stop_when_the_budget_is_tight(
+    gateway: Any, tmp_path: Path
+) -> None:
+    # the budget holds one of them: the eviction makes the room, so the order is kept; a's
+    # save then waits for a start that comes after it, and its ceiling ends it
+    release = tmp_path / "b-began"
+    gw = gateway(paired(release, "1GiB"), extra_top=pair_top("1GiB", save_timeout=1))
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")
+    record = receipt(gw, "b")
+    assert "stop_overlapped" not in record
+    (saved,) = record["prompt_cache"]["saved"]
+    (slot,) = saved["detail"]
+    assert slot["result"] == "skipped"
+    assert "saveTimeout" in slot["reason"]

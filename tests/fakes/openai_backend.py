@@ -35,7 +35,8 @@ completion reports the words its slot already held as ``cached_tokens``. As llam
 request's ``cache_salt`` reuses only a slot filled with the same salt, and a restore leaves the
 slot unsalted. For the restore's proof (issue 38): ``--slot-restore-noop`` answers a restore
 as done and keeps the slot empty (ggml-org/llama.cpp#26676); ``--no-slots`` answers ``/slots``
-404, as a server without the API.
+404, as a server without the API; ``--slot-save-until FILE`` holds a save until FILE exists (a
+test sees what else runs while it saves).
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -134,6 +135,7 @@ class Config:
     slot_bytes_per_token: int = 100
     slot_save_seconds: float = 0.0
     slot_restore_noop: bool = False
+    slot_save_until: str | None = None
     no_slots: bool = False
 
 
@@ -248,6 +250,9 @@ class FakeSlots:
                 fh.flush()
                 if self.cfg.slot_save_seconds:  # a large slot: written slowly
                     await asyncio.sleep(self.cfg.slot_save_seconds)
+                until = self.cfg.slot_save_until
+                while until and not os.path.exists(until):  # noqa: ASYNC110, ASYNC240
+                    await asyncio.sleep(0.02)
                 fh.write(b"\0" * (size - len(header)))
             ms = (time.monotonic() - began) * 1000
             return json_response(
@@ -1074,6 +1079,7 @@ def parse_args(argv: list[str] | None) -> Config:
         "--slot-restore-noop", action="store_true", help="a restore answers done, keeps nothing"
     )
     p.add_argument("--no-slots", action="store_true", help="answer /slots 404")
+    p.add_argument("--slot-save-until", metavar="FILE", default=None, help="save once FILE is")
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -1120,6 +1126,7 @@ def parse_args(argv: list[str] | None) -> Config:
         slot_bytes_per_token=max(1, a.slot_bytes_per_token),
         slot_save_seconds=max(0.0, a.slot_save_seconds),
         slot_restore_noop=a.slot_restore_noop,
+        slot_save_until=a.slot_save_until,
         no_slots=a.no_slots,
     )
 

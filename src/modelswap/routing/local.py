@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Set
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from modelswap.config import ModelConfig
@@ -89,8 +89,11 @@ class LocalRouter:
         policy: SchedulerPolicy | None = None,
         *,
         tick_seconds: float = 1.0,
+        overlap: Callable[[str, frozenset[str]], bool] | None = None,
     ) -> None:
         self.processes = dict(processes)
+        # Whether a swap's start may begin while what it evicts saves and stops (routing/overlap)
+        self._overlap = overlap or (lambda _target, _evict: False)
         self._events = events
         self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self, policy)
         self._tick_seconds = tick_seconds
@@ -307,19 +310,18 @@ class LocalRouter:
         began = time.monotonic()
         drained = began - due_at if due_at is not None else None
         stopped = began
+        overlapped: float | None = None  # the stop's own seconds, when the start overlapped it
         try:
-            if evict:
-                self._begin_prefetch(target)
-                await self._stop_processes(evict, sleep=True)
-                for model in evict:
-                    self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
-                    self.processes[model].record_stop(evicted(target))
-            stopped = time.monotonic()
-            # From here the backend reads its own weights; the prefetch has done its part.
-            self._stop_prefetch(target, "the start began")
-            if target in self._aborted:
-                raise StartError(target, ABORTED)
-            await self.processes[target].ensure_ready()
+            if evict and self._overlap(target, evict):
+                stopped, overlapped = began, 0.0
+                overlapped = await self._stop_beside_start(target, evict, began)
+            else:
+                if evict:
+                    self._begin_prefetch(target)
+                    await self._stop_processes(evict, sleep=True)
+                    self._evicted(target, evict)
+                stopped = time.monotonic()
+                await self._start(target)
         except StartError as exc:
             error = exc
         except asyncio.CancelledError:
@@ -337,9 +339,40 @@ class LocalRouter:
         try:  # the last-swap record is a report: it must never keep waiters from their answer
             prefetched = await self._settled_prefetch(target)
             clock = (began, stopped, ended)
-            self._publish_last_swap(target, evict, drained, clock, error, prefetched)
+            self._publish_last_swap(target, evict, drained, clock, error, prefetched, overlapped)
         except Exception:
             log.exception("swap to %s: no last-swap record", target)
+
+    def _evicted(self, target: str, evict: frozenset[str]) -> None:
+        for model in evict:
+            self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
+            self.processes[model].record_stop(evicted(target))
+
+    async def _start(self, target: str) -> None:
+        # From here the backend reads its own weights; the prefetch has done its part.
+        self._stop_prefetch(target, "the start began")
+        if target in self._aborted:
+            raise StartError(target, ABORTED)
+        await self.processes[target].ensure_ready()
+
+    async def _stop_beside_start(self, target: str, evict: frozenset[str], began: float) -> float:
+        """The budgets show ``target`` fits beside what it evicts (routing/overlap.py): its
+        start begins while they save their prompt caches and stop; the swap is done when both
+        are. The stop's own seconds. A failed start raises once the stop is done."""
+        stopping = asyncio.ensure_future(self._stop_processes(evict, sleep=True))
+        stopped_at = began
+
+        def done(_: object) -> None:
+            nonlocal stopped_at
+            stopped_at = time.monotonic()
+
+        stopping.add_done_callback(done)
+        try:
+            await self._start(target)
+        finally:
+            await stopping
+            self._evicted(target, evict)
+        return stopped_at - began
 
     def _eviction_outcome(
         self, evict: frozenset[str], target: str, error: Exception | None
@@ -411,13 +444,16 @@ class LocalRouter:
         clock: tuple[float, float, float],
         error: Exception | None,
         prefetched: PrefetchRecord | None,
+        overlapped: float | None = None,
     ) -> None:
         """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
         what it evicted (until each whole process tree was gone), then the target's own
         start — spawn to listening, listening to healthy (0 when it was running already) —
         and what was prefetched meanwhile. ``drained``: how long the swap waited, before it
         began, for what it evicts to finish serving (None: it did not wait). ``clock``: began,
-        stopped, ended (monotonic)."""
+        stopped, ended (monotonic). ``overlapped``: the stop's own seconds when the start
+        began beside it (``stop_overlapped``: the start's phases then count from the swap's
+        beginning)."""
         process = self.processes[target]
         began, stopped, now = clock
         record: dict[str, object] = {
@@ -432,6 +468,9 @@ class LocalRouter:
         if spawned is not None and listening is not None and spawned >= stopped:  # this swap
             record["spawn_to_listening_seconds"] = round(listening - spawned, 4)
             record["listening_to_ready_seconds"] = round(now - listening, 4)
+        if overlapped is not None:
+            record["stop_seconds"] = round(overlapped, 4)
+            record["stop_overlapped"] = True
         if error is not None:
             record["error"] = str(error)
         if prefetched is not None:

@@ -426,7 +426,8 @@ function renderSwap(card, receipt, failureShown) {
   const evicted = (receipt.evict || []).join(", ");
   const parts = [
     ["drain", receipt.drain_seconds, `waited for ${evicted || "what it evicts"} to finish serving`],
-    ["stop", evicted ? receipt.stop_seconds : undefined, `${evicted} stopped, every process gone`],
+    [receipt.stop_overlapped ? "stop (beside the start)" : "stop", evicted ? receipt.stop_seconds : undefined,
+      receipt.stop_overlapped ? `${evicted} saved and stopped while the start ran (the budgets had room for both)` : `${evicted} stopped, every process gone`],
     ["spawn → listening", receipt.spawn_to_listening_seconds, "the backend's start until its port listened"],
     ["listening → healthy", receipt.listening_to_ready_seconds, "until its health check passed"],
     ["first byte", receipt.first_byte_seconds, "the first request's first byte after it, from that request's arrival"],
