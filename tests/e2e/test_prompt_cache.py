@@ -271,6 +271,8 @@ def test_restores_that_never_work_stop_the_saves(gateway: Any, tmp_path: Path) -
     assert [f["model"] for f in index["files"]] == ["b"]  # a's file went with it
     assert "saved" not in receipt(gw, "b")["prompt_cache"]  # the last swap away saved none
     assert gw.log().count("restores in a row did not work") == 1  # said once
+    metrics = request(gw, "GET", "/metrics").body.decode()
+    assert 'modelswap_prompt_cache_proofs_total{model="a",state="fails"} 3.0' in metrics, metrics
 
 
 def test_a_salted_request_is_the_known_reason(gateway: Any) -> None:
