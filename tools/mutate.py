@@ -165,6 +165,20 @@ MUTATIONS = (
         marker="e2e",
     ),
     Mutation(
+        "prompt-cache-proof-any-reuse-works",  # a restore that kept a little read as working
+        "src/modelswap/supervisor/cacheproof.py",
+        "    if cached >= WORKS_SHARE * reusable:",
+        "    if cached > 0:",
+        ("tests/unit/supervisor/test_cacheproof.py",),
+    ),
+    Mutation(
+        "prompt-cache-stops-never",  # restores that never work saved on every swap
+        "src/modelswap/supervisor/cacheproof.py",
+        "        if verdict.saving and verdict.failed_in_a_row >= self._stop_after:",
+        "        if False:",
+        ("tests/unit/supervisor/test_cacheproof.py",),
+    ),
+    Mutation(
         "histogram-bins-not-sturges",  # llama-swap's /api/metrics/stats bins (issue 17)
         "src/modelswap/observe/histogram.py",
         "math.ceil(math.log2(len(values))) + 1",

@@ -183,8 +183,8 @@ class PromptCache:
         """Whether the backend has a slots API to save (llama.cpp's) and saving goes on for it:
         not when its config, its command or its probe says it is another server (vLLM and
         SGLang keep their caches through their own KV connectors: docs/backends.md §21), nor
-        when nothing says it is llama.cpp (a generic server answers ``GET /slots`` 404), nor
-        once its restores proved never to work. Silent: the verdict says why."""
+        when its ``GET /slots`` answered 404 once, nor once its restores proved never to work.
+        Silent: the verdict says why."""
         return self.why_not(config, metadata) is None and self.verdicts.saving(
             config.id, self._identity(config)
         )
@@ -226,9 +226,10 @@ class PromptCache:
     ) -> Verdict | None:
         """The first answer after a restore (its cached and prompt tokens, whether it was
         salted) proves it; the verdict when it did."""
-        key = self._identity(config)
         if not self.verdicts.waiting(config.id):
             return None
+        key = self._identity(config)
+        before = self.verdicts.get(config.id, key).last
         stopped = self.verdicts.answered(
             config.id,
             key,
@@ -238,8 +239,8 @@ class PromptCache:
             hazards=self.hazards(config, metadata),
         )
         verdict = self.verdicts.get(config.id, key)
-        if verdict.last is None:
-            return None
+        if verdict.last is None or verdict.last is before:
+            return None  # the answer did not say: nothing proved
         if stopped:
             self._stop_saving(config, verdict)
         return verdict
