@@ -218,6 +218,15 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "prompt_n": _median([float(r["turn2"]["timings"].get("prompt_n", 0)) for r in rows]),
             "away": _median([r["away"]["total_seconds"] for r in rows if "away" in r]),
             "away_stop": _median([r["away"]["stop_seconds"] for r in rows if "away" in r]),
+            # what the stop (the save included) added to the swap away: all of it, unless the
+            # start began beside it (--room)
+            "away_stop_added": _median(
+                [
+                    r["away"]["total_seconds"] - r["away"].get("start_seconds", 0.0)
+                    for r in rows
+                    if "away" in r
+                ]
+            ),
             "back": _median([r["back"]["total_seconds"] for r in rows if "back" in r]),
             "saved_ms": _median(
                 [r["away"]["prompt_cache"]["saved"][0]["ms"] / 1000 for r in cache]
@@ -313,6 +322,8 @@ def render(result: dict[str, Any]) -> list[str]:
             f"| {_s(m['away'])} / {_s(m['away_stop'])} | {_s(m['back'])} | {saved} "
             f"| {_s(m['restored_ms'])} |"
         )
+    added = [f"{names[m]}: {_s(f[m]['away_stop_added'])} s" for m in ("kept", "lost")]
+    lines += ["", "What the stop (the save included) added to the swap away: " + "; ".join(added)]
     lines += ["", "| goal | value | verdict |", "|---|---|---|"]
     for goal, value, met in goals(result):
         verdict = "n/a" if met is None else ("pass" if met else "FAIL")
