@@ -83,6 +83,7 @@ def test_a_swap_away_and_back_restores_the_slot_and_the_same_answer(
     assert cached(answer) >= prompt_tokens
     assert text(answer) == text(reference)
     # the first answer proved the restore (the backend's own timings.cache_n / cached_tokens)
+    gw.wait_for(lambda: gw.running()["a"]["prompt_cache"]["state"] != "unknown")  # recorded
     verdict = gw.running()["a"]["prompt_cache"]
     assert verdict["state"] == "works", verdict
     assert verdict["last"]["cached_tokens"] == cached(answer)

@@ -96,7 +96,9 @@ def test_a_swap_away_and_back_restores_the_slot(gateway: Any, tmp_path: Path) ->
     restored = receipt(gw, "a")["prompt_cache"]["restored"]
     assert restored["slots"] == 1
     assert restored["tokens"] == saved[0]["tokens"]
-    # the first answer proved the restore: on the model's row and in the swap's record
+    # the first answer proved the restore: on the model's row and in the swap's record (the
+    # answer is recorded once it has gone out: wait for it)
+    gw.wait_for(lambda: verdict_of(gw, "a")["state"] != "unknown")
     verdict = verdict_of(gw, "a")
     assert verdict["state"] == "works", verdict
     assert verdict["saving"] is True

@@ -34,7 +34,7 @@ def test_a_restore_that_worked_shows_on_the_card_and_page(
     answer = turn(gw, "a", PROMPT)["choices"][0]["message"]["content"]
     turn(gw, "b", "hello")
     turn(gw, "a", PROMPT, answer, "and then?")  # restored: proved by this answer
-    assert row_of(gw, "a")["prompt_cache"]["state"] == "works"
+    gw.wait_for(lambda: row_of(gw, "a")["prompt_cache"]["state"] == "works")
     page.set_viewport_size({"width": width, "height": 860})
     page.goto(gw.url("/ui/#/models"))
     verdict = card(page, "a").locator('[data-role="pcache"]')
