@@ -313,8 +313,11 @@ class LocalRouter:
         overlapped: float | None = None  # the stop's own seconds, when the start overlapped it
         try:
             if evict and self._overlap(target, evict):
-                stopped, overlapped = began, 0.0
-                overlapped = await self._stop_beside_start(target, evict, began)
+                stop_took: list[float] = []  # filled once the stop is done, a failed start too
+                try:
+                    await self._stop_beside_start(target, evict, began, stop_took)
+                finally:
+                    overlapped = stop_took[0] if stop_took else None
             else:
                 if evict:
                     self._begin_prefetch(target)
@@ -355,10 +358,13 @@ class LocalRouter:
             raise StartError(target, ABORTED)
         await self.processes[target].ensure_ready()
 
-    async def _stop_beside_start(self, target: str, evict: frozenset[str], began: float) -> float:
+    async def _stop_beside_start(
+        self, target: str, evict: frozenset[str], began: float, took: list[float]
+    ) -> None:
         """The budgets show ``target`` fits beside what it evicts (routing/overlap.py): its
         start begins while they save their prompt caches and stop; the swap is done when both
-        are. The stop's own seconds. A failed start raises once the stop is done."""
+        are. The stop's own seconds go into ``took``. A failed start raises once the stop is
+        done."""
         stopping = asyncio.ensure_future(self._stop_processes(evict, sleep=True))
         stopped_at = began
 
@@ -372,7 +378,7 @@ class LocalRouter:
         finally:
             await stopping
             self._evicted(target, evict)
-        return stopped_at - began
+            took.append(stopped_at - began)
 
     def _eviction_outcome(
         self, evict: frozenset[str], target: str, error: Exception | None
