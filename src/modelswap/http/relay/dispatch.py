@@ -27,7 +27,7 @@ from modelswap.errors import (
 from modelswap.http.reading import raw_query
 from modelswap.http.relay import proxy
 from modelswap.http.relay.apply_filters import apply_layers
-from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
+from modelswap.http.relay.extract import RequestBody, dump_json, replace_model, salted
 from modelswap.http.relay.policy import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.request_obs import OBS
@@ -139,6 +139,7 @@ async def _attempt(
     if obs is not None:
         obs.model, obs.bytes_in = target.label, len(payload)
         obs.request_body = payload[: obs.request_limit]
+        obs.salted = salted(data)
         injected = None
         if data is not None and request.path in USAGE_PATHS:
             injected = request_usage_injection(payload, data)

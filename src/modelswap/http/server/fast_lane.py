@@ -62,7 +62,7 @@ from modelswap.http.relay.backend_pool import (
     ResponseHead,
 )
 from modelswap.http.relay.dispatch import HOPS_HEADER, preflight, prepare_body
-from modelswap.http.relay.extract import RequestBody, parse_request
+from modelswap.http.relay.extract import RequestBody, parse_request, salted
 from modelswap.http.relay.proxy import (
     MAX_ERROR_BODY,
     STALE_RETRIES,
@@ -767,6 +767,7 @@ class _Exchange:
         payload = self.payload
         if obs is not None:
             obs.model, obs.bytes_in = target.label, len(payload)
+            obs.salted = salted(self.body.data)
             injected = None
             if self.data is not None and self.request.path in USAGE_PATHS:
                 injected = request_usage_injection(payload, self.body.data)
