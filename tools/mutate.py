@@ -269,7 +269,7 @@ MUTATIONS = (
         "src/modelswap/routing/together.py",
         "if eviction is None or eviction.models:",
         "if eviction is None:",
-        ("tests/unit/routing/test_together.py",),
+        ("tests/unit/routing/test_together_sets.py",),
     ),
     Mutation(
         "state-parents-umask",  # stateDir's missing parents made 0755 by the umask (issue 38)
