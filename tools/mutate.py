@@ -164,6 +164,30 @@ MUTATIONS = (
         ("tests/unit/config/test_compat_logging.py",),
     ),
     Mutation(
+        "prompt-cache-keeps-stale-file",  # a restored slot used since: its newer state unsaved
+        "src/modelswap/supervisor/promptcache.py",
+        "        if slot.tokens is None and existing is not None:",
+        "        if existing is not None:",
+        (
+            "tests/e2e/test_prompt_cache.py::test_a_restored_conversation_that_went_on_is_saved_anew",
+        ),
+        marks="e2e",
+    ),
+    Mutation(
+        "prompt-cache-proof-any-reuse-works",  # a restore that kept a little read as working
+        "src/modelswap/supervisor/cacheproof.py",
+        "    if cached >= WORKS_SHARE * reusable:",
+        "    if cached > 0:",
+        ("tests/unit/supervisor/test_cacheproof.py",),
+    ),
+    Mutation(
+        "prompt-cache-stops-never",  # restores that never work saved on every swap
+        "src/modelswap/supervisor/cacheproof.py",
+        "        if verdict.saving and verdict.failed_in_a_row >= self._stop_after:",
+        "        if False:",
+        ("tests/unit/supervisor/test_cacheproof.py",),
+    ),
+    Mutation(
         "histogram-bins-not-sturges",  # llama-swap's /api/metrics/stats bins (issue 17)
         "src/modelswap/observe/histogram.py",
         "math.ceil(math.log2(len(values))) + 1",
@@ -245,7 +269,7 @@ MUTATIONS = (
         "src/modelswap/routing/together.py",
         "if eviction is None or eviction.models:",
         "if eviction is None:",
-        ("tests/unit/routing/test_together.py",),
+        ("tests/unit/routing/test_together_sets.py",),
     ),
     Mutation(
         "state-parents-umask",  # stateDir's missing parents made 0755 by the umask (issue 38)

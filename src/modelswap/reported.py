@@ -72,6 +72,11 @@ class Progress:
         return self.phase
 
 
+NO_SLOTS_API = "the server has no slots API"
+"""How a ``GET /slots`` that the server does not serve (404, 405, 501) begins its error: not
+llama.cpp, or started with ``--no-slots`` (``backends/slots.py``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SlotState:
     """One llama.cpp slot as ``GET /slots`` lists it (issue 30: the prompt cache kept across a
@@ -111,3 +116,17 @@ class CapabilityReport:
     tools: bool | None = None
     context: int | None = None
     total_slots: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHazard:
+    """A known reason why a model's prompt cache kept across a swap may not work, read from
+    its command line, its start's log and ``/props`` (issue 38): ``code`` (``mmproj``,
+    ``swa``, ``hybrid``, ``salted``), the sentence that says why, and the fix."""
+
+    code: str
+    reason: str
+    fix: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "reason": self.reason, "fix": self.fix}

@@ -25,7 +25,7 @@ from modelswap.backends.diagnose import GenericDiagnoser
 from modelswap.backends.hints import auto_tool_choice_unsupported
 from modelswap.backends.logreader import BackendLogReader
 from modelswap.backends.probe import MetadataProbe
-from modelswap.backends.registry import capability_report, keeps_slots
+from modelswap.backends.registry import cache_hazards, capability_report, why_no_slots
 from modelswap.backends.slots import SlotClient, save_path
 from modelswap.config import Config, ModelConfig
 from modelswap.config.resolved import ApiKey, Filters, Selector, Timeouts
@@ -60,6 +60,7 @@ from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.clients import ANONYMOUS, Client
 from modelswap.routing.gate import ClientGate
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
+from modelswap.routing.overlap import start_may_overlap
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
 from modelswap.routing.prediction import (
     LoadPrediction,
@@ -230,6 +231,10 @@ class ModelStatus:
         if comparison is not None:
             record["prediction"] = comparison
         return record
+
+    def prompt_cache(self) -> dict[str, object] | None:
+        """What its restores proved of its prompt cache (issue 38); None: the cache is off."""
+        return self._process.prompt_cache_verdict()
 
     def plan(self) -> Plan | None:
         """The fit planner's plan for its current start."""
@@ -617,6 +622,26 @@ class Runtime:
             await self.router.load(model_id)
         return models
 
+    def _start_may_overlap(self, target: str, evict: frozenset[str]) -> bool:
+        """Whether ``target``'s start may begin while ``evict`` save and stop: the budgets show
+        it fits beside everything that holds memory now (routing/overlap.py)."""
+        models = self.config.models
+        if target not in models or any(m not in models for m in evict):
+            return False
+        holding = frozenset(
+            m
+            for m, p in self.router.processes.items()
+            if p.state not in (ProcessState.STOPPED, ProcessState.FAILED, ProcessState.SHUTDOWN)
+        )
+        return start_may_overlap(
+            target,
+            evict,
+            holding,
+            self.config.scheduling.resources,
+            self.uses,
+            lambda m: models[m].proxy,
+        )
+
     def _sleeping(self) -> frozenset[str]:
         if self._router is None:
             return frozenset()
@@ -672,7 +697,8 @@ class Runtime:
             SlotClient(self._health_session),
             identity=command_key,
             save_path_of=save_path,
-            keeps_slots=keeps_slots,
+            why_no_slots=lambda model, meta: why_no_slots(model.backend, model.cmd, meta),
+            hazards=lambda model, meta, lines: cache_hazards(model.backend, model.cmd, meta, lines),
             settings=lambda: self.config.prompt_cache,
         )
         processes = {m: self.make_process(model) for m, model in self.config.models.items()}
@@ -683,6 +709,7 @@ class Runtime:
             self.scheduler_policy(),
             explain_failure=self._explain_failure,
             before_cold_start=self._predict_before_start,
+            overlap=self._start_may_overlap,
         )
         self._router.eviction_price = self.eviction_price
         sampler = MemorySampler(
@@ -875,6 +902,10 @@ class Runtime:
 
     def request_finished(self, record: RequestRecord) -> None:
         self.observer.request_finished(record)
+        if record.model is not None and record.status == 200 and record.error_code is None:
+            process = self.router.processes.get(record.model)
+            if process is not None:  # the first answer after a restore proves it (issue 38)
+                process.answered(record.cached_tokens, record.prompt_tokens, record.salted)
 
     def metrics_text(self) -> bytes:
         """The gateway's own /metrics exposition."""

@@ -82,6 +82,12 @@ def test_a_swap_away_and_back_restores_the_slot_and_the_same_answer(
     # the backend's own count: the whole first turn came from the restored slot
     assert cached(answer) >= prompt_tokens
     assert text(answer) == text(reference)
+    # the first answer proved the restore (the backend's own timings.cache_n / cached_tokens)
+    gw.wait_for(lambda: gw.running()["a"]["prompt_cache"]["state"] != "unknown")  # recorded
+    verdict = gw.running()["a"]["prompt_cache"]
+    assert verdict["state"] == "works", verdict
+    assert verdict["last"]["cached_tokens"] == cached(answer)
+    assert gw.running()["a"]["last_swap"]["prompt_cache"]["proof"]["state"] == "works"
     rows = gw.get_json("/api/activity?model=a&limit=1")["data"]
     assert isinstance(rows, list)
     assert rows[0]["cached_tokens"] == cached(answer)  # the activity row shows it

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import Gateway, fake_cmd, request
+from tests.e2e.conftest import Gateway, fake_cmd, fake_cmd_text, request
 
 pytestmark = pytest.mark.e2e
 
@@ -21,13 +22,16 @@ pytestmark = pytest.mark.e2e
 PROMPT = " ".join(f"w{i}" for i in range(200))
 
 
-def turn(gw: Gateway, model: str, *history: str) -> dict[str, Any]:
-    """One chat turn: ``history`` alternates user and assistant texts."""
+def turn(gw: Gateway, model: str, *history: str, salt: str | None = None) -> dict[str, Any]:
+    """One chat turn: ``history`` alternates user and assistant texts (``salt``: its
+    ``cache_salt``)."""
     messages = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": text}
         for i, text in enumerate(history)
     ]
-    body = {"model": model, "messages": messages, "max_tokens": 4}
+    body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": 4}
+    if salt is not None:
+        body["cache_salt"] = salt
     reply = request(
         gw,
         "POST",
@@ -45,10 +49,26 @@ def cached(answer: dict[str, Any]) -> int:
     return int(answer["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0))
 
 
+def row_of(gw: Gateway, model: str) -> dict[str, Any]:
+    """Its /v1/models row (stopped models too)."""
+    rows = gw.get_json("/v1/models")["data"]
+    assert isinstance(rows, list)
+    (row,) = [r for r in rows if r["id"] == model]
+    assert isinstance(row, dict)
+    return row
+
+
 def receipt(gw: Gateway, model: str) -> dict[str, Any]:
-    last = gw.running()[model].get("last_swap")
-    assert isinstance(last, dict), gw.running()[model]
+    last = row_of(gw, model).get("last_swap")
+    assert isinstance(last, dict), row_of(gw, model)
     return last
+
+
+def verdict_of(gw: Gateway, model: str) -> dict[str, Any]:
+    """What its restores proved, as its /v1/models row says (stopped models too)."""
+    found = row_of(gw, model)["prompt_cache"]
+    assert isinstance(found, dict)
+    return found
 
 
 def saved_files(state: Path) -> list[Path]:
@@ -74,11 +94,23 @@ def test_a_swap_away_and_back_restores_the_slot(gateway: Any, tmp_path: Path) ->
     assert [(s["model"], s["slots"]) for s in saved] == [("a", 1)]
     assert saved[0]["tokens"] >= 200
     assert len(saved_files(tmp_path / "state")) == 1
+    assert verdict_of(gw, "a")["state"] == "unknown"  # saved, not yet proved
     again = turn(gw, "a", PROMPT, answer, "and then?")  # swaps back: restored before it is sent
     assert cached(again) >= 200
     restored = receipt(gw, "a")["prompt_cache"]["restored"]
     assert restored["slots"] == 1
     assert restored["tokens"] == saved[0]["tokens"]
+    # the first answer proved the restore: on the model's row and in the swap's record (the
+    # answer is recorded once it has gone out: wait for it)
+    gw.wait_for(lambda: verdict_of(gw, "a")["state"] != "unknown")
+    verdict = verdict_of(gw, "a")
+    assert verdict["state"] == "works", verdict
+    assert verdict["saving"] is True
+    assert verdict["last"]["cached_tokens"] == cached(again)
+    assert verdict["last"]["restored_tokens"] == restored["tokens"]
+    proof = receipt(gw, "a")["prompt_cache"]["proof"]
+    assert proof["state"] == "works"
+    assert verdict_of(gw, "a")["state"] == "works"
 
 
 def test_a_slot_file_the_backend_left_readable_is_made_private_once_saved(
@@ -207,3 +239,140 @@ def test_a_save_past_the_ceiling_is_skipped_and_the_swap_goes_on(
     assert re.search(
         r'modelswap_prompt_cache_slots_total\{action="save",model="a",result="skipped"\} 1', metrics
     ), metrics
+
+
+def test_a_restored_conversation_that_went_on_is_saved_anew(gateway: Any, tmp_path: Path) -> None:
+    # restored, continued, swapped away again: the newer state is saved over the old file
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    first_turn = turn(gw, "a", PROMPT)
+    answer = first_turn["choices"][0]["message"]["content"]
+    turn(gw, "b", "hello")  # a saved
+    (first,) = receipt(gw, "b")["prompt_cache"]["saved"]
+    longer = (PROMPT, answer, "and then?")
+    again = turn(gw, "a", *longer)  # restored, then continued
+    assert cached(again) >= first_turn["usage"]["prompt_tokens"] - 1
+    turn(gw, "b", "hello")  # a saved again: what it holds now, not the restored file
+    (second,) = receipt(gw, "b")["prompt_cache"]["saved"]
+    (slot,) = second["detail"]
+    assert slot["result"] == "saved", slot
+    assert second["tokens"] > first["tokens"]
+    third = turn(gw, "a", *longer, again["choices"][0]["message"]["content"], "and after?")
+    # the second turn's prompt came back whole: more than the first save held
+    assert cached(third) >= again["usage"]["prompt_tokens"] - 1
+    assert cached(third) > first["tokens"]
+
+
+def swap_back_and_forth(gw: Gateway, times: int, *, salt: str | None = None) -> None:
+    """a answers the same conversation, b evicts it (a saved): ``times`` over."""
+    for _ in range(times):
+        turn(gw, "a", PROMPT, salt=salt)
+        turn(gw, "b", "hello")
+
+
+def test_restores_that_never_work_stop_the_saves(gateway: Any, tmp_path: Path) -> None:
+    # a's restores answer done and keep nothing (ggml-org/llama.cpp#26676)
+    gw = gateway(
+        models("a", flags="--slot-restore-noop") + models("b"),
+        extra_top="promptCache: {enabled: true}\n",
+    )
+    swap_back_and_forth(gw, 2)  # saved twice; the second start's restore proved nothing
+    verdict = verdict_of(gw, "a")
+    assert verdict["state"] == "fails", verdict
+    assert verdict["saving"] is True
+    assert verdict["last"]["cached_tokens"] == 0
+    assert receipt(gw, "a")["prompt_cache"]["proof"]["state"] == "fails"
+    swap_back_and_forth(gw, 2)  # the third and fourth restores fail too: saving stops
+    verdict = verdict_of(gw, "a")
+    assert verdict["saving"] is False, verdict
+    assert "3 restores in a row" in verdict["stopped"]
+    assert verdict["proofs"] == {"fails": 3}
+    index = json.loads((tmp_path / "state" / "prompt-cache" / "index.json").read_text())
+    assert [f["model"] for f in index["files"]] == ["b"]  # a's file went with it
+    assert "saved" not in receipt(gw, "b")["prompt_cache"]  # the last swap away saved none
+    assert gw.log().count("restores in a row did not work") == 1  # said once
+    metrics = request(gw, "GET", "/metrics").body.decode()
+    assert 'modelswap_prompt_cache_proofs_total{model="a",state="fails"} 3.0' in metrics, metrics
+
+
+def test_a_salted_request_is_the_known_reason(gateway: Any) -> None:
+    gw = gateway(models("a", "b"), extra_top="promptCache: {enabled: true}\n")
+    swap_back_and_forth(gw, 2, salt="user-42")
+    verdict = verdict_of(gw, "a")
+    assert verdict["state"] == "fails", verdict
+    assert "cache_salt" in verdict["reason"]
+    assert verdict["last"]["salted"] is True
+    assert "cache_salt" in verdict["fix"]
+
+
+def test_a_server_without_slots_is_not_asked_again(gateway: Any, tmp_path: Path) -> None:
+    # issue 41 item 6: promptCache on for all, one server has no /slots
+    gw = gateway(
+        models("a", flags="--no-slots") + models("b"),
+        extra_top="promptCache: {enabled: true}\n",
+    )
+    swap_back_and_forth(gw, 1)
+    assert "prompt_cache" not in receipt(gw, "b")  # no error in the swap's record
+    verdict = verdict_of(gw, "a")
+    assert verdict["state"] == "unsupported", verdict
+    assert "404" in verdict["reason"]
+    assert "GET /slots" not in gw.log().replace(verdict["reason"], "")
+
+
+def test_a_vllm_server_is_never_asked_for_slots(gateway: Any) -> None:
+    vllm = f"  v:\n    cmd: {fake_cmd('--flavor vllm --no-slots')}\n"
+    gw = gateway(models("b") + vllm, extra_top="promptCache: {enabled: true}\n")
+    turn(gw, "v", "hello")
+    gw.wait_for(lambda: "meta" in gw.running()["v"])  # its probe answered: vLLM
+    turn(gw, "b", "hello")  # evicts v: nothing asked of it
+    assert "prompt_cache" not in receipt(gw, "b")
+    verdict = verdict_of(gw, "v")
+    assert verdict["state"] == "unsupported"
+    assert "vllm" in verdict["reason"]
+
+
+def paired(release: Path, ram: str) -> str:
+    """a and b in one swapping group (one runs at a time), each declaring 1 GiB of a ``ram``
+    budget; a's save waits until b's command has begun (it creates ``release``)."""
+    slots = "--slot-bytes-per-token 1000"
+    b = f"touch {shlex.quote(str(release))}; exec {fake_cmd_text(slots)}"
+    return (
+        f"  a:\n    uses: {{ram: 1GiB}}\n"
+        f"    cmd: {fake_cmd(slots, f'--slot-save-until {release}')}\n"
+        f"  b:\n    uses: {{ram: 1GiB}}\n    cmd: {json.dumps('sh -c ' + shlex.quote(b))}\n"
+    )
+
+
+def pair_top(ram: str, save_timeout: float = 60) -> str:
+    return (
+        f"promptCache: {{enabled: true, saveTimeout: {save_timeout}}}\nresources: {{ram: {ram}}}\n"
+        "groups:\n  pair: {members: [a, b], swap: true}\n"
+    )
+
+
+def test_the_start_begins_while_the_save_runs_when_both_fit(gateway: Any, tmp_path: Path) -> None:
+    release = tmp_path / "b-began"
+    gw = gateway(paired(release, "4GiB"), extra_top=pair_top("4GiB"))
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")  # a's save finishes only because b's start began beside it
+    record = receipt(gw, "b")
+    assert record["stop_overlapped"] is True
+    (saved,) = record["prompt_cache"]["saved"]
+    assert saved["slots"] == 1, saved
+    assert cached(turn(gw, "a", PROMPT)) >= 200  # and it restores as ever
+
+
+def test_the_start_waits_for_the_stop_when_the_budget_is_tight(
+    gateway: Any, tmp_path: Path
+) -> None:
+    # the budget holds one of them: the eviction makes the room, so the order is kept; a's
+    # save then waits for a start that comes after it, and its ceiling ends it
+    release = tmp_path / "b-began"
+    gw = gateway(paired(release, "1GiB"), extra_top=pair_top("1GiB", save_timeout=1))
+    turn(gw, "a", PROMPT)
+    turn(gw, "b", "hello")
+    record = receipt(gw, "b")
+    assert "stop_overlapped" not in record
+    (saved,) = record["prompt_cache"]["saved"]
+    (slot,) = saved["detail"]
+    assert slot["result"] == "skipped"
+    assert "saveTimeout" in slot["reason"]

@@ -36,6 +36,12 @@ As real backends do, ``--content-type-params '; charset=utf-8'`` sends
 ``text/event-stream; charset=utf-8`` and ``application/json; charset=utf-8`` (vLLM's and SGLang's
 streams; the default is the bare type), and ``--no-stream-cache-control`` sends a stream without
 ``Cache-Control`` (as vLLM and SGLang), so a gateway's own streaming headers are its own.
+As llama.cpp, a
+request's ``cache_salt`` reuses only a slot filled with the same salt, and a restore leaves the
+slot unsalted. For the restore's proof (issue 38): ``--slot-restore-noop`` answers a restore
+as done and keeps the slot empty (ggml-org/llama.cpp#26676); ``--no-slots`` answers ``/slots``
+404, as a server without the API; ``--slot-save-until FILE`` holds a save until FILE exists (a
+test sees what else runs while it saves).
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -137,6 +143,9 @@ class Config:
     slot_save_seconds: float = 0.0
     content_type_params: str = ""
     stream_cache_control: bool = True
+    slot_restore_noop: bool = False
+    slot_save_until: str | None = None
+    no_slots: bool = False
 
 
 @dataclasses.dataclass
@@ -161,6 +170,7 @@ class FakeSlot:
     words: list[str] = dataclasses.field(default_factory=list)
     task: int | None = None  # as llama.cpp: None until a task used it (a restore is no task)
     used: int = 0
+    salt: str | None = None  # the cache_salt of the request that filled it
 
 
 class FakeSlots:
@@ -175,10 +185,13 @@ class FakeSlots:
         self.slots = [FakeSlot() for _ in range(max(1, cfg.slots))]
         self.tasks = 0
 
-    def use(self, words: list[str], answer: list[str]) -> int:
-        """Serve ``words``: the cached tokens (the prefix its slot already held)."""
+    def use(self, words: list[str], answer: list[str], salt: str | None = None) -> int:
+        """Serve ``words``: the cached tokens (the prefix its slot already held, filled with
+        the same ``salt``)."""
 
         def shared(slot: FakeSlot) -> int:
+            if slot.salt != salt:
+                return 0
             n = 0
             for a, b in zip(slot.words, words, strict=False):
                 if a != b:
@@ -192,6 +205,7 @@ class FakeSlots:
             best = min(self.slots, key=lambda slot: slot.used)
         self.tasks += 1
         best.words, best.task, best.used = [*words, *answer], self.tasks, self.tasks
+        best.salt = salt
         return min(cached, max(0, len(words) - 1))  # llama.cpp evaluates at least one token
 
     def listing(self) -> list[dict[str, Any]]:
@@ -245,6 +259,9 @@ class FakeSlots:
                 fh.flush()
                 if self.cfg.slot_save_seconds:  # a large slot: written slowly
                     await asyncio.sleep(self.cfg.slot_save_seconds)
+                until = self.cfg.slot_save_until
+                while until and not os.path.exists(until):  # noqa: ASYNC110, ASYNC240
+                    await asyncio.sleep(0.02)
                 fh.write(b"\0" * (size - len(header)))
             if self.cfg.slot_file_mode is not None:
                 os.chmod(path, self.cfg.slot_file_mode)
@@ -274,7 +291,8 @@ class FakeSlots:
                     "Unable to restore slot, no available space in KV cache or invalid slot save "
                     "file"
                 )
-            slot.words, slot.task = [str(w) for w in words], None
+            kept = [] if self.cfg.slot_restore_noop else [str(w) for w in words]
+            slot.words, slot.task, slot.salt = kept, None, None
             ms = (time.monotonic() - began) * 1000
             return json_response(
                 {
@@ -422,6 +440,8 @@ class FakeBackend:
             if self.cfg.flavor == "vllm":
                 return web.Response(status=200)
             return json_response({"status": "ok"})
+        if self.cfg.no_slots and (path == "/slots" or path.startswith("/slots/")):
+            return json_response({"error": {"code": 404, "message": "File Not Found"}}, 404)
         if self.slots is not None and path == "/slots" and method == "GET":
             return json_response(self.slots.listing())
         if self.slots is not None and path.startswith("/slots/") and method == "POST":
@@ -595,7 +615,12 @@ class FakeBackend:
         self.cached = None
         if self.slots is not None:  # what its slot held: the prompt cache kept or lost
             words = self.word_list(body, kind)
-            self.cached = self.slots.use(words, [f"tok{i}" for i in range(n_tokens)])
+            salt = body.get("cache_salt")
+            self.cached = self.slots.use(
+                words,
+                [f"tok{i}" for i in range(n_tokens)],
+                salt if isinstance(salt, str) and salt else None,
+            )
         if stream:
             return await self.stream(request, body, kind, model, prompt_tokens, n_tokens, crash)
         if self.cfg.tps > 0 and n_tokens > 0:
@@ -1097,6 +1122,11 @@ def parse_args(argv: list[str] | None) -> Config:
         action="store_true",
         help="send no Cache-Control on a stream (as vLLM and SGLang)",
     )
+    p.add_argument(
+        "--slot-restore-noop", action="store_true", help="a restore answers done, keeps nothing"
+    )
+    p.add_argument("--no-slots", action="store_true", help="answer /slots 404")
+    p.add_argument("--slot-save-until", metavar="FILE", default=None, help="save once FILE is")
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
         p.error("--crash-after must be >= 1")
@@ -1146,6 +1176,9 @@ def parse_args(argv: list[str] | None) -> Config:
         slot_save_seconds=max(0.0, a.slot_save_seconds),
         content_type_params=a.content_type_params,
         stream_cache_control=not a.no_stream_cache_control,
+        slot_restore_noop=a.slot_restore_noop,
+        slot_save_until=a.slot_save_until,
+        no_slots=a.no_slots,
     )
 
 

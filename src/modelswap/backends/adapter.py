@@ -41,7 +41,7 @@ from modelswap.backends.metadata import (
 )
 
 if TYPE_CHECKING:  # plain data; at run time only where a probe builds it
-    from modelswap.reported import CapabilityReport, ModelMetadata
+    from modelswap.reported import CacheHazard, CapabilityReport, ModelMetadata
 
 # The phases a start goes through, as progress names them (docs/backends.md §9).
 LOADING_WEIGHTS = "loading weights"
@@ -263,6 +263,12 @@ class BackendAdapter(Protocol):
     def start_notices(self, lines: Iterable[str]) -> list[str]:
         """Sentences on changes it made to what was asked (not failures) in a start's log."""
 
+    def cache_hazards(
+        self, argv: Sequence[str], meta: ModelMetadata | None, lines: Iterable[str]
+    ) -> tuple[CacheHazard, ...]:
+        """Why its prompt cache kept across a swap may not work (its command line, its
+        metadata, its start's log); empty: nothing known against it."""
+
 
 class BaseAdapter:
     """The defaults: a backend that says nothing in particular (the generic server)."""
@@ -319,3 +325,8 @@ class BaseAdapter:
 
     def start_notices(self, lines: Iterable[str]) -> list[str]:
         return []
+
+    def cache_hazards(
+        self, argv: Sequence[str], meta: ModelMetadata | None, lines: Iterable[str]
+    ) -> tuple[CacheHazard, ...]:
+        return ()

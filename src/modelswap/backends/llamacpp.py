@@ -35,7 +35,7 @@ from modelswap.backends.metadata import json_object, positive_int, row_context, 
 from modelswap.backends.numbers import to_float, to_int
 
 if TYPE_CHECKING:
-    from modelswap.reported import CapabilityReport, ModelMetadata
+    from modelswap.reported import CacheHazard, CapabilityReport, ModelMetadata
 
 # ---- the receipt -----------------------------------------------------------------------------
 
@@ -188,6 +188,80 @@ def props_capabilities(body: bytes) -> tuple[tuple[str, ...], bool | None] | Non
     return inputs, tools
 
 
+# ---- the prompt cache kept across a swap (issue 38) ---------------------------------------
+
+# print_info (src/llama-model.cpp): the sliding window of the model's SWA layers (0: none) and
+# whether any layer uses one; a recurrent or hybrid model allocates a recurrent memory.
+_N_SWA = re.compile(r"\bn_swa\s*=\s*(\d+)")
+_IS_SWA = re.compile(r"\bis_swa_any\s*=\s*(\d+)")
+_RECURRENT = re.compile(r"\bllama_memory_(?:recurrent|hybrid)\b")
+_MMPROJ_FLAGS = ("--mmproj", "-mm", "--mmproj-url", "-mmu")
+_SWA_FIX = (
+    "add --swa-full to its command (the cache then keeps every token of the window's layers: "
+    "more memory), or turn promptCache off for it"
+)
+
+
+def _has_flag(argv: Sequence[str], names: Iterable[str]) -> bool:
+    wanted = tuple(names)
+    return any(a in wanted or a.startswith(tuple(f"{n}=" for n in wanted)) for a in argv)
+
+
+def cache_hazards(
+    argv: Sequence[str], inputs: Sequence[str] | None, lines: Iterable[str]
+) -> tuple[CacheHazard, ...]:
+    """Why a restored slot of this llama-server may not be reused, from its command line
+    (``--mmproj``, ``--swa-full``), its start's log (``n_swa``, ``is_swa_any``, a recurrent
+    memory) and what ``/props`` said it takes (``inputs``: an image or audio input means a
+    projector is loaded). Empty: nothing known against it. Pure; never raises."""
+    from modelswap.reported import CacheHazard
+
+    found: list[CacheHazard] = []
+    projector = _has_flag(argv, _MMPROJ_FLAGS) and "--no-mmproj" not in argv
+    if projector or any(kind in ("image", "audio") for kind in inputs or ()):
+        found.append(
+            CacheHazard(
+                "mmproj",
+                "a multimodal projector is loaded (--mmproj): llama.cpp cannot save a slot "
+                "then (ggml-org/llama.cpp#21133)",
+                "serve the model without --mmproj where its prompt cache matters (a second "
+                "model entry without it), or turn promptCache off for it",
+            )
+        )
+    if "--swa-full" in argv:
+        return tuple(found)
+    window, any_swa, recurrent = 0, False, False
+    for line in lines:
+        if "swa" in line:
+            if m := _N_SWA.search(line):
+                window = int(m[1])
+            if m := _IS_SWA.search(line):
+                any_swa = m[1] != "0"
+        if "llama_memory_" in line and _RECURRENT.search(line):
+            recurrent = True
+    if window > 0 or any_swa:
+        said = f" of {window} tokens" if window else ""
+        found.append(
+            CacheHazard(
+                "swa",
+                f"a sliding-window model{said} started without --swa-full: a restored slot "
+                "keeps only the window, so its prefix is evaluated again "
+                "(ggml-org/llama.cpp#25913)",
+                _SWA_FIX,
+            )
+        )
+    if recurrent:
+        found.append(
+            CacheHazard(
+                "hybrid",
+                "a hybrid (recurrent) model started without --swa-full: llama.cpp reuses no "
+                "prefix of a restored recurrent state (ggml-org/llama.cpp#28194)",
+                _SWA_FIX,
+            )
+        )
+    return tuple(found)
+
+
 # ---- the planner -----------------------------------------------------------------------------
 
 MIB = 1024**2
@@ -288,6 +362,11 @@ class LlamaCppAdapter(BaseAdapter):
             meta.context_length,
             meta.total_slots,
         )
+
+    def cache_hazards(
+        self, argv: Sequence[str], meta: ModelMetadata | None, lines: Iterable[str]
+    ) -> tuple[CacheHazard, ...]:
+        return cache_hazards(argv, meta.inputs if meta is not None else None, lines)
 
     def start_notices(self, lines: Iterable[str]) -> list[str]:
         """Its ``--fit`` changes (not failures: the server still starts, but with parameters

@@ -9,7 +9,7 @@ that read every backend's text (the log reader, the diagnosis) ask all adapters,
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from modelswap.backends.sglang import SglangAdapter
 from modelswap.backends.vllm import VllmAdapter
 
 if TYPE_CHECKING:
-    from modelswap.reported import CapabilityReport, ModelMetadata
+    from modelswap.reported import CacheHazard, CapabilityReport, ModelMetadata
 
 GENERIC: BackendAdapter = GenericAdapter()
 ADAPTERS: tuple[BackendAdapter, ...] = (
@@ -104,13 +104,27 @@ def capability_report(meta: ModelMetadata) -> CapabilityReport | None:
     return named(meta.backend).capability_report(meta)
 
 
-def keeps_slots(backend: str, reported: ModelMetadata | None) -> bool:
-    """Whether a model may keep its prompt cache across a swap through the slots API: not when
-    its config names a backend without one (vLLM and SGLang keep theirs through their own KV
-    connectors: docs/backends.md), nor when its probe says it is such a server."""
-    if named(backend).saves_slots is False:
-        return False
-    return reported is None or named(reported.backend).saves_slots is True
+def why_no_slots(backend: str, argv: Sequence[str], reported: ModelMetadata | None) -> str | None:
+    """Why a model cannot keep its prompt cache across a swap through llama.cpp's slots API,
+    or None when it may: its config's ``backend:`` or its command names a kind without one
+    (vLLM and SGLang keep theirs through their own KV connectors: docs/backends.md §21), or
+    its probe says it is another server. A generic command whose probe has not answered yet
+    may be llama-server: it is asked, and a ``GET /slots`` it does not serve is remembered
+    (``supervisor/promptcache.py``)."""
+    adapter = for_command(backend, argv)
+    if adapter.saves_slots is False:
+        return f"a {adapter.name} backend has no slots API to save its prompt cache"
+    if reported is not None and named(reported.backend).saves_slots is not True:
+        return f"its server says it is {reported.backend}, which has no slots API"
+    return None
+
+
+def cache_hazards(
+    backend: str, argv: Sequence[str], reported: ModelMetadata | None, lines: Iterable[str]
+) -> tuple[CacheHazard, ...]:
+    """Why the model's restored prompt cache may not be reused (its adapter's reading)."""
+    name = reported.backend if reported is not None else for_command(backend, argv).name
+    return named(name).cache_hazards(argv, reported, lines)
 
 
 # ---- the planner -----------------------------------------------------------------------------

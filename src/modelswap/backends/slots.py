@@ -25,10 +25,11 @@ import aiohttp
 
 from modelswap.backends.configured import flag_values
 from modelswap.bounded_read import BodyOverLimitError, read_capped
-from modelswap.reported import SlotFileAction, SlotState
+from modelswap.reported import NO_SLOTS_API, SlotFileAction, SlotState
 
 MAX_BODY = 4 * 1024 * 1024  # /slots repeats every slot's sampling parameters
 TOKEN_FIELDS = ("n_prompt_tokens", "n_past", "tokens_cached")
+NOT_SERVED = (404, 405, 501)  # no /slots: another server, or llama-server --no-slots
 
 
 def save_path(argv: Sequence[str]) -> str | None:
@@ -111,6 +112,8 @@ class SlotClient:
             return f"GET /slots: no answer within {seconds:.3g} s"
         except (aiohttp.ClientError, OSError, BodyOverLimitError) as exc:
             return f"GET /slots: {str(exc) or type(exc).__name__}"
+        if status in NOT_SERVED:
+            return f"{NO_SLOTS_API} (GET /slots answered {status})"
         found = parse_slots(body) if status == 200 else None
         if found is None:
             return f"GET /slots answered {status} without a list of slots"

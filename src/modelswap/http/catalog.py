@@ -117,11 +117,15 @@ def configured_metadata(runtime: Runtime, model: ModelConfig) -> object:
 def stop_fields(runtime: Runtime, model: ModelStatus) -> dict[str, Any]:
     """What a model's row says about its last swap and, while it is stopped or asleep, why
     (issue 32 #2): the receipt of the last swap to it outlives an unload, and an evicted
-    model names the start it made room for and how that went."""
+    model names the start it made room for and how that went. With ``promptCache`` on, what
+    its restores proved (issue 38: ``prompt_cache``)."""
     out: dict[str, Any] = {}
     last_swap = model.last_swap()
     if last_swap is not None:
         out["last_swap"] = runtime.redactor.data(last_swap)
+    verdict = model.prompt_cache()
+    if verdict is not None:
+        out["prompt_cache"] = verdict
     stopped = model.state in (ProcessState.STOPPED, ProcessState.SLEEPING)
     if stopped and model.last_stop is not None:
         out["last_stop"] = model.last_stop.as_dict()

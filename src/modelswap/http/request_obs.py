@@ -34,6 +34,7 @@ class RequestObs:
     request_body: bytes = b""
     response_body: bytearray = field(default_factory=bytearray)
     metadata: dict[str, str] | None = None  # the Swap Policy Language's context.<key>
+    salted: bool = False  # the body carries a cache_salt (the prompt cache's proof: issue 38)
 
     def first_byte(self) -> None:
         if self.ttft is None:

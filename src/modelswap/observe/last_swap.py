@@ -3,7 +3,8 @@
 ``LocalRouter._publish_last_swap`` publishes each swap's ``swap.done`` (drain, stop, spawn to
 listening, listening to healthy); this keeps the newest one per target and completes it with the
 first byte of the first request to that model that finished after it (``request.finished``),
-so "why was that slow?" has its answer in one place.
+so "why was that slow?" has its answer in one place; a swap that restored a prompt cache gains
+what that first answer proved of it (``prompt_cache.proved``: ``prompt_cache.proof``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ class LastSwaps:
                 self._last[target] = {**event.data, "at": round(event.at, 3)}
         elif event.kind == "request.finished":
             self._first_byte(event.data)
+        elif event.kind == "prompt_cache.proved":
+            self._proved(event.data)
+
+    def _proved(self, data: dict[str, Any]) -> None:
+        record = self._last.get(data.get("model") or "")
+        cache = record.get("prompt_cache") if record is not None else None
+        if isinstance(cache, dict) and "restored" in cache and "proof" not in cache:
+            proof = data.get("last")
+            cache["proof"] = {
+                **(proof if isinstance(proof, dict) else {}),
+                **{k: data[k] for k in ("reason", "fix") if k in data},
+            }
 
     def _first_byte(self, data: dict[str, Any]) -> None:
         record = self._last.get(data.get("model") or "")

@@ -200,6 +200,14 @@ class Metrics:
             ["model", "action"],
             registry=r,
         )
+        # Each restore proved by the first answer after it (issue 38): works, partly, fails.
+        self.cache_proofs = Counter(
+            "modelswap_prompt_cache_proofs",
+            "Restores proved by the first answer after them, by what it took from the cache "
+            "(works, partly, fails)",
+            ["model", "state"],
+            registry=r,
+        )
         r.register(_LiveCollector(view))
         if state is not None:
             r.register(_StateCollector(state))
@@ -258,6 +266,13 @@ class Metrics:
                 counter.labels(model, action).inc(value)
         if failures:
             self.cache_failures.labels(model, action).inc(failures)
+
+    def prompt_cache_proved(self, verdict: Mapping[str, Any]) -> None:
+        """One proof (``prompt_cache.proved``: the verdict, its ``last`` proof)."""
+        last = verdict.get("last")
+        state = last.get("state") if isinstance(last, dict) else None
+        if isinstance(state, str):
+            self.cache_proofs.labels(str(verdict.get("model") or ""), state).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

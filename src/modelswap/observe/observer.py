@@ -67,6 +67,9 @@ class Observer:
             action = "save" if event.kind == "prompt_cache.saved" else "restore"
             self.metrics.prompt_cache(action, event.data)
             return
+        if event.kind == "prompt_cache.proved":
+            self.metrics.prompt_cache_proved(event.data)
+            return
         if event.kind != "process.state":
             return
         model = str(event.data["model"])

@@ -65,6 +65,8 @@ class RequestRecord:
     response_headers: str | None = None
     cached_tokens: int | None = None
     """Prompt tokens the backend reported it took from its cache (None: it said nothing)."""
+    salted: bool = False
+    """The request carried a ``cache_salt`` (for the prompt cache's proof; never stored)."""
     metadata: Mapping[str, str] | None = None
     """The ``context.<key>`` values a Swap Policy Language program wrote (llama-swap's activity
     metadata); None when none was written."""

@@ -96,6 +96,7 @@ class LocalRouter:
         tick_seconds: float = 1.0,
         explain_failure: Callable[[str, StartError], None] | None = None,
         before_cold_start: Callable[[str], None] | None = None,
+        overlap: Callable[[str, frozenset[str]], bool] | None = None,
     ) -> None:
         self.processes = dict(processes)
         # Completes a failed start's error before its waiters hear it (the dry run of a model
@@ -104,6 +105,8 @@ class LocalRouter:
         # Told of the first request for a model that is not running, before the scheduler
         # decides on it: the runtime records its dry run, to set beside the swap that follows.
         self._before_cold_start = before_cold_start
+        # Whether a swap's start may begin while what it evicts saves and stops (routing/overlap)
+        self._overlap = overlap or (lambda _target, _evict: False)
         self._events = events
         self.scheduler = Scheduler(swapper or ExclusiveSwapper(), self, policy)
         self._tick_seconds = tick_seconds
@@ -352,19 +355,21 @@ class LocalRouter:
         began_at = time.time()
         drained = began - due_at if due_at is not None else None
         stopped = began
+        overlapped: float | None = None  # the stop's own seconds, when the start overlapped it
         try:
-            if evict:
-                self._begin_prefetch(target)
-                await self._stop_processes(evict, sleep=True)
-                for model in evict:
-                    self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
-                    self.processes[model].record_stop(evicted(target, began_at))
-            stopped = time.monotonic()
-            # From here the backend reads its own weights; the prefetch has done its part.
-            self._stop_prefetch(target, "the start began")
-            if target in self._aborted:
-                raise StartError(target, ABORTED)
-            await self.processes[target].ensure_ready()
+            if evict and self._overlap(target, evict):
+                stop_took: list[float] = []  # filled once the stop is done, a failed start too
+                try:
+                    await self._stop_beside_start(target, evict, began, began_at, stop_took)
+                finally:
+                    overlapped = stop_took[0] if stop_took else None
+            else:
+                if evict:
+                    self._begin_prefetch(target)
+                    await self._stop_processes(evict, sleep=True)
+                    self._evicted(target, evict, began_at)
+                stopped = time.monotonic()
+                await self._start(target)
         except StartError as exc:
             error = exc
             self._explained(target, exc)
@@ -383,9 +388,50 @@ class LocalRouter:
         try:  # the last-swap record is a report: it must never keep waiters from their answer
             prefetched = await self._settled_prefetch(target)
             clock = (began, stopped, ended)
-            self._publish_last_swap(target, evict, drained, clock, error, prefetched, began_at)
+            self._publish_last_swap(
+                target, evict, drained, clock, error, prefetched, began_at, overlapped
+            )
         except Exception:
             log.exception("swap to %s: no last-swap record", target)
+
+    def _evicted(self, target: str, evict: frozenset[str], began_at: float) -> None:
+        for model in evict:
+            self._stop_why.pop(model, None)  # an unload asked for: the eviction did it
+            self.processes[model].record_stop(evicted(target, began_at))
+
+    async def _start(self, target: str) -> None:
+        # From here the backend reads its own weights; the prefetch has done its part.
+        self._stop_prefetch(target, "the start began")
+        if target in self._aborted:
+            raise StartError(target, ABORTED)
+        await self.processes[target].ensure_ready()
+
+    async def _stop_beside_start(
+        self,
+        target: str,
+        evict: frozenset[str],
+        began: float,
+        began_at: float,
+        took: list[float],
+    ) -> None:
+        """The budgets show ``target`` fits beside what it evicts (routing/overlap.py): its
+        start begins while they save their prompt caches and stop; the swap is done when both
+        are. The stop's own seconds go into ``took``. A failed start raises once the stop is
+        done."""
+        stopping = asyncio.ensure_future(self._stop_processes(evict, sleep=True))
+        stopped_at = began
+
+        def done(_: object) -> None:
+            nonlocal stopped_at
+            stopped_at = time.monotonic()
+
+        stopping.add_done_callback(done)
+        try:
+            await self._start(target)
+        finally:
+            await stopping
+            self._evicted(target, evict, began_at)
+            took.append(stopped_at - began)
 
     def _explained(self, target: str, error: StartError) -> None:
         if self._explain_failure is None:
@@ -466,6 +512,7 @@ class LocalRouter:
         error: Exception | None,
         prefetched: PrefetchRecord | None,
         began_at: float | None = None,
+        overlapped: float | None = None,
     ) -> None:
         """Where a swap's time went, as the ``swap.done`` event and one log line: stopping
         what it evicted (until each whole process tree was gone), then the target's own
@@ -473,7 +520,9 @@ class LocalRouter:
         and what was prefetched meanwhile. ``drained``: how long the swap waited, before it
         began, for what it evicts to finish serving (None: it did not wait). ``clock``: began,
         stopped, ended (monotonic); ``began_at``: when it began (epoch seconds), the time its
-        evictions' stop records carry."""
+        evictions' stop records carry. ``overlapped``: the stop's own seconds when the start
+        began beside it (``stop_overlapped``: the start's phases then count from the swap's
+        beginning)."""
         process = self.processes[target]
         began, stopped, now = clock
         record: dict[str, object] = {
@@ -490,6 +539,9 @@ class LocalRouter:
         if spawned is not None and listening is not None and spawned >= stopped:  # this swap
             record["spawn_to_listening_seconds"] = round(listening - spawned, 4)
             record["listening_to_ready_seconds"] = round(now - listening, 4)
+        if overlapped is not None:
+            record["stop_seconds"] = round(overlapped, 4)
+            record["stop_overlapped"] = True
         if error is not None:
             record["error"] = str(error)
         if prefetched is not None:

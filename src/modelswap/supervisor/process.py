@@ -582,6 +582,7 @@ class ManagedProcess:
         line of the report, never a failed start)."""
         if self._prompt_cache is None:
             return
+        self._prompt_cache.started(self.config, self.logs.tail())
         try:
             report = await self._prompt_cache.restore(self.config)
         except asyncio.CancelledError:
@@ -600,7 +601,7 @@ class ManagedProcess:
         if self._prompt_cache is None or not self._prompt_cache.keeps(self.config, self.metadata):
             return
         try:
-            report = await self._prompt_cache.save(self.config)
+            report = await self._prompt_cache.save(self.config, self.metadata)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -610,6 +611,29 @@ class ManagedProcess:
             self.cache_saved = report
             self.logs.append(f"[modelswap] prompt cache: {report.summary()}")
             self._events.publish("prompt_cache.saved", **report.as_dict())
+
+    def answered(self, cached: int | None, prompt: int | None, salted: bool) -> None:
+        """A request to this model was answered (200): the first after a restore proves it
+        (its cached tokens against those restored; issue 38), published as
+        ``prompt_cache.proved``."""
+        cache = self._prompt_cache
+        if cache is None or not cache.awaits_proof(self.model):
+            return
+        verdict = cache.answered(self.config, self.metadata, cached, prompt, salted)
+        if verdict is None or verdict.last is None:
+            return
+        self.logs.append(
+            f"[modelswap] prompt cache: the first answer after the restore took "
+            f"{verdict.last.cached} of {verdict.last.restored} restored tokens from the "
+            f"cache: {verdict.state}" + (f" ({verdict.reason})" if verdict.reason else "")
+        )
+        self._events.publish("prompt_cache.proved", model=self.model, **verdict.as_dict())
+
+    def prompt_cache_verdict(self) -> dict[str, object] | None:
+        """What its restores proved (None: its prompt cache is off)."""
+        if self._prompt_cache is None:
+            return None
+        return self._prompt_cache.verdict(self.config, self.metadata)
 
     def _became_healthy(self, at: float) -> None:
         """Remember how long after listening this start's health answered, for the next

@@ -28,17 +28,24 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from modelswap.config import ModelConfig
 from modelswap.config.resolved import PromptCacheSettings
-from modelswap.reported import ModelMetadata, SlotFileAction, SlotState
+from modelswap.reported import (
+    NO_SLOTS_API,
+    CacheHazard,
+    ModelMetadata,
+    SlotFileAction,
+    SlotState,
+)
 from modelswap.statefile import make_private_dir, tighten_path
 from modelswap.supervisor import slotstore
 from modelswap.supervisor.backend_needs import SlotApi
+from modelswap.supervisor.cacheproof import Verdict, Verdicts
 from modelswap.supervisor.slotstore import Rates, SavedSlot, SlotStore
 
 log = logging.getLogger(__name__)
@@ -133,10 +140,17 @@ class CacheReport:
         return "; ".join([text, *notes])
 
 
+Hazards = Callable[[ModelConfig, ModelMetadata | None, Iterable[str]], tuple[CacheHazard, ...]]
+
+
 class PromptCache:
-    """Saves and restores the slots of llama.cpp backends. Built by the runtime, which gives
-    it the store, the slots API, the command key (:func:`observe.capabilities.command_key`),
-    the reading of ``--slot-save-path`` from a command line and the present settings."""
+    """Saves and restores the slots of llama.cpp backends, and proves each restore by the
+    first answer after it (:mod:`~modelswap.supervisor.cacheproof`). Built by the runtime,
+    which gives it the store, the slots API, the command key
+    (:func:`observe.capabilities.command_key`), the reading of ``--slot-save-path`` from a
+    command line, the backends' adapters' word on which models have slots to save
+    (``why_no_slots``) and on what stands against their cache (``hazards``), and the present
+    settings."""
 
     def __init__(
         self,
@@ -145,16 +159,21 @@ class PromptCache:
         *,
         identity: Callable[[ModelConfig], str],
         save_path_of: Callable[[Sequence[str]], str | None],
-        keeps_slots: Callable[[str, ModelMetadata | None], bool],
+        why_no_slots: Callable[[ModelConfig, ModelMetadata | None], str | None],
+        hazards: Hazards,
         settings: Callable[[], PromptCacheSettings],
     ) -> None:
         self.store = store
         self._api = api
         self._identity = identity
         self._save_path_of = save_path_of
-        self._keeps_slots = keeps_slots
+        self._why_no_slots = why_no_slots
+        self._hazards = hazards
         self._settings = settings
         self._digests: dict[str, asyncio.Task[None]] = {}  # by path: being taken
+        self.verdicts = Verdicts()
+        self._start_hazards: dict[str, tuple[CacheHazard, ...]] = {}  # by model: its log's
+        self._no_slots: dict[tuple[str, str], str] = {}  # (model, command key): its /slots' 404
 
     # ---- where -----------------------------------------------------------------------------
 
@@ -162,11 +181,94 @@ class PromptCache:
         return config.prompt_cache and self.store.root is not None
 
     def keeps(self, config: ModelConfig, metadata: ModelMetadata | None) -> bool:
-        """Whether the backend may have a slots API to save (llama.cpp's): not when its config
-        or its probe says it is another server (vLLM and SGLang keep their caches through
-        their own KV connectors: docs/backends.md). The backends' adapters say which
-        (``keeps_slots``, given its configured ``backend:`` and its probe's report)."""
-        return self._keeps_slots(config.backend, metadata)
+        """Whether the backend has a slots API to save (llama.cpp's) and saving goes on for it:
+        not when its config, its command or its probe says it is another server (vLLM and
+        SGLang keep their caches through their own KV connectors: docs/backends.md §21), nor
+        when its ``GET /slots`` answered 404 once, nor once its restores proved never to work.
+        Silent: the verdict says why."""
+        return self.why_not(config, metadata) is None and self.verdicts.saving(
+            config.id, self._identity(config)
+        )
+
+    def why_not(self, config: ModelConfig, metadata: ModelMetadata | None) -> str | None:
+        """Why its backend has no slots to save: what its adapter says, or the ``GET /slots``
+        its command answered 404 to once (asked again only after its command changes)."""
+        return self._why_no_slots(config, metadata) or self._no_slots.get(
+            (config.id, self._identity(config))
+        )
+
+    # ---- the proof -------------------------------------------------------------------------
+
+    def started(self, config: ModelConfig, lines: Iterable[str]) -> None:
+        """A start of ``config`` became healthy: what its log says against its cache (the
+        sliding window, a recurrent memory), kept for its proofs."""
+        if self.enabled(config):
+            self._start_hazards[config.id] = self._hazards(config, None, lines)
+
+    def hazards(
+        self, config: ModelConfig, metadata: ModelMetadata | None
+    ) -> tuple[CacheHazard, ...]:
+        """What its command, its metadata and its start's log say against its cache."""
+        found = {h.code: h for h in self._start_hazards.get(config.id, ())}
+        for hazard in self._hazards(config, metadata, ()):
+            found.setdefault(hazard.code, hazard)
+        return tuple(found.values())
+
+    def awaits_proof(self, model: str) -> bool:
+        return self.verdicts.waiting(model)
+
+    def answered(
+        self,
+        config: ModelConfig,
+        metadata: ModelMetadata | None,
+        cached: int | None,
+        prompt: int | None,
+        salted: bool,
+    ) -> Verdict | None:
+        """The first answer after a restore (its cached and prompt tokens, whether it was
+        salted) proves it; the verdict when it did."""
+        if not self.verdicts.waiting(config.id):
+            return None
+        key = self._identity(config)
+        before = self.verdicts.get(config.id, key).last
+        stopped = self.verdicts.answered(
+            config.id,
+            key,
+            cached,
+            prompt,
+            salted=salted,
+            hazards=self.hazards(config, metadata),
+        )
+        verdict = self.verdicts.get(config.id, key)
+        if verdict.last is None or verdict.last is before:
+            return None  # the answer did not say: nothing proved
+        if stopped:
+            self._stop_saving(config, verdict)
+        return verdict
+
+    def verdict(
+        self, config: ModelConfig, metadata: ModelMetadata | None
+    ) -> dict[str, object] | None:
+        """What its restores proved (None: its prompt cache is off), for ``/running``."""
+        if not self.enabled(config):
+            return None
+        why = self.why_not(config, metadata)
+        if why is not None:
+            return {"state": "unsupported", "saving": False, "reason": why}
+        return self.verdicts.get(config.id, self._identity(config)).as_dict()
+
+    def _stop_saving(self, config: ModelConfig, verdict: Verdict) -> None:
+        """Said once: its restores never work, so its saves only cost swaps; its files go."""
+        log.warning(
+            "model %s: prompt cache: %d restores in a row did not work%s; no more saves until "
+            "its command changes or the gateway restarts",
+            config.id,
+            verdict.failed_in_a_row,
+            f" ({verdict.reason})" if verdict.reason else "",
+        )
+        for entry in self.store.entries(config.id):
+            self.store.drop(entry, "its restores never worked")
+        self.store.save()
 
     def folder(self, config: ModelConfig) -> Path | None:
         """The backend's slot save path: its command's ``--slot-save-path``, else the
@@ -191,17 +293,25 @@ class PromptCache:
 
     # ---- save ------------------------------------------------------------------------------
 
-    async def save(self, config: ModelConfig) -> CacheReport | None:
-        """Save the slots of ``config``'s ready, drained backend (None: the cache is off)."""
+    async def save(
+        self, config: ModelConfig, metadata: ModelMetadata | None = None
+    ) -> CacheReport | None:
+        """Save the slots of ``config``'s ready, drained backend (None: the cache is off, or
+        saving stopped for it)."""
         folder = self.folder(config)
         if not self.enabled(config) or folder is None:
+            return None
+        key = self._identity(config)
+        if not self.verdicts.saving(config.id, key):
             return None
         settings = self._settings()
         report = CacheReport("save", config.id, time.monotonic())
         deadline = report.began + settings.save_seconds
-        key = self._identity(config)
         try:
             listing = await self._api.slots(config.proxy, config.upstream_api_key, _left(deadline))
+            if isinstance(listing, str) and listing.startswith(NO_SLOTS_API):
+                self._no_slots[(config.id, key)] = listing  # not llama.cpp: never asked again
+                return None
             if isinstance(listing, str):
                 report.error = listing
                 return report
@@ -213,6 +323,10 @@ class PromptCache:
         finally:
             report.seconds = time.monotonic() - report.began
             self.store.save()
+        if report.slots and all(s.result == "failed" for s in report.slots):
+            hazards = self.hazards(config, metadata)
+            if self.verdicts.save_failed(config.id, key, hazards):
+                self._stop_saving(config, self.verdicts.get(config.id, key))
         return report
 
     async def _save_slot(
@@ -384,6 +498,7 @@ class PromptCache:
         if not self.enabled(config):
             return None
         key = self._identity(config)
+        self.verdicts.restored(config.id, key, 0)  # a proof still waiting is the last start's
         entries = self.store.entries(config.id)
         if not entries:
             return None
@@ -411,6 +526,7 @@ class PromptCache:
         finally:
             report.seconds = time.monotonic() - report.began
             self.store.save()
+        self.verdicts.restored(config.id, key, report.tokens)
         return report
 
     async def _restore_one(

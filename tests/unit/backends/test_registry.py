@@ -60,20 +60,29 @@ def test_owned_by_names_the_server_except_ollamas_namespace() -> None:
     assert registry.owning(None) is None
 
 
-def _keeps_slots_before(backend: str, reported: ModelMetadata | None) -> bool:
-    """The supervisor's rule before the adapters said it (supervisor/process.py, issue 30)."""
-    if backend not in ("auto", "llamacpp", "generic"):
-        return False
-    return reported is None or reported.backend == "llamacpp"
+LLAMA = ("/opt/llama/llama-server", "-m", "m.gguf")
+OTHER = ("python", "server.py")
 
 
 @pytest.mark.parametrize("backend", ["auto", *NAMES])
 @pytest.mark.parametrize("reported", [None, *NAMES])
-def test_which_models_keep_slots_across_a_swap_is_unchanged(
-    backend: str, reported: str | None
+@pytest.mark.parametrize("argv", [LLAMA, OTHER])
+def test_only_a_llamacpp_server_is_asked_for_its_slots(
+    backend: str, reported: str | None, argv: tuple[str, ...]
 ) -> None:
     meta = None if reported is None else ModelMetadata(reported, 4096)
-    assert registry.keeps_slots(backend, meta) is _keeps_slots_before(backend, meta)
+    why = registry.why_no_slots(backend, argv, meta)
+    configured = registry.for_command(backend, argv).name
+    expected = configured in ("llamacpp", "generic") and reported in (None, "llamacpp")
+    assert (why is None) is expected, why
+
+
+def test_a_command_that_names_another_server_is_not_asked_for_slots() -> None:
+    # issue 41 item 6: before its probe answers, a vLLM command is known by its command line
+    why = registry.why_no_slots("auto", ("vllm", "serve", "m"), None)
+    assert why is not None
+    assert "vllm" in why
+    assert registry.why_no_slots("auto", OTHER, None) is None  # it may be llama-server: asked
 
 
 def test_failure_rules_come_in_root_cause_order() -> None:

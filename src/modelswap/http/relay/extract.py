@@ -145,6 +145,11 @@ def parse_request(content_type: str, body: bytes) -> RequestBody:
     return RequestBody(content_type, body, data, model, data.get("stream") is True)
 
 
+def salted(data: Mapping[str, object] | None) -> bool:
+    """Whether a body carries llama.cpp's ``cache_salt`` (a restored slot never serves it)."""
+    return data is not None and data.get("cache_salt") not in (None, "")
+
+
 def dump_json(data: Mapping[str, object]) -> bytes:
     """A JSON body as modelswap writes one it changed: compact, non-ASCII kept as UTF-8."""
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

@@ -45,6 +45,7 @@ from modelswap.errors import (
 )
 from modelswap.http.error_responses import HINT_HEADER, envelope
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
+from modelswap.http.relay.extract import salted
 from modelswap.http.relay.sse import error_event
 from modelswap.http.relay.transport import (
     CONNECT,
@@ -215,6 +216,7 @@ def observe_payload(
     if obs is None:
         return payload
     obs.model, obs.bytes_in = label, len(payload)
+    obs.salted = salted(data)
     if obs.request_limit:
         obs.request_body = payload[: obs.request_limit]
     injected = None

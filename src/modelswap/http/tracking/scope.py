@@ -201,6 +201,7 @@ class RequestScope:
                 prompt_tokens=usage.prompt_tokens if usage else None,
                 completion_tokens=usage.completion_tokens if usage else None,
                 cached_tokens=usage.cached_tokens if usage else None,
+                salted=obs.salted,
                 ttft=max(0.0, first - (load or 0.0)) if first is not None else None,
                 first_byte=obs.ttft,
                 load=load,

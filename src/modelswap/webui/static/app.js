@@ -309,6 +309,7 @@ function modelCard(id) {
       <dt>requests</dt><dd data-role="load-info"></dd>
       <dt data-role="ttl-dt">unloads in</dt><dd data-role="ttl"></dd>
       <dt data-role="swap-dt" hidden>last swap</dt><dd data-role="swap" hidden></dd>
+      <dt data-role="pcache-dt" hidden>prompt cache</dt><dd data-role="pcache" hidden></dd>
     </dl>
     <p class="perm-note small" data-role="perm" hidden></p>
     <div class="confirm" data-role="confirm" role="group" hidden>
@@ -473,7 +474,8 @@ function renderSwap(card, receipt, failureShown) {
   const failedLate = receipt.error && !failedEarly;
   const parts = [
     ["drain", receipt.drain_seconds, `waited for ${evicted || "what it evicts"} to finish serving`],
-    ["stop", evicted ? receipt.stop_seconds : undefined, `${evicted} stopped, every process gone`],
+    [receipt.stop_overlapped ? "stop (beside the start)" : "stop", evicted ? receipt.stop_seconds : undefined,
+      receipt.stop_overlapped ? `${evicted} saved and stopped while the start ran (the budgets had room for both)` : `${evicted} stopped, every process gone`],
     ["start (failed)", failedEarly ? receipt.start_seconds : undefined, "the backend's start until it failed, before its port listened"],
     ["spawn → listening", receipt.spawn_to_listening_seconds, "the backend's start until its port listened"],
     [failedLate ? "listening → failed" : "listening → healthy", receipt.listening_to_ready_seconds,
@@ -519,6 +521,34 @@ function predictedLine(p, fmt) {
   if (p.time) bits.push(`predicted ${fmt(p.time.predicted_seconds)} (${fmt(p.time.range[0])}–${fmt(p.time.range[1])})${p.time.within ? "" : ": outside"}`);
   for (const [name, m] of Object.entries(p.memory || {})) bits.push(`${name} ${m.within ? "within" : "outside"} the predicted band`);
   return el("div", { class: "muted small", "data-role": "swap-predicted", title: "the dry run taken before this swap, against it", text: bits.join(" · ") });
+}
+
+/* What the model's restores proved of its prompt cache (issue 38): the verdict, the last
+   proof, why it does not work and the fix (on the card as a tooltip, on its page in full). */
+const CACHE_WORDS = { works: "works", partly: "works partly", fails: "does not work", unknown: "not proved yet", unsupported: "not saved" };
+function renderPromptCache(card, verdict, swap) {
+  const dd = role(card, "pcache");
+  dd.hidden = role(card, "pcache-dt").hidden = !verdict;
+  if (!verdict) return;
+  const single = !!card.dataset.single;
+  const moved = swap && swap.prompt_cache;
+  const shown = JSON.stringify([verdict, moved, single]);
+  if (dd.dataset.shown === shown) return;
+  dd.dataset.shown = shown;
+  dd.dataset.state = verdict.state;
+  const last = verdict.last;
+  const proof = last ? `${last.cached_tokens.toLocaleString()} of ${last.restored_tokens.toLocaleString()} restored tokens reused` : "";
+  const why = [verdict.reason, verdict.stopped, verdict.fix ? `fix: ${verdict.fix}` : ""].filter(Boolean);
+  const cls = verdict.state === "fails" ? "error" : verdict.state === "partly" ? "warn" : "";
+  const moves = []; // its own restore (what a swap saved is on the card of the model it started)
+  if (moved && moved.restored) moves.push(`restored ${moved.restored.tokens.toLocaleString()} tokens, ${(moved.restored.bytes / 1e6).toFixed(1)} MB, ${Math.round(moved.restored.ms)} ms`);
+  dd.title = [...why, ...moves].join("\n");
+  dd.replaceChildren(
+    el("span", { class: cls, "data-part": "state", text: CACHE_WORDS[verdict.state] || verdict.state }),
+    verdict.saving === false && verdict.state !== "unsupported" ? el("span", { class: "error small", "data-part": "stopped", text: " · saving stopped" }) : "",
+    proof ? el("span", { class: "muted small", "data-part": "proof", text: ` · ${proof}` }) : "",
+    single && why.length ? el("div", { class: "small", "data-part": "why" }, ...why.map((line) => el("div", { text: line }))) : "",
+    single && moves.length ? el("div", { class: "muted small", "data-part": "moves", text: `last swap ${moves.join(" · ")}` }) : "");
 }
 
 function capacityText(cap) {
@@ -646,6 +676,7 @@ function updateCard(card, model, run) {
   renderContext(role(card, "context"), model, run);
   const failure = state === "failed" && run && run.last_failure;
   renderSwap(card, (run && run.last_swap) || model.last_swap, !!failure);
+  renderPromptCache(card, (run && run.prompt_cache) || model.prompt_cache, (run && run.last_swap) || model.last_swap);
   const cap = capacityText(run && run.capacity);
   role(card, "capacity").textContent = cap;
   role(card, "capacity").hidden = role(card, "capacity-dt").hidden = !cap;
