@@ -377,7 +377,8 @@ MUTATIONS = (
 
 
 def copy_tree(into: Path) -> None:
-    for name in ("src", "tests", "pyproject.toml"):
+    # docs: the package ships its pages (src/modelswap/docs links there) and tests compare them.
+    for name in ("src", "tests", "docs", "pyproject.toml"):
         source = REPO / name
         if source.is_dir():
             shutil.copytree(
