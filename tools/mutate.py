@@ -373,6 +373,14 @@ MUTATIONS = (
         ("tests/e2e/test_security.py::test_cors_refuses_other_origins",),
         marks="e2e",
     ),
+    Mutation(
+        "peer-refusal-not-counted",  # a refused peer never opens its breaker (issue 37's passage)
+        "src/modelswap/routing/peer_directory.py",
+        "            if failed:\n                self.breaker.failure(self.now())",
+        "            if False:\n                self.breaker.failure(self.now())",
+        ("tests/e2e/test_peers.py::test_breaker_opens_after_failures_and_a_probe_closes_it",),
+        marks="e2e",
+    ),
 )
 
 

@@ -55,12 +55,14 @@ from modelswap.planner.accuracy import PlanCache, running_fields
 from modelswap.planner.hf import ModelReadError
 from modelswap.planner.memory import Plan
 from modelswap.planner.weights import prefetch_summary
+from modelswap.policy import PolicySet, Program
 from modelswap.redact import Redactor
 from modelswap.reported import CapacityReceipt, ModelMetadata, Progress
 from modelswap.routing.clients import ANONYMOUS, Client
 from modelswap.routing.gate import ClientGate
 from modelswap.routing.local import Lease, LocalRouter, PendingLease
 from modelswap.routing.overlap import start_may_overlap
+from modelswap.routing.passage import Acquire
 from modelswap.routing.peer_directory import PeerDirectory, PeerRoute
 from modelswap.routing.prediction import (
     LoadPrediction,
@@ -115,6 +117,48 @@ class LocalTarget:
         """A hint when the backend is known to refuse automatic tool choice (a vLLM started
         without a tool-call parser)."""
         return auto_tool_choice_unsupported(self.model.cmd, self.model.backend)
+
+    @property
+    def fallback(self) -> tuple[str, ...]:
+        """The names tried next when this one fails before answering."""
+        return self.model.fallback
+
+    def programs(self, policies: PolicySet) -> list[Program]:
+        """The Swap Policy Language's programs for a request here: the hook, the model's own."""
+        return policies.programs_for(model=self.model.id)
+
+    async def reach(self, acquire: Acquire, peers: PeerDirectory) -> LocalPassage:
+        """Lease the model (waiting for its start): the request goes to its backend."""
+        return LocalPassage(await acquire(self.model.id), self.model.timeouts)
+
+
+@dataclass(slots=True)
+class LocalPassage:
+    """A local backend, reached under a lease."""
+
+    lease: Lease
+    timeouts: Timeouts
+
+    @property
+    def url(self) -> str:
+        return self.lease.config.proxy
+
+    @property
+    def api_key(self) -> str | None:
+        return self.lease.config.upstream_api_key
+
+    @property
+    def counts_hops(self) -> bool:
+        return False
+
+    def release(self) -> None:
+        self.lease.release()
+
+    def settle(self, status: int | None, failed: bool) -> None:
+        """Nothing: the scheduler learns of a backend's failures from its process."""
+
+    async def died(self) -> bool:
+        return await self.lease.confirm_exit()
 
 
 Target = LocalTarget | PeerRoute
@@ -1012,8 +1056,7 @@ class Runtime:
         """The target for ``name``, then its model's ``fallback`` targets the key may use."""
         first = self.target(name, key)
         chain: list[Target] = [first]
-        fallback = first.model.fallback if isinstance(first, LocalTarget) else ()
-        for other in fallback:
+        for other in first.fallback:
             try:
                 target = self.target(other, key)
             except ModelswapError:

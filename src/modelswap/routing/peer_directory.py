@@ -21,10 +21,12 @@ import aiohttp
 
 from modelswap import jsonsafe
 from modelswap.bounded_read import BodyOverLimitError, read_capped
-from modelswap.config.resolved import DnsDiscovery, Filters, Peer
-from modelswap.errors import AmbiguousModelError
+from modelswap.config.resolved import DnsDiscovery, Filters, Peer, Timeouts
+from modelswap.errors import AmbiguousModelError, PeerUnavailableError
+from modelswap.policy import PolicySet, Program
 from modelswap.routing.breaker import CircuitBreaker
 from modelswap.routing.dns import DnsError, resolve_addresses
+from modelswap.routing.passage import Acquire
 from modelswap.routing.pools import choose_member, member_addresses, member_peer
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,66 @@ class PeerRoute:
 
     def tool_choice_refusal(self) -> None:
         """None: the peer's own gateway judges its backends."""
+
+    @property
+    def fallback(self) -> tuple[str, ...]:
+        """None: the peer's own gateway falls back as it is configured to."""
+        return ()
+
+    def programs(self, policies: PolicySet) -> list[Program]:
+        """The Swap Policy Language's programs for a request here: the hook, the peer's own
+        (a pool's, for a member)."""
+        return policies.programs_for(peer=self.peer.pool or self.peer.id)
+
+    async def reach(self, acquire: Acquire, peers: PeerDirectory) -> PeerPassage:
+        """Through the peer's circuit breaker: an open one refuses at once."""
+        breaker = peers.breaker(self.peer.id)
+        if not breaker.admit(peers.now()):
+            raise PeerUnavailableError(self.peer.id, breaker.retry_in(peers.now()))
+        return PeerPassage(self.peer, breaker, peers.now)
+
+
+@dataclass(slots=True)
+class PeerPassage:
+    """A peer, reached with its own key (never the client's); each attempt's end is counted
+    by its breaker."""
+
+    peer: Peer
+    breaker: CircuitBreaker
+    now: Callable[[], float]
+
+    @property
+    def url(self) -> str:
+        return self.peer.proxy
+
+    @property
+    def api_key(self) -> str | None:
+        return self.peer.api_key
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self.peer.timeouts
+
+    @property
+    def counts_hops(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing: a peer holds no lease."""
+
+    def settle(self, status: int | None, failed: bool) -> None:
+        if status is None:
+            if failed:
+                self.breaker.failure(self.now())
+            else:
+                self.breaker.abandon()  # the client left before the peer answered
+        elif status >= 500:
+            self.breaker.failure(self.now())
+        else:
+            self.breaker.success()
+
+    async def died(self) -> bool:
+        return False
 
 
 class PeerDirectory:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from modelswap.backends.hints import asks_for_auto_tool_choice
+from modelswap.config import ModelConfig
 from modelswap.errors import (
     ModelswapError,
     PeerUnavailableError,
@@ -23,19 +24,18 @@ from modelswap.errors import (
     ToolChoiceUnsupportedError,
     UpstreamError,
     UpstreamTimeoutError,
+    UpstreamUnreachableError,
 )
-from modelswap.http.reading import raw_query
-from modelswap.http.relay import proxy
+from modelswap.http.reading import raw_query, request_id
 from modelswap.http.relay.apply_filters import apply_layers
 from modelswap.http.relay.client_transport import ClientTransport
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
-from modelswap.http.relay.relay import Upstream, observe_payload
+from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
 from modelswap.http.relay.response_sink import ResponseSink
 from modelswap.http.relay.spl import PolicyRun, apply_policies, policy_run
 from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import upstream_path
-from modelswap.routing.peer_directory import PeerRoute
 from modelswap.runtime import LocalTarget, Runtime, Target
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,19 @@ async def dispatch(
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
             try:
-                return await _attempt(
-                    request, runtime, target, body, sink, waiting, has_next, policy
+                payload, data = prepare_body(target, body, policy)  # a deny: nothing started
+                payload = observe_payload(
+                    obs, target.label, request.path, payload, data, streamed=waiting is not None
+                )
+                return await attempt(
+                    request,
+                    runtime,
+                    target,
+                    path_qs=forwarded_path_qs(request),
+                    body=payload,
+                    sink=sink,
+                    waiting=waiting,
+                    raise_5xx=has_next,
                 )
             except FALLBACK_ON as exc:
                 if not has_next:
@@ -125,84 +136,90 @@ async def dispatch(
         return await fail_or_raise(waiting, exc)
 
 
-async def _attempt(
+async def send_to_model(
+    request: web.Request,
+    runtime: Runtime,
+    model: ModelConfig,
+    *,
+    path_qs: str,
+    body: bytes,
+    stream: bool = False,
+) -> web.StreamResponse:
+    """A route's request to one local model, as it is (no filters, no fallback): wait for it
+    to be ready, then relay. A streaming request that waits long gets its event stream opened
+    early, with progress comments (:mod:`modelswap.http.relay.waiting`); errors then arrive as
+    a final ``data:`` event."""
+    sink = ResponseSink(request)
+    waiting = WaitingStream(request, runtime, sink) if stream else None
+    try:
+        return await attempt(
+            request,
+            runtime,
+            LocalTarget(model, model.id),
+            path_qs=path_qs,
+            body=body,
+            sink=sink,
+            waiting=waiting,
+        )
+    except ModelswapError as exc:
+        return await fail_or_raise(waiting, exc)
+
+
+async def attempt(
     request: web.Request,
     runtime: Runtime,
     target: Target,
-    body: RequestBody,
-    sink: ResponseSink,
-    waiting: WaitingStream | None,
-    has_next: bool,
-    policy: PolicyRun | None = None,
-) -> web.StreamResponse:
-    payload, data = prepare_body(target, body, policy)  # a deny raises: nothing started
-    obs = request.get(OBS)
-    payload = observe_payload(
-        obs, target.label, request.path, payload, data, streamed=waiting is not None
-    )
-    if isinstance(target, LocalTarget):
-        return await proxy.attempt_local(
-            request,
-            runtime,
-            target.model,
-            path_qs=forwarded_path_qs(request),
-            body=payload,
-            sink=sink,
-            waiting=waiting,
-            raise_5xx=has_next,
-        )
-    return await _attempt_peer(request, runtime, target, payload, sink, has_next)
-
-
-async def _attempt_peer(
-    request: web.Request,
-    runtime: Runtime,
-    route: PeerRoute,
+    *,
+    path_qs: str,
     body: bytes,
     sink: ResponseSink,
-    has_next: bool,
+    waiting: WaitingStream | None,
+    raise_5xx: bool = False,
 ) -> web.StreamResponse:
-    """Forward to a peer through its circuit breaker; the peer's key, never the client's."""
-    directory = runtime.peers
-    breaker = directory.breaker(route.peer.id)
-    if not breaker.admit(directory.now()):
-        raise PeerUnavailableError(route.peer.id, breaker.retry_in(directory.now()))
-    statuses: list[int] = []
-    peer = route.peer
-    upstream = Upstream(
-        route.label,
-        ClientTransport(runtime.session_for(peer.timeouts), peer.proxy, peer.timeouts),
-        peer.api_key,
-        peer.timeouts,
-        release=_nothing,
-        raise_5xx=has_next,
-        extra_headers=((_HOPS, b"%d" % (hops(request) + 1)),),
-        on_status=statuses.append,
-    )
-    failed = False
-    try:
-        return await proxy.forward(
-            request,
-            runtime,
-            upstream,
-            path_qs=forwarded_path_qs(request),
-            body=body,
-            sink=sink,
+    """One target's attempt, whatever its kind: reach it (a local model's lease, through
+    ``waiting`` for streams; a peer's breaker), relay. Raises ModelswapError when nothing but
+    waiting comments reached the client.
+
+    The lease is released when the body has been relayed or the client went away (the handler
+    is cancelled on disconnect; the relay closes the upstream answer, which cancels the
+    backend's work, and releases it) — never when the handler merely returns.
+
+    A refused connection means the request never reached the backend. If the backend has just
+    died (its exit not yet noticed), the model is marked failed and the request is tried once
+    more, which starts it again — a request right after a crash is not lost.
+    """
+    acquire = waiting.acquire if waiting is not None else runtime.acquire
+    for again in (True, False):
+        passage = await target.reach(acquire, runtime.peers)
+        timeouts = passage.timeouts
+        statuses: list[int] = []
+        upstream = Upstream(
+            target.label,
+            ClientTransport(runtime.session_for(timeouts), passage.url, timeouts),
+            passage.api_key,
+            timeouts,
+            passage.release,
+            raise_5xx,
+            ((_HOPS, b"%d" % (hops(request) + 1)),) if passage.counts_hops else (),
+            statuses.append,
         )
-    except (UpstreamError, UpstreamTimeoutError):
-        if not statuses:
-            failed = True
-            breaker.failure(directory.now())
-        raise
-    finally:
-        if not failed:
-            if not statuses:
-                breaker.abandon()  # the client left before the peer answered
-            elif statuses[0] >= 500:
-                breaker.failure(directory.now())
-            else:
-                breaker.success()
-
-
-def _nothing() -> None:
-    """A peer holds no lease."""
+        outgoing = Outgoing(
+            request.method, request.path, path_qs, request.raw_headers, request_id(request), body
+        )
+        try:
+            await relay(outgoing, upstream, sink, runtime.redactor, request.get(OBS))
+        except (UpstreamError, UpstreamTimeoutError) as exc:
+            passage.settle(statuses[0] if statuses else None, failed=True)
+            if again and isinstance(exc, UpstreamUnreachableError) and await passage.died():
+                log.info("%s: backend had died; starting it again", target.label)
+                continue
+            raise
+        except BaseException:
+            passage.settle(statuses[0] if statuses else None, failed=False)
+            raise
+        passage.settle(statuses[0] if statuses else None, failed=False)
+        if sink.cut is not None:
+            raise ConnectionAbortedError(sink.cut)  # aiohttp closes the connection
+        assert sink.response is not None
+        return sink.response
+    raise AssertionError("unreachable: the second try re-raises")

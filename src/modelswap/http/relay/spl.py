@@ -22,7 +22,7 @@ from modelswap.errors import PolicyDeniedError, PolicyFailedError
 from modelswap.http.reading import presented_key
 from modelswap.http.relay.extract import RequestBody
 from modelswap.policy import PolicyRuntimeError, PolicySet, Request, run
-from modelswap.runtime import LocalTarget, Target
+from modelswap.runtime import Target
 
 
 @dataclass(slots=True)
@@ -59,11 +59,7 @@ def policy_run(
 def apply_policies(policy: PolicyRun, target: Target, data: dict[str, object]) -> bool:
     """Run the hook and ``target``'s own policy over ``data`` (the filtered body, a shallow
     copy: changed in place). True when the body changed."""
-    if isinstance(target, LocalTarget):
-        programs = policy.policies.programs_for(model=target.model.id)
-    else:
-        peer = target.peer
-        programs = policy.policies.programs_for(peer=peer.pool or peer.id)
+    programs = target.programs(policy.policies)
     policy.context.clear()
     if not programs:
         return False

@@ -14,7 +14,7 @@ from modelswap.http.app_keys import RUNTIME
 from modelswap.http.catalog import add_plan_fields, running_rows
 from modelswap.http.error_responses import error_response
 from modelswap.http.reading import check_upstream_path, raw_query, read_body
-from modelswap.http.relay import proxy
+from modelswap.http.relay.dispatch import send_to_model
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import ADMIN, INFERENCE, OPEN, READ, declare
 from modelswap.routing.resolve import close_names
@@ -136,7 +136,7 @@ async def props(request: web.Request) -> web.StreamResponse:
     obs = request.get(OBS)
     if obs is not None:
         obs.model = model.id
-    return await proxy.send_to_model(request, runtime, model, path_qs="/props", body=b"")
+    return await send_to_model(request, runtime, model, path_qs="/props", body=b"")
 
 
 async def load_one(request: web.Request) -> web.Response:
@@ -195,7 +195,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     obs = request.get(OBS)
     if obs is not None:
         obs.model, obs.bytes_in = model.id, len(body)
-    return await proxy.send_to_model(request, runtime, model, path_qs=path, body=body)
+    return await send_to_model(request, runtime, model, path_qs=path, body=body)
 
 
 def add_routes(app: web.Application) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from modelswap.http.app_keys import RUNTIME
 from modelswap.http.error_responses import error_response
 from modelswap.http.reading import body_limit, check_upstream_path, raw_query, read_body
-from modelswap.http.relay import proxy
+from modelswap.http.relay.dispatch import send_to_model
 from modelswap.http.route_table import ADMIN, COMFYUI_MODEL, declare
 
 
@@ -48,7 +48,7 @@ async def comfyui(request: web.Request) -> web.StreamResponse:
         return await relay_websocket(request, runtime.proxy_session, base + path)
     content_type = request.headers.get("Content-Type", "")
     body = await read_body(request, body_limit(runtime, content_type))
-    return await proxy.send_to_model(request, runtime, model, path_qs=path, body=body)
+    return await send_to_model(request, runtime, model, path_qs=path, body=body)
 
 
 def _is_websocket(request: web.Request) -> bool:

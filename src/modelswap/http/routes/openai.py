@@ -9,8 +9,7 @@ from modelswap.http.app_keys import RUNTIME, client_key
 from modelswap.http.catalog import model_row, model_rows, peer_rows
 from modelswap.http.error_responses import error_response
 from modelswap.http.reading import body_limit, read_body
-from modelswap.http.relay import proxy
-from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops
+from modelswap.http.relay.dispatch import MAX_HOPS, dispatch, hops, send_to_model
 from modelswap.http.relay.extract import parse_request
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import INFERENCE, INFERENCE_PATHS, QUERY_ROUTED_PATHS, declare
@@ -46,7 +45,7 @@ async def query_routed(request: web.Request) -> web.StreamResponse:
     model = runtime.resolve(name, client_key(request))
     if obs is not None:
         obs.model = model.id
-    return await proxy.send_to_model(request, runtime, model, path_qs=request.path_qs, body=b"")
+    return await send_to_model(request, runtime, model, path_qs=request.path_qs, body=b"")
 
 
 async def list_models(request: web.Request) -> web.Response:
