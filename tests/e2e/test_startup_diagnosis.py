@@ -188,7 +188,7 @@ def test_a_utilization_guard_failure_reaches_the_client_with_summary_fix_and_num
     assert starts(gw, "guard") == 1
 
 
-# ---------------------------------------------------------------- waiting streaming clients
+# ------------------------------------------------------------ streaming clients while loading
 
 
 def test_a_slow_start_shows_progress_comments_to_streams_and_in_running(

@@ -3,7 +3,7 @@ while nothing of an answer has reached the client.
 
 A target fails *before any byte* when it could not be started (StartError), refused or timed
 out the connection or the first byte, answered 5xx (raised instead of relayed while a fallback
-follows), or is a peer whose circuit breaker is open. Waiting comments of an early-opened event
+follows), or is a peer whose circuit breaker is open. Loading comments of an early-opened event
 stream are not an answer: the next target's answer goes into the same stream. Once the
 backend's status line was relayed, the request is not retried anywhere.
 """
@@ -30,10 +30,10 @@ from modelswap.http.reading import raw_query, request_id
 from modelswap.http.relay.apply_filters import apply_layers
 from modelswap.http.relay.client_transport import ClientTransport
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
+from modelswap.http.relay.loading_stream import LoadingStream, fail_or_raise
 from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
 from modelswap.http.relay.response_sink import ResponseSink
 from modelswap.http.relay.spl import PolicyRun, apply_policies, policy_run
-from modelswap.http.relay.waiting import WaitingStream, fail_or_raise
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import upstream_path
 from modelswap.runtime import LocalTarget, Runtime, Target
@@ -106,14 +106,14 @@ async def dispatch(
         obs.metadata = policy.context  # context.<key>, as the last attempt left it
     preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
     sink = ResponseSink(request)
-    waiting = WaitingStream(request, runtime, sink) if body.stream else None
+    loading = LoadingStream(request, runtime, sink) if body.stream else None
     try:
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
             try:
                 payload, data = prepare_body(target, body, policy)  # a deny: nothing started
                 payload = observe_payload(
-                    obs, target.label, request.path, payload, data, streamed=waiting is not None
+                    obs, target.label, request.path, payload, data, streamed=loading is not None
                 )
                 return await attempt(
                     request,
@@ -122,7 +122,7 @@ async def dispatch(
                     path_qs=forwarded_path_qs(request),
                     body=payload,
                     sink=sink,
-                    waiting=waiting,
+                    loading=loading,
                     raise_5xx=has_next,
                 )
             except FALLBACK_ON as exc:
@@ -133,7 +133,7 @@ async def dispatch(
                 runtime.publish("fallback", model=target.label, to=following, reason=str(exc))
         raise AssertionError("unreachable: the last target re-raises")
     except ModelswapError as exc:
-        return await fail_or_raise(waiting, exc)
+        return await fail_or_raise(loading, exc)
 
 
 async def send_to_model(
@@ -147,10 +147,10 @@ async def send_to_model(
 ) -> web.StreamResponse:
     """A route's request to one local model, as it is (no filters, no fallback): wait for it
     to be ready, then relay. A streaming request that waits long gets its event stream opened
-    early, with progress comments (:mod:`modelswap.http.relay.waiting`); errors then arrive as
-    a final ``data:`` event."""
+    early, with loading comments (:mod:`modelswap.http.relay.loading_stream`); errors then
+    arrive as a final ``data:`` event."""
     sink = ResponseSink(request)
-    waiting = WaitingStream(request, runtime, sink) if stream else None
+    loading = LoadingStream(request, runtime, sink) if stream else None
     try:
         return await attempt(
             request,
@@ -159,10 +159,10 @@ async def send_to_model(
             path_qs=path_qs,
             body=body,
             sink=sink,
-            waiting=waiting,
+            loading=loading,
         )
     except ModelswapError as exc:
-        return await fail_or_raise(waiting, exc)
+        return await fail_or_raise(loading, exc)
 
 
 async def attempt(
@@ -173,12 +173,12 @@ async def attempt(
     path_qs: str,
     body: bytes,
     sink: ResponseSink,
-    waiting: WaitingStream | None,
+    loading: LoadingStream | None,
     raise_5xx: bool = False,
 ) -> web.StreamResponse:
     """One target's attempt, whatever its kind: reach it (a local model's lease, through
-    ``waiting`` for streams; a peer's breaker), relay. Raises ModelswapError when nothing but
-    waiting comments reached the client.
+    ``loading`` for streams; a peer's breaker), relay. Raises ModelswapError when nothing but
+    loading comments reached the client.
 
     The lease is released when the body has been relayed or the client went away (the handler
     is cancelled on disconnect; the relay closes the upstream answer, which cancels the
@@ -188,7 +188,7 @@ async def attempt(
     died (its exit not yet noticed), the model is marked failed and the request is tried once
     more, which starts it again — a request right after a crash is not lost.
     """
-    acquire = waiting.acquire if waiting is not None else runtime.acquire
+    acquire = loading.acquire if loading is not None else runtime.acquire
     for again in (True, False):
         passage = await target.reach(acquire, runtime.peers)
         timeouts = passage.timeouts

@@ -36,7 +36,7 @@ TICK = 0.5
 KEEPALIVE = 5.0
 
 
-class WaitingStream:
+class LoadingStream:
     """``acquire`` like the router's; opens ``sink`` early when the wait is long (the relay
     then writes the answer into it)."""
 
@@ -125,11 +125,11 @@ class WaitingStream:
         return response
 
 
-async def fail_or_raise(waiting: WaitingStream | None, error: ModelswapError) -> web.StreamResponse:
+async def fail_or_raise(loading: LoadingStream | None, error: ModelswapError) -> web.StreamResponse:
     """How an error reaches a client: as the final event of a stream already opened early,
     else raised, for the error middleware to answer with a status."""
-    if waiting is not None and waiting.response is not None:
-        return await waiting.fail(error)
+    if loading is not None and loading.response is not None:
+        return await loading.fail(error)
     raise error
 
 

@@ -1,10 +1,10 @@
-"""WaitingStream.acquire with the real LocalRouter and scheduler: a ready model's lease comes at
+"""LoadingStream.acquire with the real LocalRouter and scheduler: a ready model's lease comes at
 once; a lease granted just as the client goes away is released, not leaked (found by the
 reliability suite's disconnect storm: a model kept one request "in flight" forever); a client
 that leaves while queued leaves nothing behind.
 
 The process behind the router is a stand-in that is ready at once (no subprocess): what is
-tested is the lease bookkeeping between WaitingStream, LocalRouter and the Scheduler.
+tested is the lease bookkeeping between LoadingStream, LocalRouter and the Scheduler.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from modelswap.events import EventBus
-from modelswap.http.relay.waiting import WaitingStream
+from modelswap.http.relay.loading_stream import LoadingStream
 from modelswap.routing.local import LocalRouter
 from modelswap.states import ProcessState
 
@@ -44,16 +44,16 @@ class InstantProcess:
 
 
 class QueueOnly:
-    """The part of the Runtime WaitingStream uses here: its admit and withdraw commands."""
+    """The part of the Runtime LoadingStream uses here: its admit and withdraw commands."""
 
     def __init__(self, router: LocalRouter) -> None:
         self.admit = router.admit
         self.withdraw = router.withdraw
 
 
-def waiting_for(router: LocalRouter) -> WaitingStream:
+def loading_stream(router: LocalRouter) -> LoadingStream:
     """A stream never opened early (no request), over ``router``'s queue."""
-    return WaitingStream(request=None, runtime=QueueOnly(router))  # type: ignore[arg-type]
+    return LoadingStream(request=None, runtime=QueueOnly(router))  # type: ignore[arg-type]
 
 
 def make_router() -> tuple[LocalRouter, InstantProcess]:
@@ -68,7 +68,7 @@ async def test_a_ready_free_model_is_leased_without_waiting() -> None:
     pending = router.admit("m")
     assert pending.future.done()  # granted inside admit: no loop turn needed
     pending.future.result().release()
-    lease = await waiting_for(router).acquire("m")
+    lease = await loading_stream(router).acquire("m")
     assert router.in_flight("m") == 1
     lease.release()
     assert router.in_flight("m") == 0
@@ -77,8 +77,8 @@ async def test_a_ready_free_model_is_leased_without_waiting() -> None:
 
 async def test_a_lease_granted_as_the_client_leaves_is_released() -> None:
     router, process = make_router()
-    waiting = waiting_for(router)
-    handler = asyncio.ensure_future(waiting.acquire("m"))
+    loading = loading_stream(router)
+    handler = asyncio.ensure_future(loading.acquire("m"))
     for _ in range(50):  # bounded: the start and the grant take a few loop turns
         if router.in_flight("m"):
             break
@@ -95,7 +95,7 @@ async def test_a_lease_granted_as_the_client_leaves_is_released() -> None:
 
 async def test_a_client_leaving_while_queued_leaves_nothing_behind() -> None:
     router, _ = make_router()
-    handler = asyncio.ensure_future(waiting_for(router).acquire("m"))
+    handler = asyncio.ensure_future(loading_stream(router).acquire("m"))
     await asyncio.sleep(0)  # admitted: the start is under way
     assert router.queued("m") == 1
     handler.cancel()
