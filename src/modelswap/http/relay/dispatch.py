@@ -137,32 +137,15 @@ async def dispatch(
 
 
 async def send_to_model(
-    request: web.Request,
-    runtime: Runtime,
-    model: ModelConfig,
-    *,
-    path_qs: str,
-    body: bytes,
-    stream: bool = False,
+    request: web.Request, runtime: Runtime, model: ModelConfig, *, path_qs: str, body: bytes
 ) -> web.StreamResponse:
-    """A route's request to one local model, as it is (no filters, no fallback): wait for it
-    to be ready, then relay. A streaming request that waits long gets its event stream opened
-    early, with loading comments (:mod:`modelswap.http.relay.loading_stream`); errors then
-    arrive as a final ``data:`` event."""
+    """A route's request to one local model, as it is (no filters, no fallback, no loading
+    stream): wait for it to be ready, then relay."""
+    target = LocalTarget(model, model.id)
     sink = ResponseSink(request)
-    loading = LoadingStream(request, runtime, sink) if stream else None
-    try:
-        return await attempt(
-            request,
-            runtime,
-            LocalTarget(model, model.id),
-            path_qs=path_qs,
-            body=body,
-            sink=sink,
-            loading=loading,
-        )
-    except ModelswapError as exc:
-        return await fail_or_raise(loading, exc)
+    return await attempt(
+        request, runtime, target, path_qs=path_qs, body=body, sink=sink, loading=None
+    )
 
 
 async def attempt(
