@@ -381,6 +381,17 @@ MUTATIONS = (
         ("tests/e2e/test_peers.py::test_breaker_opens_after_failures_and_a_probe_closes_it",),
         marks="e2e",
     ),
+    Mutation(
+        "local-death-not-confirmed",  # a request right after a crash is lost (issue 37's passage)
+        "src/modelswap/runtime.py",
+        "        return await self.lease.confirm_exit()",
+        "        return False",
+        (
+            "tests/e2e/test_gateway.py::"
+            "test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend",
+        ),
+        marks="e2e",
+    ),
 )
 
 
