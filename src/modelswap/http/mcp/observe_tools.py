@@ -1,5 +1,6 @@
 """What happened, as tools: the activity log's search (``/api/activity``), a log's tail
-(``/logs``, redacted as every log is) and the clock (llama-swap's ``sys__now``)."""
+(``/logs``, redacted as every log is), the queue (``/api/queue``) and the clock (llama-swap's
+``sys__now``)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,10 @@ async def tail_log(caller: Caller, args: Args) -> str:
     return head + ":\n" + "\n".join(kept)
 
 
+async def show_queue(caller: Caller, args: Args) -> object:
+    return caller.runtime.queue_report()
+
+
 async def now(caller: Caller, args: Args) -> str:
     moment = time.time()
     utc = datetime.fromtimestamp(moment, UTC)
@@ -133,6 +138,16 @@ TOOLS = (
             "model": {"type": "string", "description": "A model id; none: the gateway's log."},
             "lines": {"type": "integer", "minimum": 1, "maximum": MAX_LINES},
         },
+        idempotent=False,
+    ),
+    Tool(
+        "queue__show_queue",
+        "Show the queue",
+        "Every request waiting, in the order it would be served: its key's name, class and "
+        "weight, its model, what it waits for (start, swap, drain, concurrencyLimit, "
+        "maxInFlight, turn), its place, how long it has waited and the estimated wait; and each "
+        "key's use against its limits (remaining requests and tokens).",
+        show_queue,
         idempotent=False,
     ),
     Tool(
