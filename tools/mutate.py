@@ -373,6 +373,27 @@ MUTATIONS = (
         ("tests/e2e/test_security.py::test_cors_refuses_other_origins",),
         marks="e2e",
     ),
+    Mutation(
+        "queue-ordinal-teens",  # "queued 11st for qwen" (#40)
+        "src/modelswap/routing/queue_place.py",
+        'suffix = "th" if 10 <= n % 100 <= 20 else',
+        'suffix = "th" if 10 <= n % 100 <= 10 else',
+        ("tests/unit/routing/test_queue_place.py",),
+    ),
+    Mutation(
+        "queue-wait-ignores-concurrency-limit",  # a full model's waiter said to wait its turn
+        "src/modelswap/routing/scheduler.py",
+        'if limit and self._in_flight[model] >= limit:\n                return "concurrencyLimit"',
+        'if limit and self._in_flight[model] > limit:\n                return "concurrencyLimit"',
+        ("tests/unit/routing/test_queue_place.py",),
+    ),
+    Mutation(
+        "queue-estimate-one-round",  # every waiter told the next one's wait (#40)
+        "src/modelswap/routing/queue_place.py",
+        "return None if facts.service is None else rounds * facts.service",
+        "return None if facts.service is None else facts.service",
+        ("tests/unit/routing/test_queue_place.py",),
+    ),
 )
 
 
