@@ -1589,6 +1589,77 @@ pages.activity = async (state) => {
   state.leave = () => { clearInterval(inflightPoll); if (stop) stop(); if (activity.reload) clearTimeout(activity.reload); activity.reload = null; };
 };
 
+/* ---- Queue (GET /api/queue): the waiters in serving order, each key against its limits -- */
+
+const WAITS_WORDS = {
+  start: "its model's start",
+  swap: "a swap (another start first, or its model is to stop)",
+  drain: "the models its start evicts to finish their answers",
+  concurrencyLimit: "a free place (the model's concurrencyLimit)",
+  maxInFlight: "a free place (the gateway's maxInFlight)",
+  turn: "its turn",
+};
+const LIMIT_WORDS = { concurrency: "at once", requests: "requests / min", tokens: "tokens / min", "tokens-day": "tokens / day" };
+
+function renderWaiting(rows) {
+  $("#queue-count").textContent = `· ${rows.length}`;
+  if (!rows.length) { $("#queue-waiting").replaceChildren(el("p", { class: "muted small", "data-role": "queue-none", text: "Nothing is waiting: every request is being served." })); return; }
+  $("#queue-waiting").replaceChildren(el("table", { "data-role": "queue-table" },
+    el("thead", {}, el("tr", {}, ...["place", "model", "key", "class", "waits for", "waited", "estimate"].map((h, i) =>
+      el("th", { scope: "col", class: i === 3 || i === 4 ? "wide" : "", text: h })))),
+    el("tbody", {}, ...rows.map((r) => el("tr", { "data-waiter": r.model, "data-key": r.key, title: r.says },
+      el("td", { class: "num", text: String(r.place) }),
+      el("td", { text: r.model }),
+      el("td", { text: r.key }),
+      el("td", { class: "wide", text: r.weight === 1 ? r.class : `${r.class} ×${r.weight}` }),
+      el("td", { class: "wide", "data-role": "waits-for", text: WAITS_WORDS[r.waits_for] || r.waits_for }),
+      el("td", { class: "num", text: secs(r.waited_seconds) }),
+      el("td", { class: "num", "data-role": "estimate", title: r.estimate_seconds == null ? "no estimate: it depends on starts before it, or nothing has been measured yet" : "", text: r.estimate_seconds == null ? "—" : "~" + secs(r.estimate_seconds) }))))));
+}
+
+function limitBar(w) {
+  const used = Math.max(0, w.value - w.remaining);
+  const pct = w.value ? Math.min(100, (100 * used) / w.value) : 0;
+  const full = w.remaining <= 0;
+  return el("div", { class: "limit", "data-limit": w.limit },
+    el("div", { class: "limit-line" },
+      el("span", { text: LIMIT_WORDS[w.limit] || w.limit }),
+      el("span", { class: "muted small", text: `${used.toLocaleString()} of ${w.value.toLocaleString()} used` + (w.reset_seconds > 0 && w.limit !== "concurrency" ? ` · whole in ${secs(w.reset_seconds)}` : "") })),
+    el("div", { class: "limit-track", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(w.value), "aria-valuenow": String(used), "aria-label": `${w.limit} used` },
+      el("div", { class: "limit-fill" + (full ? " full" : ""), style: `width: ${pct.toFixed(1)}%` })));
+}
+
+function renderKeys(keys) {
+  $("#queue-keys").replaceChildren(...keys.map((k) => el("div", { class: "card key-card", "data-key-card": k.key },
+    el("div", { class: "limit-line" }, el("strong", { text: k.key }),
+      el("span", { class: "muted small", text: `${k.class}${k.weight === 1 ? "" : ` ×${k.weight}`}` })),
+    el("p", { class: "muted small", text: `${k.in_flight} in flight · ${k.requests.toLocaleString()} requests, ${k.tokens.toLocaleString()} tokens since start` }),
+    ...(k.limits.length ? k.limits.map(limitBar) : [el("p", { class: "muted small", "data-role": "no-limits", text: "No limits: nothing is counted." })]))));
+}
+
+pages.queue = async (state) => {
+  if (!can("read")) { scopeNote($("#queue-waiting"), "read", "The queue"); $("#queue-keys").replaceChildren(); return; }
+  const load = async () => {
+    try {
+      const data = await apiJSON("/api/queue");
+      if (current !== state) return;
+      $("#queue-offline").hidden = true;
+      renderWaiting(data.waiting || []);
+      renderKeys(data.keys || []);
+    } catch (err) {
+      if (current !== state || err instanceof AuthError) return;
+      const note = $("#queue-offline");
+      note.hidden = false;
+      note.textContent = err instanceof OfflineError
+        ? `The gateway is unreachable (since ${clock(link.since / 1000)}): the queue shown is stale; retrying every 2 s.`
+        : `The queue could not be read: ${err.message || err}`;
+    }
+  };
+  await load();
+  const timer = setInterval(load, 2000);
+  state.leave = () => clearInterval(timer);
+};
+
 /* ---- Playground: in playground.js (loaded after this file) ---------------------------- */
 
 /* ---- Settings ---------------------------------------------------------------------------- */
