@@ -73,7 +73,7 @@ from modelswap.routing.prediction import (
 )
 from modelswap.routing.prefill import EvictionPrice
 from modelswap.routing.protocols import Swapper
-from modelswap.routing.queue_place import WaitFacts, waiters
+from modelswap.routing.queue_place import Place, WaitFacts, place_of, waiters
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
 from modelswap.routing.selector_choice import TargetState, choose
@@ -893,6 +893,12 @@ class Runtime:
             "waiting": [row.as_dict() for row in rows],
             "keys": [standing.as_dict() for standing in self.gate.standing(keys)],
         }
+
+    def wait_place(self, pending: PendingLease) -> Place | None:
+        """Where a waiting request stands, for what it is told while it waits
+        (``place.comment()`` on its event stream, ``place.header()`` on its answer); None once
+        it waits no more. docs/sharing.md, "Wiring"."""
+        return place_of(self.router.scheduler, pending, self._wait_facts)
 
     def key_quota_views(self) -> list[KeyQuotaView]:
         """Each limited client's quota now, for the scrape (``modelswap_key_quota_*``)."""

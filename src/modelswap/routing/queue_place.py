@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from modelswap.routing.fairshare import client_of
+from modelswap.routing.protocols import Admission
 from modelswap.routing.scheduler import Scheduler
 
 QUEUE_HEADER = "X-Modelswap-Queue"
@@ -89,6 +90,36 @@ def place_header(place: int, model: str, estimate: float | None = None) -> tuple
 def _one_line(text: str) -> str:
     """A model id is config text: no line break may end the comment or split the header."""
     return "".join(c if c.isprintable() else " " for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where one waiting request stands: what its SSE comment and its header say."""
+
+    place: int
+    model: str
+    estimate: float | None
+
+    def words(self) -> str:
+        return place_words(self.place, self.model, self.estimate)
+
+    def comment(self) -> bytes:
+        return place_comment(self.place, self.model, self.estimate)
+
+    def header(self) -> tuple[str, str]:
+        return place_header(self.place, self.model, self.estimate)
+
+
+def place_of(
+    scheduler: Scheduler, admission: Admission, facts: Callable[[str], WaitFacts]
+) -> Place | None:
+    """``admission``'s place and estimate now; None once it waits no more (granted, refused,
+    withdrawn)."""
+    place = scheduler.place(admission)
+    if place is None:
+        return None
+    waits_for = scheduler.waits_for(admission)
+    return Place(place, admission.model, estimate_wait(waits_for, place, facts(admission.model)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from modelswap.routing.queue_place import (
     ordinal,
     place_comment,
     place_header,
+    place_of,
     place_words,
     waiters,
 )
@@ -144,3 +145,25 @@ def test_rows_in_serving_order_with_places_per_model() -> None:
     assert (row["key"], row["class"], row["weight"]) == ("bob", "batch", 2.0)
     assert row["waits_for"] == "concurrencyLimit"
     assert row["says"] == "queued 2nd for a, ~10 s"
+
+
+def test_a_waiters_place_is_what_it_is_told_until_it_is_granted() -> None:
+    s, fx = make(concurrency={"a": 1})
+    s.on_request(Waiting("a"))
+    s.on_swap_done("a", None)
+    first, second = Waiting("a", 1.0), Waiting("a", 2.0)
+    s.on_request(first)
+    s.on_request(second)
+    facts = lambda _model: WaitFacts(slots=1, service=6.0)  # noqa: E731
+    place = place_of(s, second, facts)
+    assert place is not None
+    assert place.words() == "queued 2nd for a, ~12 s"
+    assert place.comment() == b": queued 2nd for a, ~12 s\n\n"
+    assert place.header() == ("X-Modelswap-Queue", "queued 2nd for a, ~12 s")
+    s.on_serve_done("a")  # the first waiter is granted: the second moves up
+    assert fx.take()[-1] == ("grant", first)
+    moved = place_of(s, second, facts)
+    assert moved is not None
+    assert moved.words() == "queued 1st for a, ~6 s"
+    s.on_serve_done("a")
+    assert place_of(s, second, facts) is None  # granted: it waits no more
