@@ -4,6 +4,7 @@ use against its limits by name, the read scope, and the per-key series of ``/met
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -65,6 +66,26 @@ def test_a_request_waiting_for_its_model_is_listed_with_its_place(
         # Never started here: the default start time, less what the start has run.
         assert row["estimate_seconds"] is None or 0 < row["estimate_seconds"] <= 10
         assert row["says"].startswith("queued 1st for slow")
+        # The same view through the MCP endpoint (llama-swap's stateless POST form).
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "queue__show_queue", "arguments": {}},
+        }
+        mcp_headers = {
+            **READER,
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Mcp-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "queue__show_queue",
+        }
+        reply = request(gw, "POST", "/api/mcp", json.dumps(call).encode(), mcp_headers)
+        assert reply.status == 200, reply.body
+        result = reply.json()["result"]
+        assert not result.get("isError"), result
+        assert '"waits_for": "start"' in result["content"][0]["text"]
     finally:
         release.touch()
         sender.join(timeout=120)
