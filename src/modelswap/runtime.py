@@ -930,7 +930,10 @@ class Runtime:
                 start_left -= time.time() - began
             start_left = start_left if start_left > 0 else None  # overdue: no figure
         elif model is not None and not scheduler.runs(model_id):
-            due = self.predict_load(model_id).time.total_seconds
+            try:
+                due = self.predict_load(model_id).time.total_seconds
+            except Exception:  # an estimate must never cost the queue view
+                log.exception("model %s: no dry run for the queue's estimate", model_id)
         return WaitFacts(slots, service, start_left, due)
 
     def withdraw(self, pending: PendingLease) -> None:
