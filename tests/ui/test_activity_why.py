@@ -167,9 +167,7 @@ def test_each_row_says_why_at_1400_and_390_px_and_the_dialog_shows_the_rule(
             assert box.locator('[data-role="why-program"]').inner_text() == (
                 "hooks.on_request, line 2"
             )
-            assert box.locator('[data-role="why-message"]').inner_text() == (
-                "messages is required"
-            )
+            assert box.locator('[data-role="why-message"]').inner_text() == ("messages is required")
             assert box.locator('[data-role="why-rule"]').inner_text() == RULE
             fits(tab, size)
             screenshot(tab, f"explain-why-dialog{name(size, scheme)}")
