@@ -385,7 +385,7 @@ MUTATIONS = (
         "src/modelswap/observe/records.py",
         "        if self.status == CLIENT_STOPPED:",
         "        if False:",
-        ("tests/unit/observe/test_activity_why.py",),
+        ("tests/unit/observe/test_activity_why_store.py",),
     ),
     Mutation(
         "limit-refusal-forgets-the-model",  # a 429 row with no model (#41)
