@@ -7,6 +7,9 @@ Requests carry their outcome: ``status`` is the HTTP status the client got, ``ou
 ``error`` for a status of 400 or more *and* for an error event inside a 200 stream (a stream the
 gateway opened with loading comments before its model's start failed), ``code`` the error's code
 (empty when none). The histograms carry ``outcome`` too, so failures can be left out of latency.
+A client's own stop (499, no error sent) is ``stopped``, not an error. A CORS preflight
+(``OPTIONS``) is no request for a model: it is counted apart, in
+``modelswap_cors_preflights_total`` by whether its origin was allowed.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "modelswap_requests",
-            "Requests by model, route, HTTP status, outcome (ok, error) and error code",
+            "Requests by model, route, HTTP status, outcome (ok, error, stopped) and error code",
             ["model", "route", "status", "outcome", "code"],
             registry=r,
         )
@@ -150,6 +153,12 @@ class Metrics:
             "From arrival to the backend's first byte",
             ["model", "route", "outcome"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.preflights = Counter(
+            "modelswap_cors_preflights",
+            "CORS preflights (OPTIONS) answered, by route and whether the origin was allowed",
+            ["route", "allowed"],
             registry=r,
         )
         self.tokens = Counter(
@@ -231,6 +240,10 @@ class Metrics:
     def request_finished(self, rec: RequestRecord) -> None:
         model = rec.model or ""
         outcome = rec.outcome
+        if outcome == "preflight":  # a browser's check, not a request: counted apart
+            allowed = rec.rule is not None and rec.rule.get("allowed") is True
+            self.preflights.labels(rec.route, "true" if allowed else "false").inc()
+            return
         requests, duration = self._children(model, rec.route, rec.status, rec.error_code, outcome)
         requests.inc()
         duration.observe(rec.duration)
