@@ -374,6 +374,27 @@ MUTATIONS = (
         marks="e2e",
     ),
     Mutation(
+        "deny-names-the-applying-program",  # a deny in an applied policy blamed on its caller (#41)
+        "src/modelswap/policy/evaluate.py",
+        "                program=program.name,",
+        "                program=applied_by[0].split(' line')[0] if applied_by else program.name,",
+        ("tests/unit/policy/test_spl_provenance.py",),
+    ),
+    Mutation(
+        "client-stop-counted-as-error",  # a client's own stop (499) red again (#41)
+        "src/modelswap/observe/records.py",
+        "        if self.status == CLIENT_STOPPED:",
+        "        if False:",
+        ("tests/unit/observe/test_activity_why_store.py",),
+    ),
+    Mutation(
+        "limit-refusal-forgets-the-model",  # a 429 row with no model (#41)
+        "src/modelswap/http/middleware/concurrency.py",
+        "            await _note_model(request)",
+        "            pass",
+        ("tests/unit/http/test_refusal_marks.py",),
+    ),
+    Mutation(
         "queue-ordinal-teens",  # "queued 11st for qwen" (#40)
         "src/modelswap/routing/queue_place.py",
         'suffix = "th" if 10 <= n % 100 <= 20 else',

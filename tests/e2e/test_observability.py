@@ -360,7 +360,8 @@ def test_activity_rows_for_success_errors_and_disconnect(
         None,
     ]
     assert [r["streamed"] for r in rows] == [True, False, False, False, False]
-    assert [r["outcome"] for r in rows] == ["error", "error", "error", "error", "ok"]
+    # The client's own stop is no error (issue 41): its outcome is "stopped".
+    assert [r["outcome"] for r in rows] == ["stopped", "error", "error", "error", "ok"]
     assert (ok_200["prompt_tokens"], ok_200["completion_tokens"]) == (PROMPT_WORDS, 3)
     assert ok_200["tokens_per_second"] > 0
     assert ok_200["ttft"] is not None

@@ -13,6 +13,10 @@ the client key's *name* (never the key; ``anonymous`` without one). Names come f
 so the label is bounded by the keys configured since the gateway started. The latency
 histograms do not carry it (buckets × keys for every route); the queue wait is where fair
 sharing shows. Each key's quota is read at scrape time (``KeyQuotaView``).
+
+A client's own stop (499, no error sent) is ``stopped``, not an error. A CORS preflight
+(``OPTIONS``) is no request for a model: it is counted apart, in
+``modelswap_cors_preflights_total`` by whether its origin was allowed.
 """
 
 from __future__ import annotations
@@ -183,8 +187,8 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "modelswap_requests",
-            "Requests by model, route, HTTP status, outcome (ok, error), error code and client "
-            "key name",
+            "Requests by model, route, HTTP status, outcome (ok, error, stopped), error code and "
+            "client key name",
             ["model", "route", "status", "outcome", "code", "key"],
             registry=r,
         )
@@ -200,6 +204,12 @@ class Metrics:
             "From arrival to the backend's first byte",
             ["model", "route", "outcome"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.preflights = Counter(
+            "modelswap_cors_preflights",
+            "CORS preflights (OPTIONS) answered, by route and whether the origin was allowed",
+            ["route", "allowed"],
             registry=r,
         )
         self.tokens = Counter(
@@ -292,6 +302,10 @@ class Metrics:
     def request_finished(self, rec: RequestRecord) -> None:
         model = rec.model or ""
         outcome = rec.outcome
+        if outcome == "preflight":  # a browser's check, not a request: counted apart
+            allowed = rec.rule is not None and rec.rule.get("allowed") is True
+            self.preflights.labels(rec.route, "true" if allowed else "false").inc()
+            return
         key = rec.key_name or NO_KEY
         requests, duration = self._children(
             model, rec.route, rec.status, rec.error_code, outcome, key

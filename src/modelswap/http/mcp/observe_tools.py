@@ -23,7 +23,8 @@ async def search_activity(caller: Caller, args: Args) -> object:
         raise ToolError("The activity log is off in this config (observability: activity).")
     outcome = args.string("outcome")
     if outcome is not None and outcome not in OUTCOMES:
-        raise ToolError("`outcome` must be `ok` or `error`.")
+        choices = ", ".join(f"`{name}`" for name in OUTCOMES)
+        raise ToolError(f"`outcome` must be one of {choices}.")
     status = args.integer("status", 0, 0, 999) or None
     since_text = args.string("since")
     since = None
@@ -112,8 +113,9 @@ TOOLS = (
         "activity__search_activity",
         "Search the activity log",
         "The requests modelswap served, newest first, each with its model, status, outcome, "
-        "timings and tokens. Filters: model, request_id, status, outcome (ok|error), since "
-        "(unix seconds), session_id; page with `before` (the smallest id of the last page).",
+        "timings and tokens. Filters: model, request_id, status, "
+        "outcome (ok|error|stopped|preflight), since (unix seconds), session_id; page with "
+        "`before` (the smallest id of the last page).",
         search_activity,
         properties={
             "model": {"type": "string"},
