@@ -67,7 +67,8 @@ def _alone(cmd_for_port: Any, body: bytes, log: Path) -> tuple[float, float]:
 
 
 def cold(fleet: Fleet, plan: Plan, results: Results) -> None:
-    gateways = [t for t in fleet.ready() if t.is_modelswap]
+    # A keyed target's key may not unload (bench/targets.py, KEY_TARGETS): relay scenarios only.
+    gateways = [t for t in fleet.ready() if t.is_modelswap and not t.headers]
     kinds: list[tuple[str, Any, bytes, str]] = [
         (
             "fake",

@@ -45,8 +45,27 @@ PYTHON = sys.executable
 DEFAULT_TARGETS = ("direct", "nginx", "floor", "litellm", "modelswap")
 LLAMA_SWAP = "llama-swap"
 LLAMA_SWAP_ENV = "BENCH_LLAMA_SWAP"  # the binary's path, as --llama-swap gives it
-ALL_TARGETS = (*DEFAULT_TARGETS, "modelswap-full", "modelswap-asyncio", LLAMA_SWAP)
+# The cost of client keys (issue 40): modelswap with apiKeys and no quota (what checking a key
+# costs), and with a quota on every limit, a class and a weight (what the gate adds once the
+# request path calls it: docs/sharing.md, "Wiring"). Beside plain modelswap in the same run:
+#   bench/suite.py --targets modelswap,modelswap-keys,modelswap-quota --scenarios latency,throughput
+KEY_TARGETS = ("modelswap-keys", "modelswap-quota")
+ALL_TARGETS = (
+    *DEFAULT_TARGETS,
+    "modelswap-full",
+    "modelswap-asyncio",
+    *KEY_TARGETS,
+    LLAMA_SWAP,
+)
 LITELLM_KEY = "sk-bench-master-key"
+BENCH_KEY = "sk-bench-client-key-0001"  # the key the load sends to the keyed targets
+# Generous enough that no bench run is refused: every limit is counted, none is reached.
+BENCH_QUOTA = {
+    "concurrency": 100_000,
+    "requestsPerMinute": 1_000_000_000,
+    "tokensPerMinute": 1_000_000_000,
+    "tokensPerDay": 1_000_000_000_000,
+}
 COLD_LOAD_DELAY = 0.3
 
 
@@ -383,7 +402,9 @@ class Fleet:
         version = tool_version([binary, "-version"]) or "llama-swap"
         target.description = f"{version.splitlines()[0]} ({binary}), concurrencyLimit 100000"
 
-    def _modelswap_config(self, name: str, *, lane: bool = True) -> Path:
+    def _modelswap_config(
+        self, name: str, *, lane: bool = True, keys: list[dict[str, object]] | None = None
+    ) -> Path:
         state = self.workdir / f"{name}-state"
         sleeper = [PYTHON, "-c", "import time; time.sleep(86400)"]
         models: dict[str, object] = {
@@ -411,13 +432,21 @@ class Fleet:
             "limits": {"maxConnectionsPerClient": 1024, **({} if lane else {"fastLane": False})},
             "models": models,
         }
+        if keys:
+            config["apiKeys"] = keys
         path = self.workdir / f"{name}.yaml"
         path.write_text(json.dumps(config, indent=2))  # JSON is YAML
         return path
 
-    def _start_modelswap(self, target: Target, *args: str, lane: bool = True) -> None:
+    def _start_modelswap(
+        self,
+        target: Target,
+        *args: str,
+        lane: bool = True,
+        keys: list[dict[str, object]] | None = None,
+    ) -> None:
         target.port = free_port()
-        config = self._modelswap_config(target.name, lane=lane)
+        config = self._modelswap_config(target.name, lane=lane, keys=keys)
         target.proc = self.spawn(
             target.name,
             [
@@ -447,6 +476,39 @@ class Fleet:
         before the fast lane; what the lane buys, in the same run."""
         self._start_modelswap(target, lane=False)
         target.description = "modelswap serve, limits.fastLane: false (aiohttp's full path)"
+
+    def _start_modelswap_keys(self, target: Target) -> None:
+        """modelswap with client keys and no quota: every request presents a key."""
+        self._start_modelswap(target, keys=bench_keys(quota=False))
+        target.headers = {"Authorization": f"Bearer {BENCH_KEY}"}
+        target.description = "modelswap serve, 8 apiKeys without a quota (the load sends one)"
+
+    def _start_modelswap_quota(self, target: Target) -> None:
+        """modelswap with client keys that each have a quota on all four limits, a class and
+        a weight: what per-key accounting costs once the request path calls the gate."""
+        self._start_modelswap(target, keys=bench_keys(quota=True))
+        target.headers = {"Authorization": f"Bearer {BENCH_KEY}"}
+        target.description = (
+            "modelswap serve, 8 apiKeys each with a quota on every limit (none reached), "
+            "classes and weights (the load sends one)"
+        )
+
+
+def bench_keys(*, quota: bool) -> list[dict[str, object]]:
+    """Eight keys as a small team has them: the one the load sends first, then the others."""
+    keys: list[dict[str, object]] = []
+    for i in range(8):
+        key: dict[str, object] = {
+            "key": BENCH_KEY if i == 0 else f"sk-bench-other-key-{i:04d}",
+            "name": "bench" if i == 0 else f"other{i}",
+            "scopes": ["inference", "read"],
+        }
+        if quota:
+            key["quota"] = BENCH_QUOTA
+            key["priority"] = "interactive" if i % 2 == 0 else "batch"
+            key["weight"] = 1 + i % 3
+        keys.append(key)
+    return keys
 
 
 def listening_pid(port: int) -> int | None:

@@ -374,6 +374,48 @@ MUTATIONS = (
         marks="e2e",
     ),
     Mutation(
+        "deny-names-the-applying-program",  # a deny in an applied policy blamed on its caller (#41)
+        "src/modelswap/policy/evaluate.py",
+        "                program=program.name,",
+        "                program=applied_by[0].split(' line')[0] if applied_by else program.name,",
+        ("tests/unit/policy/test_spl_provenance.py",),
+    ),
+    Mutation(
+        "client-stop-counted-as-error",  # a client's own stop (499) red again (#41)
+        "src/modelswap/observe/records.py",
+        "        if self.status == CLIENT_STOPPED:",
+        "        if False:",
+        ("tests/unit/observe/test_activity_why_store.py",),
+    ),
+    Mutation(
+        "limit-refusal-forgets-the-model",  # a 429 row with no model (#41)
+        "src/modelswap/http/middleware/concurrency.py",
+        "            await _note_model(request)",
+        "            pass",
+        ("tests/unit/http/test_refusal_marks.py",),
+    ),
+    Mutation(
+        "queue-ordinal-teens",  # "queued 11st for qwen" (#40)
+        "src/modelswap/routing/queue_place.py",
+        'suffix = "th" if 10 <= n % 100 <= 20 else',
+        'suffix = "th" if 10 <= n % 100 <= 10 else',
+        ("tests/unit/routing/test_queue_place.py",),
+    ),
+    Mutation(
+        "queue-wait-ignores-concurrency-limit",  # a full model's waiter said to wait its turn
+        "src/modelswap/routing/scheduler.py",
+        'if limit and self._in_flight[model] >= limit:\n                return "concurrencyLimit"',
+        'if limit and self._in_flight[model] > limit:\n                return "concurrencyLimit"',
+        ("tests/unit/routing/test_queue_place.py",),
+    ),
+    Mutation(
+        "queue-estimate-one-round",  # every waiter told the next one's wait (#40)
+        "src/modelswap/routing/queue_place.py",
+        "return None if facts.service is None else rounds * facts.service",
+        "return None if facts.service is None else facts.service",
+        ("tests/unit/routing/test_queue_place.py",),
+    ),
+    Mutation(
         "peer-refusal-not-counted",  # a refused peer never opens its breaker (issue 37's passage)
         "src/modelswap/routing/peer_directory.py",
         "            if failed:\n                self.breaker.failure(self.now())",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -195,8 +196,13 @@ class PolicyDeniedError(ModelswapError):
     """A Swap Policy Language ``deny`` fired: the request is refused with the program's own
     status (400..599) and message, before any backend is started or asked."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, policy: Mapping[str, object] | None = None
+    ) -> None:
         self.status = status
+        self.policy = policy
+        """Where the ``deny`` is written (:meth:`modelswap.policy.Denial.provenance`): program,
+        line, rule; the error's JSON carries it as ``error.policy``."""
         super().__init__(message)
 
 

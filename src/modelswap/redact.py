@@ -275,7 +275,12 @@ def _is_plain_data(value: str) -> bool:
 _DQ = r'"(?:[^"\\\r\n]|\\.)*"'
 _SQ = r"'(?:[^'\\\r\n]|\\.)*'"
 _QUOTED = re.compile(rf"{_DQ}|{_SQ}")
-_VALUE = rf"(?:{_DQ}|{_SQ}|[^\s\"']+)"
+# A value runs to the next blank: quoted parts and bare text joined without one are one
+# value, as a shell reads them (``TOKEN="a b"c`` is ``a bc``), so no fragment is left unmasked
+# -- but a part after a quoted one stops at ``,;)]}``: Python's repr (``api_key=['k'], x=1``)
+# and argument lists end a value there. Atomic groups: a value never backtracks.
+_JOINED = r"[^\s\"',;)\]}\[(]+"
+_VALUE = rf"(?>(?:{_DQ}|{_SQ}|[^\s\"']+)(?:{_DQ}|{_SQ}|{_JOINED})*)"
 _FLAT_LIST = r"[\[(][^\[\](){}\r\n]*[\])]"
 
 _PEM = re.compile(
@@ -304,7 +309,8 @@ _FLAG = re.compile(
 )
 _ENV = re.compile(
     r"(?P<pre>(?<![\w\-?&#])(?P<name>[A-Za-z_][A-Za-z0-9_.]*)=)"
-    rf"(?P<value>{_DQ}|{_SQ}|{_FLAT_LIST}|[^\s\"']+)"
+    rf"(?P<value>(?>(?:{_DQ}|{_SQ}|{_FLAT_LIST}|[^\s\"'\[(]+|[\[(])"
+    rf"(?:{_DQ}|{_SQ}|{_FLAT_LIST}|{_JOINED}|[\[(])*))"
 )
 _SCHEME_CRED = re.compile(
     r"(?P<pre>\b(?P<name>Bearer|Basic|Token)[ \t]+)(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)"

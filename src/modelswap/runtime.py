@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import statistics
 import sys
 import time
 from collections.abc import Coroutine, Mapping
@@ -47,7 +48,7 @@ from modelswap.observe.capabilities import (
 )
 from modelswap.observe.hardware import hardware_snapshot
 from modelswap.observe.last_swap import LastSwaps
-from modelswap.observe.metrics import Metrics, ModelView, StateCounts
+from modelswap.observe.metrics import KeyQuotaView, Metrics, ModelView, StateCounts
 from modelswap.observe.observer import Observer
 from modelswap.observe.performance import PerformanceMonitor
 from modelswap.observe.records import RequestRecord
@@ -74,6 +75,7 @@ from modelswap.routing.prediction import (
 )
 from modelswap.routing.prefill import EvictionPrice
 from modelswap.routing.protocols import Swapper
+from modelswap.routing.queue_place import Place, WaitFacts, place_of, waiters
 from modelswap.routing.resolve import close_names
 from modelswap.routing.scheduler import SchedulerPolicy
 from modelswap.routing.selector_choice import TargetState, choose
@@ -366,7 +368,7 @@ class Runtime:
         # The gateway's own log lines (the CLI attaches a handler that fills it).
         self.gateway_log = LogBuffer(1000)
         self.observer = Observer(
-            Metrics(self.model_views, self.state_counts),
+            Metrics(self.model_views, self.state_counts, self.key_quota_views),
             self.activity,
             self.events,
             count_requests=config.observability.metrics_enabled,
@@ -756,6 +758,8 @@ class Runtime:
             overlap=self._start_may_overlap,
         )
         self._router.eviction_price = self.eviction_price
+        if self.observer.count_requests:
+            self._router.on_waited = self.observer.metrics.queue_waited
         sampler = MemorySampler(
             self.stats, lambda: {m: (p.state, p.pid) for m, p in self.router.processes.items()}
         )
@@ -923,6 +927,58 @@ class Runtime:
     def admit(self, model_id: str, client: Client = ANONYMOUS) -> PendingLease:
         """A place in the queue for ``model_id``, without waiting (see :meth:`withdraw`)."""
         return self.router.admit(model_id, client)
+
+    def queue_report(self) -> dict[str, Any]:
+        """``GET /api/queue``: every waiting request in the order it would be served, what it
+        waits for and its estimate; each client key's use against its limits (names only)."""
+        rows = waiters(self.router.scheduler, self.router.now(), self._wait_facts)
+        keys: list[ApiKey | None] = list(self.config.api_keys) or [None]
+        return {
+            "waiting": [row.as_dict() for row in rows],
+            "keys": [standing.as_dict() for standing in self.gate.standing(keys)],
+        }
+
+    def wait_place(self, pending: PendingLease) -> Place | None:
+        """Where a waiting request stands, for what it is told while it waits
+        (``place.comment()`` on its event stream, ``place.header()`` on its answer); None once
+        it waits no more. docs/sharing.md, "Wiring"."""
+        return place_of(self.router.scheduler, pending, self._wait_facts)
+
+    def key_quota_views(self) -> list[KeyQuotaView]:
+        """Each limited client's quota now, for the scrape (``modelswap_key_quota_*``)."""
+        keys: list[ApiKey | None] = list(self.config.api_keys) or [None]
+        return [
+            KeyQuotaView(
+                standing.client.name,
+                {w.name: (w.limit, w.remaining) for w in standing.windows},
+                standing.in_flight,
+            )
+            for standing in self.gate.standing(keys)
+        ]
+
+    def _wait_facts(self, model_id: str) -> WaitFacts:
+        """What :func:`~modelswap.routing.queue_place.estimate_wait` reads of one model."""
+        model = self.config.models.get(model_id)
+        slots = (model.concurrency_limit if model is not None else 0) or (
+            self.config.scheduling.max_in_flight
+        )
+        served = self.router.served_seconds.get(model_id)
+        service = statistics.median(served) if served else None
+        scheduler = self.router.scheduler
+        process = self.router.processes.get(model_id)
+        start_left = due = None
+        if scheduler.swapping == model_id:
+            start_left = self.stats.median_start(model_id)
+            began = process.started_at if process is not None else None
+            if began is not None and process is not None and process.state is ProcessState.STARTING:
+                start_left -= time.time() - began
+            start_left = start_left if start_left > 0 else None  # overdue: no figure
+        elif model is not None and not scheduler.runs(model_id):
+            try:
+                due = self.predict_load(model_id).time.total_seconds
+            except Exception:  # an estimate must never cost the queue view
+                log.exception("model %s: no dry run for the queue's estimate", model_id)
+        return WaitFacts(slots, service, start_left, due)
 
     def withdraw(self, pending: PendingLease) -> None:
         """Leave the queue (or give back a lease granted but unused)."""

@@ -255,7 +255,8 @@ def test_metrics_after_a_known_sequence_of_requests(
     watch.handed_over("model", served=6)
 
     m = scrape(gw)
-    ok, error = {"outcome": "ok", "code": ""}, {"outcome": "error"}
+    ok = {"outcome": "ok", "code": "", "key": "anonymous"}  # no keys configured
+    error = {"outcome": "error", "key": "anonymous"}
     assert m["modelswap_requests_total"] == {
         lab(model="a", route=CHAT, status="200", **ok): 4,
         lab(model="a", route=COMPLETIONS, status="200", **ok): 2,
@@ -263,8 +264,8 @@ def test_metrics_after_a_known_sequence_of_requests(
         lab(model="", route=CHAT, status="404", **error, code="model_not_found"): 1,
     }
     assert m["modelswap_tokens_total"] == {
-        lab(model="a", kind="prompt"): prompt["a"],
-        lab(model="a", kind="completion"): completion["a"],
+        lab(model="a", kind="prompt", key="anonymous"): prompt["a"],
+        lab(model="a", kind="completion", key="anonymous"): completion["a"],
     }
     assert prompt["a"] == 4 * PROMPT_WORDS + 3 + 4
     assert completion["a"] == 80 + 5 + 3 + 4 + 6 + 7
@@ -284,6 +285,9 @@ def test_metrics_after_a_known_sequence_of_requests(
     assert durations[lab(model="a", route=CHAT, outcome="ok")] > 2.0
     assert m["modelswap_starts_total"] == {lab(model="a", result="ready"): 1}
     assert m["modelswap_start_duration_seconds_count"] == {lab(model="a"): 1}
+    # It waited in the scheduler's queue for that start: the queue wait, by model and key.
+    assert m["modelswap_queue_wait_seconds_count"][lab(model="a", key="anonymous")] >= 1
+    assert m["modelswap_queue_wait_seconds_sum"][lab(model="a", key="anonymous")] >= 1.0
     assert m["modelswap_start_duration_seconds_sum"][lab(model="a")] >= 1.3
     for name, current in (("a", "ready"), ("b", "stopped")):
         states = {
@@ -356,7 +360,8 @@ def test_activity_rows_for_success_errors_and_disconnect(
         None,
     ]
     assert [r["streamed"] for r in rows] == [True, False, False, False, False]
-    assert [r["outcome"] for r in rows] == ["error", "error", "error", "error", "ok"]
+    # The client's own stop is no error (issue 41): its outcome is "stopped".
+    assert [r["outcome"] for r in rows] == ["stopped", "error", "error", "error", "ok"]
     assert (ok_200["prompt_tokens"], ok_200["completion_tokens"]) == (PROMPT_WORDS, 3)
     assert ok_200["tokens_per_second"] > 0
     assert ok_200["ttft"] is not None
@@ -471,7 +476,14 @@ def test_a_streamed_cold_start_that_fails_is_an_error_everywhere(gateway: StartG
 
     m = scrape(gw)
     assert m["modelswap_requests_total"] == {
-        lab(model="guard", route=CHAT, status="200", outcome="error", code="utilization_guard"): 1
+        lab(
+            model="guard",
+            route=CHAT,
+            status="200",
+            outcome="error",
+            code="utilization_guard",
+            key="anonymous",
+        ): 1
     }
     assert m["modelswap_request_duration_seconds_count"] == {
         lab(model="guard", route=CHAT, outcome="error"): 1
@@ -662,8 +674,8 @@ def test_real_llamacpp_usage_in_activity_and_backend_metrics(
 
     m = scrape(gw)
     assert m["modelswap_tokens_total"] == {
-        lab(model="smollm2", kind="prompt"): 2 * usage.prompt_tokens,
-        lab(model="smollm2", kind="completion"): 2 * usage.completion_tokens,
+        lab(model="smollm2", kind="prompt", key="anonymous"): 2 * usage.prompt_tokens,
+        lab(model="smollm2", kind="completion", key="anonymous"): 2 * usage.completion_tokens,
     }
     backend = {name: series for name, series in m.items() if name.startswith("llamacpp:")}
     assert backend, "no llamacpp: samples re-exposed"
@@ -703,5 +715,5 @@ def test_sdk_stream_that_hangs_up_at_done_is_a_success(
     watch.answered(10)
     m = scrape(gw)
     assert m["modelswap_requests_total"] == {
-        lab(model="smollm2", route=CHAT, status="200", outcome="ok", code=""): 10
+        lab(model="smollm2", route=CHAT, status="200", outcome="ok", code="", key="anonymous"): 10
     }

@@ -42,6 +42,7 @@ PAGES = (
     "memory",
     "logs",
     "activity",
+    "queue",
     "performance",
     "hardware",
     "playground",
@@ -119,6 +120,8 @@ def shoot(
                 page.locator("#logs-view .line").first.wait_for()
             if name == "activity":
                 page.locator("#activity-table tbody tr").first.wait_for()
+            if name == "queue":
+                page.locator("#queue-keys .card").first.wait_for()
             if name == "performance":  # a few samples drawn (every 1 s in the demo)
                 page.wait_for_function(
                     "(document.querySelector('[data-chart=\"cpu\"] polyline')"

@@ -188,6 +188,12 @@ TEXT_CASES = [
         "HF_TOKEN=1234 api_key=None token=<your_token>",
         "HF_TOKEN=*** api_key=None token=<your_token>",
     ),
+    # a value runs to the next blank, as a shell joins it: no trailing fragment is left
+    ("HF_TOKEN=[00000]0 x", "HF_TOKEN=*** x"),
+    ("HF_TOKEN=(secret)tail x", "HF_TOKEN=*** x"),
+    ('HF_TOKEN="a b"c x', "HF_TOKEN=*** x"),
+    ("srv --api-key 'abc'def -c 4", "srv --api-key *** -c 4"),
+    ('HF_TOKEN="a b" x', 'HF_TOKEN="***" x'),
     # credentials in prose, token formats, PEM
     ("got Bearer eyJhbGci.x.y", "got Bearer ***"),
     ("Missing Bearer authentication", "Missing Bearer authentication"),
@@ -631,3 +637,10 @@ def test_redact_known_secret_in_any_letter_case() -> None:
     redactor = Redactor(["MixedCaseSecret-42xyz"])
     for shown in ("MixedCaseSecret-42xyz", "mixedcasesecret-42xyz", "MIXEDCASESECRET-42XYZ"):
         assert redactor.text(f"loaded with {shown} ok") == "loaded with *** ok"
+
+
+def test_a_long_joined_value_costs_linear_work() -> None:
+    """Quoted parts joined without blanks, many of them: one value, masked whole, in one pass
+    (the value rule is atomic: it never backtracks)."""
+    text = "HF_TOKEN=" + '"a"b' * 20_000 + " done"
+    assert Redactor().text(text) == "HF_TOKEN=*** done"

@@ -10,6 +10,9 @@ in a cycle. Nothing of a policy is ever skipped with a warning.
 Macros expand first, as in llama-swap: the top-level ones everywhere, a model's own and
 ``${MODEL_ID}`` / ``${PORT}`` in its ``filters.policy``; a reference left unknown is a problem
 (also inside an SPL ``#`` comment).
+
+Each program is named by its key (``hooks.on_request``, ``policies.strict``) and keeps its text
+(macros expanded: what runs), so a ``deny`` that fires says where: program, line, rule (issue 41).
 """
 
 from __future__ import annotations
@@ -137,8 +140,10 @@ def _expanded(source: str, scope: Scope, where: Where, problems: Problems) -> st
 
 
 def _parsed(text: str, where: Where, problems: Problems) -> Program | None:
+    """``text`` parsed, named by its key (a denial says where it fired and quotes the rule as
+    it ran: its macros expanded)."""
     try:
-        return parse(text)
+        return parse(text, name=key_path(*where))
     except PolicyError as exc:
         problems.append((key_path(*where), str(exc)))
         return None

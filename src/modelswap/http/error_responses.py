@@ -9,6 +9,7 @@ On the routes that speak Anthropic's API the same errors are reshaped into Anthr
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -111,6 +112,39 @@ def error_code_of(data: object) -> str | None:
     return str(code) if code is not None else None
 
 
+# The keys of an error's JSON that name the rule behind it, and the ``kind`` each is recorded as.
+RULE_KEYS = {"policy": "policy", "limit": "limit"}
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """What a person needs of a gateway-authored error (issue 41): its code, its message and
+    the rule behind it (``{"kind": "policy", "program", "line", "rule"}``, ``{"kind":
+    "limit", "name", "value", "in_flight"}``), as the activity row records them."""
+
+    code: str | None
+    message: str | None
+    rule: dict[str, object] | None
+
+
+def explained(data: object) -> Explained | None:
+    """The code, message and rule of an error in either envelope (OpenAI's ``error.policy``,
+    Anthropic's ``error.details.policy``); None when ``data`` is no error."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    details = error.get("details")
+    fields = {**details, **error} if isinstance(details, dict) else error
+    message = fields.get("message")
+    rule: dict[str, object] | None = None
+    for key, kind in RULE_KEYS.items():
+        value = fields.get(key)
+        if isinstance(value, dict):
+            rule = {"kind": kind, **value}
+            break
+    return Explained(error_code_of(data), message if isinstance(message, str) else None, rule)
+
+
 def in_anthropic_shape(response: web.Response) -> None:
     """Reshape a gateway-authored JSON error ``response`` in place (headers kept)."""
     if not isinstance(response.body, bytes):
@@ -177,8 +211,11 @@ def _response_for(error: ModelswapError) -> web.Response:
         return response
     if isinstance(error, PolicyDeniedError):  # the program's status and message, as written
         kind = _TYPES.get(error.status, "server_error" if error.status >= 500 else "")
-        return error_response(
-            str(error), error.status, code="policy_denied", type=kind or "invalid_request_error"
+        kind = kind or "invalid_request_error"
+        if error.policy is None:
+            return error_response(str(error), error.status, code="policy_denied", type=kind)
+        return error_response(  # where the deny is written: program, line, rule
+            str(error), error.status, code="policy_denied", type=kind, policy=dict(error.policy)
         )
     if isinstance(error, PolicyFailedError):
         return error_response(str(error), 500, code="policy_error")

@@ -112,6 +112,19 @@ def _migrate_to_v9(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE requests ADD COLUMN metadata TEXT")
 
 
+def _migrate_to_v10(conn: sqlite3.Connection) -> None:
+    # Why a request was refused or failed (issue 41): its method (OPTIONS: a preflight), the
+    # error's message, and the rule that refused it (a JSON object). A client's own stop (499
+    # with no error of the gateway's) is "stopped" now, not an error; older rows are judged
+    # again by what they stored (their method was not kept: none is a preflight).
+    conn.execute("ALTER TABLE requests ADD COLUMN method TEXT")
+    conn.execute("ALTER TABLE requests ADD COLUMN error_message TEXT")
+    conn.execute("ALTER TABLE requests ADD COLUMN rule TEXT")
+    conn.execute(
+        "UPDATE requests SET outcome = 'stopped' WHERE status = 499 AND error_code IS NULL"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v1,
     _migrate_to_v2,
@@ -122,6 +135,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_to_v7,
     _migrate_to_v8,
     _migrate_to_v9,
+    _migrate_to_v10,
 ]
 """``MIGRATIONS[i]`` takes a database from version ``i`` to ``i + 1`` (0 = empty)."""
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -152,7 +166,11 @@ _COLUMNS = (
     "response_headers",
     "cached_tokens",
     "metadata",
+    "method",
+    "error_message",
+    "rule",
 )
+_JSON_COLUMNS = frozenset({"metadata", "rule"})
 _CAPTURED = frozenset({"request_body", "response_body", "request_headers", "response_headers"})
 _INSERT = (
     f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
@@ -187,6 +205,9 @@ def _row_values(rec: RequestRecord) -> tuple[object, ...]:
         rec.response_headers,
         rec.cached_tokens,
         json.dumps(dict(rec.metadata), sort_keys=True) if rec.metadata else None,
+        rec.method,
+        rec.error_message,
+        json.dumps(dict(rec.rule), sort_keys=True) if rec.rule is not None else None,
     )
 
 
@@ -195,9 +216,11 @@ def _row_dict(row: tuple[object, ...]) -> dict[str, object]:
     for name, value in zip(_COLUMNS, row[1:], strict=True):
         if name in _CAPTURED and value is None:
             continue
-        if name == "metadata":
+        if name in _JSON_COLUMNS:
             if isinstance(value, str):
                 out[name] = json.loads(value)
+            elif name == "rule":
+                out[name] = None  # the row says "no rule" rather than leaving it out
             continue
         out[name] = bool(value) if name == "streamed" else value
     return out
@@ -635,7 +658,8 @@ class ActivityLog:
         session_id: str | None = None,
     ) -> list[dict[str, object]]:
         """Stored rows, newest first, as JSON-ready dicts (with ``id``; bodies only if stored).
-        ``outcome`` is ``"ok"`` or ``"error"`` (see :attr:`RequestRecord.outcome`);
+        ``outcome`` is one of :data:`~modelswap.observe.records.OUTCOMES` (see
+        :attr:`RequestRecord.outcome`);
         ``session_id`` the session a request named (``metadata.session_id``).
 
         Page with ``before_id`` = the smallest ``id`` of the previous page. ``limit`` is capped

@@ -7,6 +7,16 @@ Requests carry their outcome: ``status`` is the HTTP status the client got, ``ou
 ``error`` for a status of 400 or more *and* for an error event inside a 200 stream (a stream the
 gateway opened with loading comments before its model's start failed), ``code`` the error's code
 (empty when none). The histograms carry ``outcome`` too, so failures can be left out of latency.
+
+Per client (issue 40): request and token counters and the queue-wait histogram carry ``key``,
+the client key's *name* (never the key; ``anonymous`` without one). Names come from the config,
+so the label is bounded by the keys configured since the gateway started. The latency
+histograms do not carry it (buckets × keys for every route); the queue wait is where fair
+sharing shows. Each key's quota is read at scrape time (``KeyQuotaView``).
+
+A client's own stop (499, no error sent) is ``stopped``, not an error. A CORS preflight
+(``OPTIONS``) is no request for a model: it is counted apart, in
+``modelswap_cors_preflights_total`` by whether its origin was allowed.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from prometheus_client.metrics_core import Metric
 from modelswap.observe.records import RequestRecord
 from modelswap.states import ProcessState
 
+NO_KEY = "anonymous"  # the ``key`` label of a request without a client key (none configured)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
 
@@ -47,6 +58,47 @@ class StateCounts:
     activity_dropped: Mapping[str, int]
     write_failures: Mapping[str, int]
     moved_aside: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyQuotaView:
+    """One client's quota as the scrape reads it: each limit (``concurrency``, ``requests``,
+    ``tokens``, ``tokens-day``) with its value and what is left now."""
+
+    key: str
+    limits: Mapping[str, tuple[int, int]]  # limit -> (value, remaining)
+    in_flight: int
+
+
+class _KeyQuotaCollector:
+    def __init__(self, read: Callable[[], Iterable[KeyQuotaView]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        limit = GaugeMetricFamily(
+            "modelswap_key_quota_limit",
+            "A client key's quota, by limit (concurrency, requests and tokens per minute, "
+            "tokens-day); keys without a quota are not listed",
+            labels=["key", "limit"],
+        )
+        remaining = GaugeMetricFamily(
+            "modelswap_key_quota_remaining",
+            "What is left of a client key's quota now, by limit (a bucket refills continuously)",
+            labels=["key", "limit"],
+        )
+        in_flight = GaugeMetricFamily(
+            "modelswap_key_in_flight",
+            "A limited client key's requests admitted and not finished (served or waiting)",
+            labels=["key"],
+        )
+        for view in self._read():
+            if not view.limits:
+                continue
+            in_flight.add_metric([view.key], view.in_flight)
+            for name, (value, left) in sorted(view.limits.items()):
+                limit.add_metric([view.key, name], value)
+                remaining.add_metric([view.key, name], left)
+        return [limit, remaining, in_flight]
 
 
 class _StateCollector:
@@ -129,13 +181,15 @@ class Metrics:
         self,
         view: Callable[[], Mapping[str, ModelView]],
         state: Callable[[], StateCounts] | None = None,
+        quotas: Callable[[], Iterable[KeyQuotaView]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
             "modelswap_requests",
-            "Requests by model, route, HTTP status, outcome (ok, error) and error code",
-            ["model", "route", "status", "outcome", "code"],
+            "Requests by model, route, HTTP status, outcome (ok, error, stopped), error code and "
+            "client key name",
+            ["model", "route", "status", "outcome", "code", "key"],
             registry=r,
         )
         self.duration = Histogram(
@@ -152,10 +206,25 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.preflights = Counter(
+            "modelswap_cors_preflights",
+            "CORS preflights (OPTIONS) answered, by route and whether the origin was allowed",
+            ["route", "allowed"],
+            registry=r,
+        )
         self.tokens = Counter(
             "modelswap_tokens",
-            "Tokens by model and kind (prompt, completion)",
-            ["model", "kind"],
+            "Tokens by model, kind (prompt, completion) and client key name",
+            ["model", "kind", "key"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "modelswap_queue_wait_seconds",
+            "How long a request that queued waited in the scheduler for its grant (a start, a "
+            "concurrency or in-flight limit, its turn), by model and client key name; a request "
+            "granted at once is not observed",
+            ["model", "key"],
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.starts = Counter(
@@ -211,39 +280,52 @@ class Metrics:
         r.register(_LiveCollector(view))
         if state is not None:
             r.register(_StateCollector(state))
-        self._cache: dict[tuple[str, str, int, str | None], tuple[Any, Any]] = {}
+        if quotas is not None:
+            r.register(_KeyQuotaCollector(quotas))
+        self._cache: dict[tuple[str, str, int, str | None, str], tuple[Any, Any]] = {}
         self._ttfb: dict[tuple[str, str, str], Any] = {}
 
     def _children(
-        self, model: str, route: str, status: int, code: str | None, outcome: str
+        self, model: str, route: str, status: int, code: str | None, outcome: str, key: str
     ) -> tuple[Any, Any]:
-        key = (model, route, status, code)  # the outcome follows from status and code
-        found = self._cache.get(key)
+        cached = (model, route, status, code, key)  # the outcome follows from status and code
+        found = self._cache.get(cached)
         if found is None:
             found = (
-                self.requests.labels(model, route, str(status), outcome, code or ""),
+                self.requests.labels(model, route, str(status), outcome, code or "", key),
                 self.duration.labels(model, route, outcome),
             )
             if len(self._cache) < 10_000:
-                self._cache[key] = found
+                self._cache[cached] = found
         return found
 
     def request_finished(self, rec: RequestRecord) -> None:
         model = rec.model or ""
         outcome = rec.outcome
-        requests, duration = self._children(model, rec.route, rec.status, rec.error_code, outcome)
+        if outcome == "preflight":  # a browser's check, not a request: counted apart
+            allowed = rec.rule is not None and rec.rule.get("allowed") is True
+            self.preflights.labels(rec.route, "true" if allowed else "false").inc()
+            return
+        key = rec.key_name or NO_KEY
+        requests, duration = self._children(
+            model, rec.route, rec.status, rec.error_code, outcome, key
+        )
         requests.inc()
         duration.observe(rec.duration)
         if rec.first_byte is not None:  # rec.ttft is the first token (load excluded)
-            key = (model, rec.route, outcome)
-            ttfb = self._ttfb.get(key)
+            labels = (model, rec.route, outcome)
+            ttfb = self._ttfb.get(labels)
             if ttfb is None:
-                ttfb = self._ttfb.setdefault(key, self.ttfb.labels(model, rec.route, outcome))
+                ttfb = self._ttfb.setdefault(labels, self.ttfb.labels(*labels))
             ttfb.observe(rec.first_byte)
         if rec.prompt_tokens:
-            self.tokens.labels(model, "prompt").inc(rec.prompt_tokens)
+            self.tokens.labels(model, "prompt", key).inc(rec.prompt_tokens)
         if rec.completion_tokens:
-            self.tokens.labels(model, "completion").inc(rec.completion_tokens)
+            self.tokens.labels(model, "completion", key).inc(rec.completion_tokens)
+
+    def queue_waited(self, model: str, key: str, seconds: float) -> None:
+        """A request that queued was granted after ``seconds`` (``key``: its client's name)."""
+        self.queue_wait.labels(model, key).observe(seconds)
 
     def start_finished(self, model: str, ok: bool, seconds: float | None) -> None:
         self.starts.labels(model, "ready" if ok else "failed").inc()

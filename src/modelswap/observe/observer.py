@@ -13,6 +13,25 @@ from modelswap.states import ProcessState
 log = logging.getLogger(__name__)
 
 
+def why(record: RequestRecord) -> str:
+    """The rule behind a refusal, for the request's log line (issue 41): ``: denied by
+    hooks.on_request line 1: deny 400 "…" when …`` or ``: globalConcurrencyLimit 2 (2 in
+    flight)``; empty when no rule refused it."""
+    rule = record.rule
+    if not rule:
+        return ""
+    kind = rule.get("kind")
+    if kind == "policy":
+        text = str(rule.get("rule") or "").replace("\n", " ")
+        return f": denied by {rule.get('program')} line {rule.get('line')}: {text}"
+    if kind == "limit":
+        return f": {rule.get('name')} {rule.get('value')} ({rule.get('in_flight')} in flight)"
+    if kind == "cors":
+        allowed = "allowed" if rule.get("allowed") else "not allowed"
+        return f": preflight from origin {rule.get('origin') or '(none)'}, {allowed}"
+    return ""
+
+
 class Observer:
     def __init__(
         self,
@@ -51,13 +70,14 @@ class Observer:
             if log.isEnabledFor(level):
                 log.log(
                     level,
-                    "request %s %s %s -> %d%s in %.3f s",
+                    "request %s %s %s -> %d%s in %.3f s%s",
                     record.request_id or "-",
                     record.route,
-                    record.model or "-",
+                    record.model or record.requested or "-",
                     record.status,
                     f" {record.error_code}" if record.error_code else "",
                     record.duration,
+                    why(record),
                 )
         except Exception:  # observing must never break serving
             log.exception("recording a finished request failed")

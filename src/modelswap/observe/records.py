@@ -16,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-OUTCOMES = ("ok", "error")
+OUTCOMES = ("ok", "error", "stopped", "preflight")
 """What a request's :attr:`RequestRecord.outcome` can be."""
+
+CLIENT_STOPPED = 499
+"""The status of a request whose client went away before its answer ended (nginx's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +73,31 @@ class RequestRecord:
     metadata: Mapping[str, str] | None = None
     """The ``context.<key>`` values a Swap Policy Language program wrote (llama-swap's activity
     metadata); None when none was written."""
+    method: str | None = None
+    """The HTTP method (``POST``; ``OPTIONS`` for a CORS preflight). None: not recorded."""
+    error_message: str | None = None
+    """The message of the error the gateway authored (as the client read it, redacted)."""
+    rule: Mapping[str, object] | None = None
+    """Why the gateway refused or answered as it did, for a person to find it (issue 41): a
+    policy's ``{"kind": "policy", "program", "line", "rule"}`` (and ``applied_by``), a limit's
+    ``{"kind": "limit", "name", "value", "in_flight"}``, a preflight's ``{"kind": "cors",
+    "origin", "allowed"}``. None when nothing was refused by a rule."""
 
     @property
     def outcome(self) -> str:
-        """``"error"`` when the client got an error — a status of 400 or more (499 included),
-        or an error event inside a 200 stream (then ``error_code`` says which) — else ``"ok"``.
-        What the activity log's errors filter, the web UI and the metrics count as an error."""
-        return "error" if self.status >= 400 or self.error_code is not None else "ok"
+        """What the client got, as the activity log's filter, the web UI and the metrics count
+        it: ``"preflight"`` for an ``OPTIONS`` (a browser's CORS check, not a request for a
+        model); ``"stopped"`` when the client itself went away (499) and no error was sent
+        (what it received is in the row: a stop is no failure); ``"error"`` for a status of 400
+        or more, or an error event inside a 200 stream (then ``error_code`` says which), an
+        operator's cancel included; else ``"ok"``."""
+        if self.method == "OPTIONS":
+            return "preflight"
+        if self.error_code is not None:
+            return "error"
+        if self.status == CLIENT_STOPPED:
+            return "stopped"
+        return "error" if self.status >= 400 else "ok"
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -135,4 +156,7 @@ class RequestRecord:
                 out[name] = value
         if self.metadata:
             out["metadata"] = dict(self.metadata)
+        out["method"] = self.method
+        out["error_message"] = self.error_message
+        out["rule"] = dict(self.rule) if self.rule is not None else None
         return out

@@ -75,25 +75,53 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Denial:
+    """A ``deny`` that fired: its status and message, and where it is written (what a person
+    needs to find it): the program's name, the clause's line in that program's text, the rule
+    as written, and the ``apply`` clauses that led there (``"hooks.on_request line 2"``,
+    outermost first). Two denials are equal by status and message alone."""
+
     status: int
     message: str
+    program: str = field(default="", compare=False)
+    line: int = field(default=0, compare=False)
+    rule: str = field(default="", compare=False)
+    applied_by: tuple[str, ...] = field(default=(), compare=False)
+
+    def provenance(self) -> dict[str, object]:
+        """Where it fired, JSON-ready: ``{"program", "line", "rule"}`` and, when an ``apply``
+        led there, ``"applied_by"``."""
+        out: dict[str, object] = {"program": self.program, "line": self.line, "rule": self.rule}
+        if self.applied_by:
+            out["applied_by"] = list(self.applied_by)
+        return out
 
 
 def run(program: Program, library: Mapping[str, Program], request: Request) -> Denial | None:
     """Run ``program`` over ``request``; a :class:`Denial` when a ``deny`` fired.
     Raises :class:`PolicyRuntimeError` when a rewrite cannot be done."""
-    return _run(program, library, request, 0)
+    return _run(program, library, request, ())
 
 
 def _run(
-    program: Program, library: Mapping[str, Program], request: Request, depth: int
+    program: Program,
+    library: Mapping[str, Program],
+    request: Request,
+    applied_by: tuple[str, ...],
 ) -> Denial | None:
+    depth = len(applied_by)
     for clause in program.clauses:
         if clause.when is not None and not _holds(clause.when, request):
             continue
         action = clause.action
         if action is Action.DENY:
-            return Denial(clause.status, clause.message)
+            return Denial(
+                clause.status,
+                clause.message,
+                program=program.name,
+                line=clause.line,
+                rule=program.rule(clause),
+                applied_by=applied_by,
+            )
         if action is Action.APPLY:
             applied = library.get(clause.policy)
             if applied is None:
@@ -102,7 +130,8 @@ def _run(
                 raise PolicyRuntimeError(
                     f"apply {clause.policy}: policy nesting deeper than {MAX_APPLY_DEPTH}"
                 )
-            denied = _run(applied, library, request, depth + 1)
+            here = f"{program.name or 'program'} line {clause.line}"
+            denied = _run(applied, library, request, (*applied_by, here))
             if denied is not None:
                 return denied
             continue

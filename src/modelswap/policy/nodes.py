@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from modelswap.policy.regex import Regex
 
@@ -146,11 +146,22 @@ class Clause:
     status: int = 403  # deny
     message: str = ""  # deny
     when: Condition | None = None
+    end_line: int = field(default=0, compare=False)  # its last line (a condition may go on)
 
 
 @dataclass(frozen=True, slots=True)
 class Program:
+    """Its clauses; ``name`` (the config key it came from, ``hooks.on_request``) and ``lines``
+    (its text as written) only say where a ``deny`` fired: they never change what it does."""
+
     clauses: tuple[Clause, ...]
+    name: str = field(default="", compare=False)
+    lines: tuple[str, ...] = field(default=(), compare=False)
+
+    def rule(self, clause: Clause) -> str:
+        """``clause`` as written: its lines, each stripped (empty when the text is unknown)."""
+        last = max(clause.line, clause.end_line)
+        return "\n".join(line.strip() for line in self.lines[clause.line - 1 : last])
 
     @property
     def applies(self) -> tuple[str, ...]:

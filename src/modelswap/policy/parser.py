@@ -62,9 +62,11 @@ _OPS = {T.EQ: Op.EQ, T.NE: Op.NE, T.LT: Op.LT, T.LE: Op.LE, T.GT: Op.GT, T.GE: O
 _REQUEST_FIELDS = ("model", "path", "method")
 
 
-def parse(source: str) -> Program:
-    """Parse ``source``. Raises :class:`PolicyError` (with line:column)."""
-    return _Parser(lex(source)).program()
+def parse(source: str, *, name: str = "") -> Program:
+    """Parse ``source``. Raises :class:`PolicyError` (with line:column). ``name`` (where it is
+    written: a config key) and ``source``'s lines are what a ``deny`` that fires quotes."""
+    program = _Parser(lex(source)).program()
+    return replace(program, name=name, lines=tuple(source.splitlines()))
 
 
 def _json_text(value: str) -> str:
@@ -116,7 +118,8 @@ class _Parser:
     def program(self) -> Program:
         clauses: list[Clause] = []
         while self.peek().kind is not T.EOF:
-            clauses.append(self.clause())
+            clause = self.clause()
+            clauses.append(replace(clause, end_line=self.tokens[self.pos - 1].line))
             token = self.peek()
             if token.kind is T.NEWLINE:
                 self.next()

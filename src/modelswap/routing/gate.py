@@ -12,13 +12,13 @@ The accounting itself is pure (``routing/quota.py``); this adds the clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from modelswap.config.resolved import ApiKey, KeyDefaults
 from modelswap.errors import RateLimitedError
 from modelswap.routing.clients import Client, client_for
-from modelswap.routing.quota import QuotaLedger, Ticket, Verdict, window_headers
+from modelswap.routing.quota import QuotaLedger, Ticket, Verdict, Window, window_headers
 
 MAX_CLIENTS = 4096
 
@@ -43,6 +43,38 @@ class Admitted:
         ticket = self.verdict.ticket
         if ticket is not None:
             self._gate.finish(ticket, tokens, estimate)
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """One client's use against its limits (``GET /api/queue``'s ``keys``, the quota gauges):
+    each limit's value, what is left and when it is whole again; since the gateway started,
+    requests admitted and tokens charged. Counted only for a client with a quota."""
+
+    client: Client
+    windows: tuple[Window, ...]
+    in_flight: int
+    requests: int
+    tokens: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "key": self.client.name,
+            "class": self.client.priority,
+            "weight": self.client.weight,
+            "in_flight": self.in_flight,
+            "requests": self.requests,
+            "tokens": self.tokens,
+            "limits": [
+                {
+                    "limit": w.name,
+                    "value": w.limit,
+                    "remaining": w.remaining,
+                    "reset_seconds": round(w.reset, 3),
+                }
+                for w in self.windows
+            ],
+        }
 
 
 class ClientGate:
@@ -83,6 +115,18 @@ class ClientGate:
 
     def finish(self, ticket: Ticket, tokens: int | None, estimate: int) -> None:
         self.ledger.finish(ticket, self._clock(), tokens, estimate)
+
+    def standing(self, keys: Iterable[ApiKey | None]) -> list[Standing]:
+        """Each of ``keys``' clients against its limits now (None: the anonymous client).
+        Reads the ledger; admits and charges nothing."""
+        now = self._clock()
+        found = []
+        for key in keys:
+            client = self.client(key)
+            in_flight, requests, tokens = self.ledger.usage(client.name)
+            windows = self.ledger.windows(client.name, client.quota, now)
+            found.append(Standing(client, windows, in_flight, requests, tokens))
+        return found
 
     def headers(self, key: ApiKey | None) -> dict[str, str]:
         """The key's ``x-ratelimit-*`` headers as they stand now (an answer that did not go

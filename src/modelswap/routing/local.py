@@ -53,6 +53,7 @@ class PendingLease:
     future: asyncio.Future[Lease]
     arrived: float
     client: Client = ANONYMOUS  # whose request: its class and share in the fair queue
+    queued: bool = False  # not granted at once: it waited in the scheduler's queue
 
 
 @dataclass(eq=False)
@@ -126,6 +127,9 @@ class LocalRouter:
         # What evicting a model throws away (start + prefill to redo; the runtime sets it).
         self.eviction_price: Callable[[str], EvictionPrice] | None = None
         self._evicted_work: dict[str, dict[str, dict[str, object]]] = {}  # target -> prices
+        # Told of each grant to a request that queued: (its model, its client's name, seconds
+        # waited); the runtime observes the queue-wait metric. Never for one granted at once.
+        self.on_waited: Callable[[str, str, float], None] | None = None
         events.add_listener(self._on_event)
 
     # ---- for request handlers --------------------------------------------------------------
@@ -144,6 +148,7 @@ class LocalRouter:
                 log.exception("model %s: no dry run before its start", model)
         self.scheduler.on_request(pending)
         if not pending.future.done():
+            pending.queued = True
             self._ensure_ticking()  # it waits: the scheduler needs the time
         return pending
 
@@ -335,6 +340,13 @@ class LocalRouter:
         self._cancel_idle_timer(admission.model)
         admission.future.set_result(Lease(self.processes[admission.model], self))
         self.last_used[admission.model] = time.time()
+        if admission.queued and self.on_waited is not None:
+            try:
+                self.on_waited(
+                    admission.model, admission.client.name, self.now() - admission.arrived
+                )
+            except Exception:  # a metric must never refuse a grant
+                log.exception("model %s: queue wait not observed", admission.model)
         return True
 
     def grant_error(self, admission: Admission, error: Exception) -> None:

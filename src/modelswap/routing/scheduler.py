@@ -38,6 +38,12 @@ from modelswap.errors import QueueFullError, ShuttingDownError
 from modelswap.routing.fairshare import FairShare, client_of
 from modelswap.routing.protocols import Admission, Effects, Eviction, Swapper
 
+# What a queued request can wait for (``Scheduler.waits_for``): its model's start under way;
+# a swap not begun (another start or stop first, or its model is to stop for another); the
+# models its start evicts finishing their answers; its model's ``concurrencyLimit``; the
+# gateway's ``maxInFlight``; its turn (room was just made: the next decision grants it).
+WAITS_FOR = ("start", "swap", "drain", "concurrencyLimit", "maxInFlight", "turn")
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerPolicy:
@@ -112,6 +118,30 @@ class Scheduler:
             return None
         same = [a for a in self.waiting() if a.model == admission.model]
         return same.index(admission) + 1
+
+    def waits_for(self, admission: Admission, blocked: Set[str] | None = None) -> str:
+        """What a queued request waits for, as :data:`WAITS_FOR` names it (``GET /api/queue``),
+        read from the state the next decision is made on. ``blocked``: :meth:`blocked`, when
+        the caller asks for many."""
+        model = admission.model
+        if model in self._running:
+            if model in (self.blocked() if blocked is None else blocked):
+                return "swap"  # its model is to stop: it waits for the swap and a new start
+            limit = self._policy.concurrency.get(model, 0)
+            if limit and self._in_flight[model] >= limit:
+                return "concurrencyLimit"
+            return "maxInFlight" if self._gateway_full() else "turn"
+        if self._swapping == model:
+            return "start"
+        if self._swapping is None and not self._stopping and model in self._due_since:
+            return "drain"  # its start is due: what it evicts is finishing its answers
+        return "swap"
+
+    def blocked(self) -> frozenset[str]:
+        """Running models that take no new request: what the next swap evicts, and models
+        whose unload waits for their answers to end."""
+        _target, eviction = self._next_target()
+        return (eviction.models if eviction else frozenset()) | self._unload_requested
 
     @property
     def queue_length(self) -> int:

@@ -74,6 +74,7 @@ DECLARED = {
     "/api/models/{model}/dry-run": READ,
     "/api/profiles": READ,
     "/api/profiles/active": ADMIN,
+    "/api/queue": READ,
     "/api/security": READ,
     "/api/version": OPEN,
     "/api/whoami": ANY,

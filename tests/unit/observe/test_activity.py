@@ -159,7 +159,8 @@ def test_activity_outcome_counts_an_error_event_inside_a_200_stream(mem: Activit
     assert rec().outcome == "ok"
     assert rec(status=404, error_code="model_not_found").outcome == "error"
     assert rec(status=502).outcome == "error"  # a backend's own error, relayed
-    assert rec(status=499).outcome == "error"
+    assert rec(status=499).outcome == "stopped"  # the client's own stop is no error (issue 41)
+    assert rec(status=499, error_code="request_cancelled").outcome == "error"  # an operator's
     failed_stream = rec(status=200, error_code="utilization_guard", completion_tokens=None)
     assert failed_stream.outcome == "error"
     assert failed_stream.as_dict()["outcome"] == "error"
@@ -354,8 +355,8 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()  # an existing, empty SQLite file
     ActivityLog(path).close_now()
-    assert SCHEMA_VERSION == 9
-    assert schema_version(path) == "9"
+    assert SCHEMA_VERSION == 10
+    assert schema_version(path) == "10"
     with closing(sqlite3.connect(path)) as conn:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
         indexes = {r[1] for r in conn.execute("PRAGMA index_list(requests)")}
@@ -363,6 +364,7 @@ def test_activity_migrates_an_empty_database(tmp_path: Path) -> None:
     assert "request_id" in columns  # v4
     assert "requested" in columns  # v5
     assert "outcome" in columns  # v8
+    assert {"method", "error_message", "rule"} <= set(columns)  # v10
     assert {"requests_at", "requests_model", "requests_request_id"} <= indexes
 
 
@@ -371,7 +373,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript(V1_SCHEMA)
     log = ActivityLog(path)
-    assert schema_version(path) == "9"
+    assert schema_version(path) == "10"
     newest, oldest = log.query()
     assert oldest == {
         "id": 1,
@@ -395,6 +397,9 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
         "error_code": None,
         "cached_tokens": None,  # before v7 the cache was not counted
         "outcome": "ok",  # v8 judges older rows by their status and error code
+        "method": None,  # before v10 neither the method, the message nor the rule was kept
+        "error_message": None,
+        "rule": None,
     }
     assert (newest["error_code"], newest["outcome"]) == ("backend_failed", "error")
     assert newest["streamed"] is True
@@ -404,7 +409,7 @@ def test_activity_migrates_a_version_1_database_keeping_rows(tmp_path: Path) -> 
     assert log.query(limit=1)[0]["id"] == 3
     log.close_now()
     ActivityLog(path).close_now()  # reopening a current database is a no-op
-    assert schema_version(path) == "9"
+    assert schema_version(path) == "10"
 
 
 def test_activity_refuses_a_newer_database_without_touching_it(tmp_path: Path) -> None:

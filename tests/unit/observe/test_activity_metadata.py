@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from modelswap.http.routes.captures import activity_entry
-from modelswap.observe.activity import MIGRATIONS, ActivityLog
+from modelswap.observe.activity import ActivityLog
 from modelswap.observe.records import RequestRecord
 
 BASE = RequestRecord(
@@ -51,11 +51,10 @@ def test_an_older_database_gains_the_column_and_keeps_its_rows(tmp_path: Path) -
     log.record(BASE)
     assert log.flush_now() == 1
     log.close_now()
-    with closing(sqlite3.connect(path)) as conn:  # as the version before this one left it
-        conn.execute("ALTER TABLE requests DROP COLUMN metadata")
-        conn.execute(
-            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(len(MIGRATIONS) - 1),)
-        )
+    with closing(sqlite3.connect(path)) as conn:  # as version 8 left it (metadata is v9)
+        for column in ("metadata", "method", "error_message", "rule"):  # v9, v10
+            conn.execute(f"ALTER TABLE requests DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", ("8",))
         conn.commit()
     log = ActivityLog(path)
     log.record(replace(BASE, metadata={"k": "v"}))

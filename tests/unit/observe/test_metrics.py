@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelswap.observe.metrics import Metrics, ModelView
+from modelswap.observe.metrics import NO_KEY, KeyQuotaView, Metrics, ModelView
 from modelswap.observe.records import RequestRecord
 from modelswap.observe.relabel import relabel_backend_metrics
 from modelswap.states import ProcessState
@@ -74,23 +74,27 @@ def test_request_counts_tokens_and_histograms() -> None:
     metrics.request_finished(  # a gateway error before any model was resolved
         rec(model=None, status=404, first_byte=None, prompt_tokens=None, completion_tokens=None)
     )
+    metrics.request_finished(rec(key_name="ana", prompt_tokens=2, completion_tokens=None))
     got = exposition(metrics)
     chat, comp = "/v1/chat/completions", "/v1/completions"
-    ok, error = {"outcome": "ok", "code": ""}, {"outcome": "error", "code": ""}
+    ok = {"outcome": "ok", "code": "", "key": "anonymous"}
+    error = {"outcome": "error", "code": "", "key": "anonymous"}
     assert got["modelswap_requests_total"] == {
         lab(model="qwen", route=chat, status="200", **ok): 2,
         lab(model="qwen", route=comp, status="200", **ok): 1,
         lab(model="qwen", route=chat, status="400", **error): 1,
         lab(model="other", route=chat, status="200", **ok): 1,
         lab(model="", route=chat, status="404", **error): 1,
+        lab(model="qwen", route=chat, status="200", **{**ok, "key": "ana"}): 1,
     }
     assert got["modelswap_tokens_total"] == {
-        lab(model="qwen", kind="prompt"): 18,
-        lab(model="qwen", kind="completion"): 31,
+        lab(model="qwen", kind="prompt", key="anonymous"): 18,
+        lab(model="qwen", kind="completion", key="anonymous"): 31,
+        lab(model="qwen", kind="prompt", key="ana"): 2,
     }
     durations = got["modelswap_request_duration_seconds_count"]
-    assert durations == {
-        lab(model="qwen", route=chat, outcome="ok"): 2,
+    assert durations == {  # no key label on latency: buckets x keys
+        lab(model="qwen", route=chat, outcome="ok"): 3,
         lab(model="qwen", route=chat, outcome="error"): 1,
         lab(model="qwen", route=comp, outcome="ok"): 1,
         lab(model="other", route=chat, outcome="ok"): 1,
@@ -98,24 +102,24 @@ def test_request_counts_tokens_and_histograms() -> None:
     }
     assert got["modelswap_request_duration_seconds_sum"][
         lab(model="qwen", route=chat, outcome="ok")
-    ] == pytest.approx(0.6)
+    ] == pytest.approx(0.9)
     ttfb = got["modelswap_time_to_first_byte_seconds_count"]
     assert ttfb == {  # no first byte: not observed
-        lab(model="qwen", route=chat, outcome="ok"): 2,
+        lab(model="qwen", route=chat, outcome="ok"): 3,
         lab(model="qwen", route=chat, outcome="error"): 1,
         lab(model="qwen", route=comp, outcome="ok"): 1,
         lab(model="other", route=chat, outcome="ok"): 1,
     }
     assert got["modelswap_time_to_first_byte_seconds_sum"][
         lab(model="qwen", route=chat, outcome="ok")
-    ] == pytest.approx(0.22)
+    ] == pytest.approx(0.24)
     # Buckets are cumulative: 0.02 s below 0.025, 0.2 s below 0.25.
     buckets = got["modelswap_time_to_first_byte_seconds_bucket"]
     ok_chat = {"model": "qwen", "route": chat, "outcome": "ok"}
     assert buckets[lab(**ok_chat, le="0.01")] == 0
-    assert buckets[lab(**ok_chat, le="0.025")] == 1
-    assert buckets[lab(**ok_chat, le="0.25")] == 2
-    assert buckets[lab(**ok_chat, le="+Inf")] == 2
+    assert buckets[lab(**ok_chat, le="0.025")] == 2
+    assert buckets[lab(**ok_chat, le="0.25")] == 3
+    assert buckets[lab(**ok_chat, le="+Inf")] == 3
 
 
 def test_an_error_event_inside_a_200_stream_is_counted_as_an_error_with_its_code() -> None:
@@ -130,9 +134,23 @@ def test_an_error_event_inside_a_200_stream_is_counted_as_an_error_with_its_code
     got = exposition(metrics)
     chat = "/v1/chat/completions"
     assert got["modelswap_requests_total"] == {
-        lab(model="qwen", route=chat, status="200", outcome="ok", code=""): 1,
-        lab(model="qwen", route=chat, status="200", outcome="error", code="utilization_guard"): 2,
-        lab(model="qwen", route=chat, status="499", outcome="error", code="request_cancelled"): 1,
+        lab(model="qwen", route=chat, status="200", outcome="ok", code="", key=NO_KEY): 1,
+        lab(
+            model="qwen",
+            route=chat,
+            status="200",
+            outcome="error",
+            code="utilization_guard",
+            key=NO_KEY,
+        ): 2,
+        lab(
+            model="qwen",
+            route=chat,
+            status="499",
+            outcome="error",
+            code="request_cancelled",
+            key=NO_KEY,
+        ): 1,
     }
     assert got["modelswap_request_duration_seconds_count"] == {
         lab(model="qwen", route=chat, outcome="ok"): 1,
@@ -281,7 +299,14 @@ def test_relabelled_text_appended_to_the_exposition_still_parses() -> None:
     got = samples(body.decode())
     assert (
         got["modelswap_requests_total"][
-            lab(model="qwen", route="/v1/chat/completions", status="200", outcome="ok", code="")
+            lab(
+                model="qwen",
+                route="/v1/chat/completions",
+                status="200",
+                outcome="ok",
+                code="",
+                key="anonymous",
+            )
         ]
         == 1
     )
@@ -305,3 +330,33 @@ def test_families_of_several_backends_merge_under_one_help_and_type() -> None:
     ]
     assert samples(out)["llamacpp:prompt_tokens_total"] == {lab(model="a"): 120}
     assert 'model="c"' not in out  # a backend whose text is not the format adds nothing
+
+
+def test_queue_wait_by_model_and_key_and_each_keys_quota_at_scrape_time() -> None:
+    standing = [
+        KeyQuotaView("ana", {"requests": (60, 58), "concurrency": (4, 3)}, 1),
+        KeyQuotaView("ben", {}, 0),  # no quota: nothing to show
+    ]
+    metrics = Metrics(Views(), quotas=lambda: standing)
+    metrics.queue_waited("qwen", "ana", 3.0)
+    metrics.queue_waited("qwen", "ana", 0.2)
+    metrics.queue_waited("qwen", NO_KEY, 40.0)
+    got = exposition(metrics)
+    assert got["modelswap_queue_wait_seconds_count"] == {
+        lab(model="qwen", key="ana"): 2,
+        lab(model="qwen", key="anonymous"): 1,
+    }
+    assert got["modelswap_queue_wait_seconds_sum"][lab(model="qwen", key="ana")] == 3.2
+    assert got["modelswap_key_quota_limit"] == {
+        lab(key="ana", limit="requests"): 60,
+        lab(key="ana", limit="concurrency"): 4,
+    }
+    assert got["modelswap_key_quota_remaining"] == {
+        lab(key="ana", limit="requests"): 58,
+        lab(key="ana", limit="concurrency"): 3,
+    }
+    assert got["modelswap_key_in_flight"] == {lab(key="ana"): 1}
+    standing[0] = KeyQuotaView("ana", {"requests": (60, 60)}, 0)  # read again at each scrape
+    assert exposition(metrics)["modelswap_key_quota_remaining"] == {
+        lab(key="ana", limit="requests"): 60
+    }

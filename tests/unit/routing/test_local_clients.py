@@ -98,3 +98,21 @@ async def test_two_keys_alternate_for_one_place_whatever_each_queued() -> None:
     lease.release()
     assert [p.client.name for p in order[:4]] == ["bob", "alice", "bob", "alice"]
     await router.close()
+
+
+async def test_the_queue_wait_is_told_for_requests_that_queued_and_only_them() -> None:
+    router = one_at_a_time()
+    told: list[tuple[str, str, float]] = []
+    router.on_waited = lambda model, key, seconds: told.append((model, key, seconds))
+    (await router.acquire("m", PERSON)).release()  # it queued for the start
+    assert [(model, key) for model, key, _ in told] == [("m", "ana")]
+    told.clear()
+    serving = await router.acquire("m", PERSON)  # running and free: granted at once
+    waiting = router.admit("m", BATCH)
+    assert told == []
+    serving.release()
+    assert waiting.future.done()
+    [(model, key, seconds)] = told
+    assert (model, key) == ("m", "evals")
+    assert seconds >= 0
+    waiting.future.result().release()

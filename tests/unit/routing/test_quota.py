@@ -157,3 +157,34 @@ def test_the_fast_headers_say_what_the_windows_say(used: int) -> None:
         expected["retry-after"] = verdict.headers()["retry-after"]
         expected["retry-after-ms"] = verdict.headers()["retry-after-ms"]
     assert verdict.headers() == expected
+
+
+def test_standing_shows_each_key_against_its_limits_by_name_only() -> None:
+    clock = [0.0]
+    gate = ClientGate(lambda: KeyDefaults(), clock=lambda: clock[0])
+    limited = ApiKey(
+        "alice", "sk-secret-0002", frozenset({"inference"}), quota=Quota(2, 10, 1000, 0)
+    )
+    free = ApiKey("evals", "sk-secret-0003", frozenset({"inference"}), priority="batch")
+    held = gate.admit(limited)
+    gate.admit(limited).finish(tokens=400)
+    alice, evals = gate.standing([limited, free])
+    shown = alice.as_dict()
+    assert (shown["key"], shown["in_flight"], shown["requests"], shown["tokens"]) == (
+        "alice",
+        1,
+        2,
+        400,
+    )
+    limits = {w["limit"]: (w["value"], w["remaining"]) for w in shown["limits"]}  # type: ignore[attr-defined]
+    assert limits == {"concurrency": (2, 1), "requests": (10, 8), "tokens": (1000, 600)}
+    assert (evals.as_dict()["limits"], evals.as_dict()["class"]) == ([], "batch")
+    assert "sk-secret" not in repr(alice.as_dict()) + repr(evals.as_dict())
+    held.finish(tokens=0)
+    clock[0] = 60.0  # a minute on: the buckets are full again
+    (again,) = gate.standing([limited])
+    assert {w.name: w.remaining for w in again.windows} == {
+        "concurrency": 2,
+        "requests": 10,
+        "tokens": 1000,
+    }

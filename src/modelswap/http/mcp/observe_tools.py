@@ -1,5 +1,6 @@
 """What happened, as tools: the activity log's search (``/api/activity``), a log's tail
-(``/logs``, redacted as every log is) and the clock (llama-swap's ``sys__now``)."""
+(``/logs``, redacted as every log is), the queue (``/api/queue``) and the clock (llama-swap's
+``sys__now``)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ async def search_activity(caller: Caller, args: Args) -> object:
         raise ToolError("The activity log is off in this config (observability: activity).")
     outcome = args.string("outcome")
     if outcome is not None and outcome not in OUTCOMES:
-        raise ToolError("`outcome` must be `ok` or `error`.")
+        choices = ", ".join(f"`{name}`" for name in OUTCOMES)
+        raise ToolError(f"`outcome` must be one of {choices}.")
     status = args.integer("status", 0, 0, 999) or None
     since_text = args.string("since")
     since = None
@@ -81,6 +83,10 @@ async def tail_log(caller: Caller, args: Args) -> str:
     return head + ":\n" + "\n".join(kept)
 
 
+async def show_queue(caller: Caller, args: Args) -> object:
+    return caller.runtime.queue_report()
+
+
 async def now(caller: Caller, args: Args) -> str:
     moment = time.time()
     utc = datetime.fromtimestamp(moment, UTC)
@@ -107,8 +113,9 @@ TOOLS = (
         "activity__search_activity",
         "Search the activity log",
         "The requests modelswap served, newest first, each with its model, status, outcome, "
-        "timings and tokens. Filters: model, request_id, status, outcome (ok|error), since "
-        "(unix seconds), session_id; page with `before` (the smallest id of the last page).",
+        "timings and tokens. Filters: model, request_id, status, "
+        "outcome (ok|error|stopped|preflight), since (unix seconds), session_id; page with "
+        "`before` (the smallest id of the last page).",
         search_activity,
         properties={
             "model": {"type": "string"},
@@ -133,6 +140,16 @@ TOOLS = (
             "model": {"type": "string", "description": "A model id; none: the gateway's log."},
             "lines": {"type": "integer", "minimum": 1, "maximum": MAX_LINES},
         },
+        idempotent=False,
+    ),
+    Tool(
+        "queue__show_queue",
+        "Show the queue",
+        "Every request waiting, in the order it would be served: its key's name, class and "
+        "weight, its model, what it waits for (start, swap, drain, concurrencyLimit, "
+        "maxInFlight, turn), its place, how long it has waited and the estimated wait; and each "
+        "key's use against its limits (remaining requests and tokens).",
+        show_queue,
         idempotent=False,
     ),
     Tool(

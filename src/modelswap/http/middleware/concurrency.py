@@ -6,6 +6,11 @@ waiting instead; this limit sits in front of them.
 
 0 (the default): nothing is counted — the middleware returns to the handler after one
 comparison, so a config without the key pays nothing for it.
+
+A refusal says which limit refused it (issue 41): ``error.limit`` is ``{"name":
+"globalConcurrencyLimit", "value": 2, "in_flight": 2}``, and the model the request named is
+read from its body (a declared length up to :data:`MODEL_READ_CAP` only: a refusal must stay
+cheap) into the request's observation, so its activity row names the model.
 """
 
 from __future__ import annotations
@@ -14,13 +19,18 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from modelswap.errors import BadRequestError
 from modelswap.http.error_responses import error_response
+from modelswap.http.relay.extract import extract_model
+from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import model_routed
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 CODE = "concurrency_limit"
 RETRY_AFTER = "1"  # seconds: a slot frees as soon as any request in flight ends
+NAME = "globalConcurrencyLimit"
+MODEL_READ_CAP = 1024 * 1024  # bytes of a refused body read to name its model in the record
 
 
 class GlobalLimit:
@@ -37,11 +47,12 @@ class GlobalLimit:
         if not limit or not model_routed(request.path):
             return await handler(request)
         if self.in_flight >= limit:
+            await _note_model(request)
             response = error_response(
-                f"Too many requests: {limit} are being served already "
-                "(globalConcurrencyLimit); retry later.",
+                f"Too many requests: {limit} are being served already ({NAME}); retry later.",
                 429,
                 code=CODE,
+                limit={"name": NAME, "value": limit, "in_flight": self.in_flight},
             )
             response.headers["Retry-After"] = RETRY_AFTER
             return response
@@ -50,3 +61,18 @@ class GlobalLimit:
             return await handler(request)
         finally:
             self.in_flight -= 1
+
+
+async def _note_model(request: web.Request) -> None:
+    """The model a refused request named, into its observation (what its row shows): read
+    only from a body of declared length up to :data:`MODEL_READ_CAP`, never waited for
+    longer; a body without one, or with no readable ``model``, leaves the row without."""
+    obs = request.get(OBS)
+    length = request.content_length
+    if obs is None or obs.requested is not None or not length or length > MODEL_READ_CAP:
+        return
+    try:
+        body = await request.read()
+        obs.requested = extract_model(request.headers.get("Content-Type", ""), body)
+    except (BadRequestError, web.HTTPException, ConnectionError):
+        return

@@ -9,12 +9,17 @@ request that carries an ``Origin``; a listed origin echoed with ``Vary: Origin``
 ``*``; an unlisted origin served as usual, without CORS headers; every ``OPTIONS`` answered 204
 here (with the headers only for an allowed origin); ``allowedHeaders`` unset echoes the headers
 a preflight asks for, those that are valid names.
+
+Every preflight answered here is marked on its request (:data:`PREFLIGHT`: the origin, and
+whether it was allowed), so the request's record says so (issue 41): method ``OPTIONS``, the
+origin as its rule, counted apart from requests for a model.
 """
 
 from __future__ import annotations
 
 import string
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -30,6 +35,22 @@ EXPOSE_HEADERS = "X-Request-Id, X-Modelswap-Error, X-Modelswap-Hint, Retry-After
 # llama-swap's fallback when a preflight names no headers and allowedHeaders is unset
 DEFAULT_ALLOWED_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~" + string.ascii_letters + string.digits)  # RFC 9110
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """A preflight this middleware answered: the ``Origin`` it came from (None: it sent
+    none) and whether that origin was allowed (the answer carried CORS headers)."""
+
+    origin: str | None
+    allowed: bool
+
+    def rule(self) -> dict[str, object]:
+        """As the activity row's ``rule``."""
+        return {"kind": "cors", "origin": self.origin, "allowed": self.allowed}
+
+
+PREFLIGHT: web.RequestKey[Preflight] = web.RequestKey("cors_preflight", Preflight)
 
 
 def _no_policy() -> CorsPolicy | None:
@@ -79,6 +100,7 @@ class Cors:
         if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
             return await handler(request)
         origin = self.allowed_origin(request)
+        request[PREFLIGHT] = Preflight(request.headers.get("Origin"), origin is not None)
         if origin is None:
             return web.Response(status=403, text="CORS origin not allowed")
         return web.Response(
@@ -111,7 +133,9 @@ class Cors:
         """Every OPTIONS is answered here, 204; the headers a browser needs to go on only for
         an allowed origin."""
         response = web.Response(status=204)
-        allow = _policy_origin(policy, request.headers.get("Origin"))
+        sent = request.headers.get("Origin")
+        allow = _policy_origin(policy, sent)
+        request[PREFLIGHT] = Preflight(sent, allow is not None)
         if allow is None:
             return response
         _shared_headers(policy, response, allow)

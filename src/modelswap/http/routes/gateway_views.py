@@ -1,4 +1,5 @@
-"""Read and admin views: the security report, the (redacted) config, the live event stream."""
+"""Read and admin views: the security report, the (redacted) config, the live event stream, the
+queue and each key's use of its limits."""
 
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ async def whoami(request: web.Request) -> web.Response:
     return web.json_response(
         {"name": key.name, "scopes": sorted(key.scopes), "keys_configured": True}
     )
+
+
+async def queue(request: web.Request) -> web.Response:
+    """Who waits, for which model and what, in the order they would be served; each client
+    key's use against its limits (names, never keys). docs/endpoints.md."""
+    return web.json_response(request.app[RUNTIME].queue_report())
 
 
 def _plain(value: object) -> Any:
@@ -103,4 +110,5 @@ def add_routes(app: web.Application) -> None:
     declare(app, "GET", "/api/security", security, READ)
     declare(app, "GET", "/api/config", config_export, ADMIN)
     declare(app, "GET", "/api/events", events, READ)
+    declare(app, "GET", "/api/queue", queue, READ)
     declare(app, "GET", "/api/whoami", whoami, ANY)  # every key may ask what it may do

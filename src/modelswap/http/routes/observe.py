@@ -68,8 +68,9 @@ def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> f
 
 async def activity(request: web.Request) -> web.Response:
     """Newest first; filters ``model``, ``request_id``, ``since`` (unix time), ``status``,
-    ``outcome`` (``ok`` or ``error``: an error is a status >= 400 or an error event inside a
-    200 stream), ``session_id`` (llama-swap's session headers); paging with ``limit`` and
+    ``outcome`` (``ok``; ``error``: a status >= 400 or an error event inside a 200 stream;
+    ``stopped``: the client went away; ``preflight``: a CORS ``OPTIONS``),
+    ``session_id`` (llama-swap's session headers); paging with ``limit`` and
     ``before`` (the smallest ``id`` of the previous page)."""
     runtime = request.app[RUNTIME]
     if runtime.activity is None:
@@ -81,7 +82,8 @@ async def activity(request: web.Request) -> web.Response:
     since = _number(request, "since", float)
     outcome = request.query.get("outcome")
     if outcome is not None and outcome not in OUTCOMES:
-        raise BadRequestError("`outcome` must be `ok` or `error`.", param="outcome")
+        choices = ", ".join(f"`{name}`" for name in OUTCOMES)
+        raise BadRequestError(f"`outcome` must be one of {choices}.", param="outcome")
 
     def read() -> list[dict[str, object]]:  # SQLite off the event loop
         with contextlib.suppress(ActivityError):  # a failed batch is counted; read what is there

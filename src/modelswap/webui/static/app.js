@@ -902,10 +902,9 @@ pages.model = async (state) => {
     rowsBox.replaceChildren(rows.length ? el("table", {},
       el("thead", {}, el("tr", {}, ...["time", "status", "tokens", "TTFT", "tok/s"].map((h) => el("th", { text: h })))),
       // A failed request is red, as in Activity, and has no TTFT or speed unless a token came.
-      el("tbody", {}, ...rows.map((r) => { const bad = failed(r), none = tokenless(r); return el("tr", { "data-id": r.id, "data-outcome": bad ? "error" : "ok" },
+      el("tbody", {}, ...rows.map((r) => { const none = tokenless(r); return el("tr", { "data-id": r.id, "data-outcome": rowOutcome(r) },
         el("td", {}, timeEl(r.at)),
-        el("td", { class: bad ? "status-bad" : "", "data-role": "status", title: statusTitle(r),
-          text: statusText(r) }),
+        el("td", { class: statusClass(r), "data-role": "status", title: statusTitle(r) }, ...statusNodes(r)),
         el("td", { class: "num", text: r.completion_tokens == null ? "" : String(r.completion_tokens) }),
         el("td", { class: "num", "data-role": "ttft", text: none || r.ttft == null ? "" : (r.ttft * 1000).toFixed(0) + " ms" }),
         el("td", { class: "num", text: none || r.tokens_per_second == null ? "" : r.tokens_per_second.toFixed(1) })); })))
@@ -1264,7 +1263,7 @@ pages.logs = async (state) => {
 const COLUMNS = [
   { key: "at", label: "time", fmt: clock, title: "arrival (local time; the full date on hover)" },
   { key: "model", label: "model" },
-  { key: "route", label: "route", wide: true },
+  { key: "route", label: "route", wide: true, fmt: (v, r) => (r && r.method && r.method !== "POST" ? `${r.method} ${v}` : v) },
   { key: "status", label: "status", num: true },
   { key: "streamed", label: "stream", fmt: (v) => (v ? "yes" : "no"), wide: true },
   { key: "prompt_tokens", label: "prompt", num: true, wide: true },
@@ -1360,10 +1359,13 @@ function renderStats() {
   const processed = (r) => Math.max(0, (r.prompt_tokens || 0) - (r.cached_tokens || 0));
   const prompt = rows.filter((r) => processed(r) && r.ttft > 0).map((r) => processed(r) / r.ttft);
   const gen = rows.filter((r) => r.tokens_per_second != null).map((r) => r.tokens_per_second);
+  const preflights = rows.filter((r) => rowOutcome(r) === "preflight").length;
   $("#activity-stats").replaceChildren(
     el("div", { class: "stat-cards" },
-      card("requests", "requests", rows.length.toLocaleString(), "the rows shown (filters applied)"),
-      card("errors", "errors", rows.filter(failed).length.toLocaleString(), "status 400 and above, or an error event inside a 200 stream"),
+      // A CORS preflight is a browser's check, not a request: counted apart when there are any.
+      card("requests", "requests", rows.filter((r) => rowOutcome(r) !== "preflight").length.toLocaleString(), "the rows shown (filters applied), CORS preflights apart"),
+      card("errors", "errors", rows.filter(failed).length.toLocaleString(), "status 400 and above, or an error event inside a 200 stream (a client's own stop is none)"),
+      ...(preflights ? [card("preflights", "CORS preflights", preflights.toLocaleString(), "browsers' OPTIONS checks among the rows shown")] : []),
       card("processed", "prompt tokens processed", rows.reduce((t, r) => t + processed(r), 0).toLocaleString(),
         "the prompt tokens the backends computed: their prompt tokens less those taken from the cache"),
       card("cached", "prompt tokens cached", hasCached ? sum("cached_tokens").toLocaleString() : "—",
@@ -1441,41 +1443,94 @@ function prettyBody(text) {
   if (!text) return "";
   try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
 }
+/* The dialog's "why": the outcome, the error's code and message, and the rule in full — a
+   policy's program, line and text as it ran (and the applies that led there), a limit's name,
+   value and count, a preflight's origin. Nothing when the request went as asked. */
+function whyNode(r) {
+  const outcome = rowOutcome(r), rule = r.rule;
+  if (outcome === "ok" && !rule) return null;
+  const items = el("dl", { class: "kv" });
+  const add = (k, v, role) => items.append(el("dt", { text: k }), el("dd", { "data-role": role, text: String(v) }));
+  add("outcome", outcome === "stopped" ? "stopped by the client (not an error)" : outcome, "why-outcome");
+  if (r.error_code) add("code", r.error_code, "why-code");
+  if (r.error_message) add("message", r.error_message, "why-message");
+  if (rule && rule.kind === "policy") {
+    add("denied by", `${rule.program || "a policy"}, line ${rule.line}`, "why-program");
+    if (rule.applied_by && rule.applied_by.length) add("applied by", rule.applied_by.join(" → "), "why-applied");
+    items.append(el("dt", { text: "rule" }), el("dd", {}, el("pre", { class: "body", "data-role": "why-rule", text: rule.rule || "" })));
+  } else if (rule && rule.kind === "limit") {
+    add("limit", `${rule.name}: ${rule.value} (${rule.in_flight} in flight when it came)`, "why-limit");
+  } else if (rule && rule.kind === "cors") {
+    add("origin", `${rule.origin || "(none sent)"}: ${rule.allowed ? "allowed" : "not allowed"}`, "why-origin");
+  }
+  if (outcome === "stopped") add("received", `${r.completion_tokens || 0} tokens before it went away`, "why-received");
+  return el("section", { class: "why-box", "data-role": "why-box" }, el("h3", { text: "why" }), items);
+}
 function showCapture(r) {
   const dlg = $("#capture");
   const fields = el("dl", { class: "kv" });
+  const why = whyNode(r);
   for (const [k, v] of Object.entries(r)) {
     if (k === "request_body" || k === "response_body" || v === null || v === undefined) continue;
+    if (why && k === "rule") continue;  // the why above shows it, in words
     fields.append(el("dt", { text: k }), fieldNode(k, v));
   }
   const bodies = r.request_body !== undefined || r.response_body !== undefined
     ? [el("h3", { text: "request body (redacted)" }), el("pre", { class: "body", "data-role": "request-body", text: prettyBody(r.request_body) }),
        el("h3", { text: "response body (redacted)" }), el("pre", { class: "body", "data-role": "response-body", text: prettyBody(r.response_body) })]
     : [el("p", { class: "muted", "data-role": "no-capture", text: "No bodies: they are recorded only with activity.capture: true in the config (bounded by captureBytes, redacted)." })];
-  $("#capture-body").replaceChildren(fields, ...bodies);
+  $("#capture-body").replaceChildren(...(why ? [why] : []), fields, ...bodies);
   dlg.showModal();
 }
 
 /* The status cell: the HTTP status, or — for a stream that failed after its 200 went out —
-   the outcome (issue 41 #11), the status in its title. */
+   the outcome (issue 41 #11), the status in its title. A client's own stop and a CORS
+   preflight say so: neither is an error. */
 function statusText(r) {
+  const outcome = rowOutcome(r);
+  if (outcome === "stopped") return `${r.status} stopped by the client`;
+  if (outcome === "preflight") return `${r.status} preflight`;
   if (failed(r) && r.status < 400) return `${r.error_code || "error"} (mid-stream)`;
   // The code beside the status: the error column is off screen on a phone (issue 41 #3).
   if (failed(r) && r.error_code) return `${r.status} ${r.error_code}`;
   return r.status == null ? "" : String(r.status);
 }
 function statusTitle(r) {
-  return failed(r) && r.status < 400 ? `HTTP ${r.status} had been sent when the answer failed: an error event inside the stream` : r.error_code || "";
+  const outcome = rowOutcome(r);
+  if (outcome === "stopped") return "the client went away before the answer ended: not an error; its tokens are those it received";
+  if (outcome === "preflight") return "a browser's CORS check (OPTIONS), not a request for a model";
+  if (failed(r) && r.status < 400) return `HTTP ${r.status} had been sent when the answer failed: an error event inside the stream`;
+  return [r.error_code, r.error_message].filter(Boolean).join(": ");
 }
-/* An error: the gateway's ``outcome`` (a status of 400 or more, or an error event inside a 200
-   stream, e.g. a start that failed after the loading comments); rows without it, by status. */
-function failed(r) { return r.outcome ? r.outcome === "error" : r.status >= 400; }
+/* Why, in one short line under the status (issue 41): the rule that refused the request — a
+   policy's program and line, a limit and its value, a preflight's origin — or the error's
+   message; the whole rule is in the request's dialog. */
+function whyText(r) {
+  const rule = r.rule;
+  if (rule && rule.kind === "policy") return `denied by ${rule.program || "a policy"} line ${rule.line}${r.error_message ? `: ${r.error_message}` : ""}`;
+  if (rule && rule.kind === "limit") return `${rule.name} ${rule.value} reached (${rule.in_flight} in flight)`;
+  if (rule && rule.kind === "cors") return `origin ${rule.origin || "(none)"} ${rule.allowed ? "allowed" : "not allowed"}`;
+  if (rowOutcome(r) === "stopped") return r.completion_tokens ? `${r.completion_tokens} tokens received` : "";
+  return "";  // an error no rule refused: its code says what; its message is in the title
+}
+/* The status cell's content: the status line, and the why under it when there is one. */
+function statusNodes(r) {
+  const why = whyText(r);
+  return why ? [el("span", { text: statusText(r) }), el("span", { class: "why", "data-role": "why", text: why })] : [statusText(r)];
+}
+/* What the row's outcome is: the gateway's ``outcome`` (``ok``, ``error``, ``stopped``,
+   ``preflight``); rows from before it was recorded, by status. */
+function rowOutcome(r) { return r.outcome || (r.status >= 400 ? "error" : "ok"); }
+/* An error: a status of 400 or more, or an error event inside a 200 stream (e.g. a start that
+   failed after the loading comments) — never a client's own stop or a preflight. */
+function failed(r) { return rowOutcome(r) === "error"; }
+function statusClass(r) { const o = rowOutcome(r); return o === "error" ? "status-bad" : o === "stopped" ? "status-stopped" : o === "preflight" ? "status-preflight" : ""; }
 /* A failed request that generated nothing: its "TTFT" would be the error's first byte. */
 function tokenless(r) { return failed(r) && !r.completion_tokens; }
 const TOKEN_TIMES = new Set(["ttft", "tokens_per_second"]);
 function activityFiltered() {
   const outcome = $("#activity-outcome").value;
-  return activity.rows.filter((r) => !outcome || (outcome === "error") === failed(r));
+  return activity.rows.filter((r) => !outcome || rowOutcome(r) === outcome);
 }
 
 function renderActivity() {
@@ -1498,11 +1553,12 @@ function renderActivity() {
     if (y == null) return -1;
     return (x < y ? -1 : x > y ? 1 : 0) * activity.dir;
   });
-  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status, "data-outcome": failed(r) ? "error" : "ok" },
+  $("#activity-table tbody").replaceChildren(...rows.map((r) => el("tr", { "data-id": r.id, "data-status": r.status, "data-outcome": rowOutcome(r) },
     ...columns.map((c) => c.key === "model" ? modelCell(r) : c.key === "at" ? el("td", {},
-      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, title: fullDate(r.at), onclick: () => showCapture(r), text: c.fmt(r.at) })) : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : "") + (c.key === "status" && failed(r) ? " status-bad" : ""),
-      "data-role": c.key === "status" ? "status" : null, title: c.key === "status" ? statusTitle(r) || null : null,
-      text: c.key === "status" ? statusText(r) : TOKEN_TIMES.has(c.key) && tokenless(r) ? "" : c.fmt ? c.fmt(r[c.key]) : r[c.key] == null ? "" : String(r[c.key]) })))));
+      el("button", { type: "button", class: "link row-open", "aria-label": `details of request ${r.id}`, title: fullDate(r.at), onclick: () => showCapture(r), text: c.fmt(r.at) }))
+      : c.key === "status" ? el("td", { class: `num ${statusClass(r)}${whyText(r) ? " has-why" : ""}`.trim(), "data-role": "status", title: statusTitle(r) || null }, ...statusNodes(r))
+      : el("td", { class: (c.num ? "num" : "") + (c.wide ? " wide" : ""),
+      text: TOKEN_TIMES.has(c.key) && tokenless(r) ? "" : c.fmt ? c.fmt(r[c.key], r) : r[c.key] == null ? "" : String(r[c.key]) })))));
   $("#activity-empty").hidden = rows.length > 0;
   $("#activity-older").disabled = !activity.more;
   // The footer, the stats and the charts count the same rows: those the filters let through.
@@ -1587,6 +1643,77 @@ pages.activity = async (state) => {
   await loadActivity(state);
   live();
   state.leave = () => { clearInterval(inflightPoll); if (stop) stop(); if (activity.reload) clearTimeout(activity.reload); activity.reload = null; };
+};
+
+/* ---- Queue (GET /api/queue): the waiters in serving order, each key against its limits -- */
+
+const WAITS_WORDS = {
+  start: "its model's start",
+  swap: "a swap (another start first, or its model is to stop)",
+  drain: "the models its start evicts to finish their answers",
+  concurrencyLimit: "a free place (the model's concurrencyLimit)",
+  maxInFlight: "a free place (the gateway's maxInFlight)",
+  turn: "its turn",
+};
+const LIMIT_WORDS = { concurrency: "at once", requests: "requests / min", tokens: "tokens / min", "tokens-day": "tokens / day" };
+
+function renderWaiting(rows) {
+  $("#queue-count").textContent = `· ${rows.length}`;
+  if (!rows.length) { $("#queue-waiting").replaceChildren(el("p", { class: "muted small", "data-role": "queue-none", text: "Nothing is waiting: every request is being served." })); return; }
+  $("#queue-waiting").replaceChildren(el("table", { "data-role": "queue-table" },
+    el("thead", {}, el("tr", {}, ...["place", "model", "key", "class", "waits for", "waited", "estimate"].map((h, i) =>
+      el("th", { scope: "col", class: i === 3 || i === 4 ? "wide" : "", text: h })))),
+    el("tbody", {}, ...rows.map((r) => el("tr", { "data-waiter": r.model, "data-key": r.key, title: r.says },
+      el("td", { class: "num", text: String(r.place) }),
+      el("td", { text: r.model }),
+      el("td", { text: r.key }),
+      el("td", { class: "wide", text: r.weight === 1 ? r.class : `${r.class} ×${r.weight}` }),
+      el("td", { class: "wide", "data-role": "waits-for", text: WAITS_WORDS[r.waits_for] || r.waits_for }),
+      el("td", { class: "num", text: secs(r.waited_seconds) }),
+      el("td", { class: "num", "data-role": "estimate", title: r.estimate_seconds == null ? "no estimate: it depends on starts before it, or nothing has been measured yet" : "", text: r.estimate_seconds == null ? "—" : "~" + secs(r.estimate_seconds) }))))));
+}
+
+function limitBar(w) {
+  const used = Math.max(0, w.value - w.remaining);
+  const pct = w.value ? Math.min(100, (100 * used) / w.value) : 0;
+  const full = w.remaining <= 0;
+  return el("div", { class: "limit", "data-limit": w.limit },
+    el("div", { class: "limit-line" },
+      el("span", { text: LIMIT_WORDS[w.limit] || w.limit }),
+      el("span", { class: "muted small", text: `${used.toLocaleString()} of ${w.value.toLocaleString()} used` + (w.reset_seconds > 0 && w.limit !== "concurrency" ? ` · whole in ${secs(w.reset_seconds)}` : "") })),
+    el("div", { class: "limit-track", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(w.value), "aria-valuenow": String(used), "aria-label": `${w.limit} used` },
+      el("div", { class: "limit-fill" + (full ? " full" : ""), style: `width: ${pct.toFixed(1)}%` })));
+}
+
+function renderKeys(keys) {
+  $("#queue-keys").replaceChildren(...keys.map((k) => el("div", { class: "card key-card", "data-key-card": k.key },
+    el("div", { class: "limit-line" }, el("strong", { text: k.key }),
+      el("span", { class: "muted small", text: `${k.class}${k.weight === 1 ? "" : ` ×${k.weight}`}` })),
+    el("p", { class: "muted small", text: `${k.in_flight} in flight · ${k.requests.toLocaleString()} requests, ${k.tokens.toLocaleString()} tokens since start` }),
+    ...(k.limits.length ? k.limits.map(limitBar) : [el("p", { class: "muted small", "data-role": "no-limits", text: "No limits: nothing is counted." })]))));
+}
+
+pages.queue = async (state) => {
+  if (!can("read")) { scopeNote($("#queue-waiting"), "read", "The queue"); $("#queue-keys").replaceChildren(); return; }
+  const load = async () => {
+    try {
+      const data = await apiJSON("/api/queue");
+      if (current !== state) return;
+      $("#queue-offline").hidden = true;
+      renderWaiting(data.waiting || []);
+      renderKeys(data.keys || []);
+    } catch (err) {
+      if (current !== state || err instanceof AuthError) return;
+      const note = $("#queue-offline");
+      note.hidden = false;
+      note.textContent = err instanceof OfflineError
+        ? `The gateway is unreachable (since ${clock(link.since / 1000)}): the queue shown is stale; retrying every 2 s.`
+        : `The queue could not be read: ${err.message || err}`;
+    }
+  };
+  await load();
+  const timer = setInterval(load, 2000);
+  state.leave = () => clearInterval(timer);
 };
 
 /* ---- Playground: in playground.js (loaded after this file) ---------------------------- */
