@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -39,7 +38,9 @@ def new_tag() -> str:
     """A tag for one backend's start, unique among this gateway's and across gateways."""
     global _tag_prefix
     if _tag_prefix is None or _tag_prefix[0] != os.getpid():
-        _tag_prefix = (os.getpid(), f"{os.getpid()}.{secrets.token_hex(8)}")
+        # os.urandom, as secrets.token_hex reads it: importing secrets would load hashlib's
+        # OpenSSL into the orphan watchdog too, 2 MiB of its heap (docs/PERFORMANCE.md).
+        _tag_prefix = (os.getpid(), f"{os.getpid()}.{os.urandom(8).hex()}")
     return f"{_tag_prefix[1]}.{next(_tag_numbers)}"
 
 
