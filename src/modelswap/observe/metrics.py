@@ -213,6 +213,7 @@ class Metrics:
             r.register(_StateCollector(state))
         self._cache: dict[tuple[str, str, int, str | None], tuple[Any, Any]] = {}
         self._ttfb: dict[tuple[str, str, str], Any] = {}
+        self._tokens: dict[tuple[str, str], Any] = {}
 
     def _children(
         self, model: str, route: str, status: int, code: str | None, outcome: str
@@ -241,9 +242,19 @@ class Metrics:
                 ttfb = self._ttfb.setdefault(key, self.ttfb.labels(model, rec.route, outcome))
             ttfb.observe(rec.first_byte)
         if rec.prompt_tokens:
-            self.tokens.labels(model, "prompt").inc(rec.prompt_tokens)
+            self._token_child(model, "prompt").inc(rec.prompt_tokens)
         if rec.completion_tokens:
-            self.tokens.labels(model, "completion").inc(rec.completion_tokens)
+            self._token_child(model, "completion").inc(rec.completion_tokens)
+
+    def _token_child(self, model: str, kind: str) -> Any:
+        """The token counter of (model, kind), looked up once (``.labels`` takes a lock and
+        builds its key on every call)."""
+        found = self._tokens.get((model, kind))
+        if found is None:
+            found = self.tokens.labels(model, kind)
+            if len(self._tokens) < 10_000:
+                self._tokens[model, kind] = found
+        return found
 
     def start_finished(self, model: str, ok: bool, seconds: float | None) -> None:
         self.starts.labels(model, "ready" if ok else "failed").inc()

@@ -20,7 +20,9 @@ OUTCOMES = ("ok", "error")
 """What a request's :attr:`RequestRecord.outcome` can be."""
 
 
-@dataclass(frozen=True, slots=True)
+# One per request: not frozen, which costs ~2 µs more to build (24 fields, each through
+# object.__setattr__); nothing changes one after it is built.
+@dataclass(slots=True)
 class RequestRecord:
     at: float
     """Unix time the request arrived."""
