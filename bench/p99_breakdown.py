@@ -5,16 +5,16 @@
 
 Starts the fake backend and one modelswap per experiment (as in the suite, ``bench/targets.py``),
 each with a tracer loaded through ``sitecustomize`` (a folder put first on its PYTHONPATH, no
-change to ``src/``): it records every garbage collection (generation, start, duration, thread)
-and times the gateway's periodic work — the activity log's batch write (on its worker thread),
-the memory sampler's process-tree walk, the system monitor's sample, the backend's tree
-refresh (every second while it runs), the fast lane's and the backend pool's deadline sweeps —
-and each request's way through the fast lane (read, sent up, answer read, written back), all
-with ``time.monotonic`` (one clock for every process of the machine). A client sends
-``--requests`` sequential non-streamed chats on one keep-alive connection, timing each; the
-rounds alternate the gateways (``direct`` and, with ``--llama-swap``, llama-swap beside). Then,
-for the requests over the p99 (and over p50 + 1 ms), it says which step of their way grew and
-which recorded work overlapped them.
+change to ``src/``): it records every garbage collection (generation, start, duration, thread) and
+times the gateway's periodic work — the activity log's batch write (on its worker thread), the
+memory sampler's process-tree walk, the system monitor's sample, the backend's tree refresh (every
+second while it runs), the fast door's, the relay's and the backend pool's deadline sweeps — and
+each request's way through the fast door (read, sent up, answer read, written back), all with
+``time.monotonic`` (one clock for every process of the machine). A client sends ``--requests``
+sequential non-streamed chats on one keep-alive connection, timing each; the rounds alternate the
+gateways (``direct`` and, with ``--llama-swap``, llama-swap beside). Then, for the requests over
+the p99 (and over p50 + 1 ms), it says which step of their way grew and which recorded work
+overlapped them.
 
 An experiment changes one thing in that gateway only, so that a figure that moves names its
 cause (the same run, the same machine):
@@ -100,16 +100,17 @@ if "serve" in sys.argv and os.environ.get("STALL_TRACE"):
     _wrap("modelswap.observe.activity", "ActivityLog._tick", "activity-batch")
     _wrap("modelswap.model_stats", "tree_rss", "memory-sampler-tree-walk")
     _wrap("modelswap.observe.performance", "PerformanceMonitor.system_sample", "system-sample")
-    _wrap("modelswap.http.server.fast_lane", "FastLane._sweep", "lane-sweep")
+    _wrap("modelswap.http.server.fast_door", "FastDoor._sweep", "door-sweep")
+    _wrap("modelswap.http.relay.transport", "_Sweep._run", "deadline-sweep")
     _wrap("modelswap.http.relay.backend_pool", "BackendPool._sweep", "pool-sweep")
     _wrap("modelswap.supervisor.tree", "alive", "tree-refresh-alive")
     _wrap("modelswap.supervisor.tree", "snapshot", "tree-refresh-snapshot")
-    # One request's way through the fast lane: its bytes read, sent to the backend, the
+    # One request's way through the fast door: its bytes read, sent to the backend, the
     # backend's answer read, the answer written to the client.
-    _wrap("modelswap.http.server.fast_lane", "LaneConnection.data_received", "in")
+    _wrap("modelswap.http.server.fast_door", "DoorConnection.data_received", "in")
     _wrap("modelswap.http.relay.backend_pool", "BackendConnection.send", "up")
     _wrap("modelswap.http.relay.backend_pool", "BackendConnection.data_received", "back")
-    _wrap("modelswap.http.server.fast_lane", "LaneConnection.write", "out")
+    _wrap("modelswap.http.server.fast_door", "DoorConnection.write", "out")
 
     if _EXPERIMENT == "switch":
         sys.setswitchinterval(0.0005)
@@ -175,18 +176,18 @@ def overlaps(
 
 
 SEGMENTS = (
-    ("client -> lane reads it", "began", "in"),
-    ("lane: parse, admit, send up", "in", "up"),
-    ("backend answers, lane reads it", "up", "back"),
-    ("lane: relay the answer", "back", "out"),
-    ("lane wrote -> client has it all", "out", "end"),
+    ("client -> door reads it", "began", "in"),
+    ("door: parse, admit, send up", "in", "up"),
+    ("backend answers, door reads it", "up", "back"),
+    ("door: relay the answer", "back", "out"),
+    ("door wrote -> client has it all", "out", "end"),
 )
 
 
 def segments(
     requests: list[tuple[float, float]], events: list[tuple[str, float, float]]
 ) -> list[dict[str, float]]:
-    """Per request (one at a time, c=1): when each step of its way began, from the lane's
+    """Per request (one at a time, c=1): when each step of its way began, from the door's
     traced calls inside its window; requests without the whole way are skipped."""
     marks = sorted((at, kind) for kind, at, _ in events if kind.split(":")[0] in WAY)
     out: list[dict[str, float]] = []

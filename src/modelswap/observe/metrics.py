@@ -284,6 +284,7 @@ class Metrics:
             r.register(_KeyQuotaCollector(quotas))
         self._cache: dict[tuple[str, str, int, str | None, str], tuple[Any, Any]] = {}
         self._ttfb: dict[tuple[str, str, str], Any] = {}
+        self._tokens: dict[tuple[str, str, str], Any] = {}
 
     def _children(
         self, model: str, route: str, status: int, code: str | None, outcome: str, key: str
@@ -319,9 +320,19 @@ class Metrics:
                 ttfb = self._ttfb.setdefault(labels, self.ttfb.labels(*labels))
             ttfb.observe(rec.first_byte)
         if rec.prompt_tokens:
-            self.tokens.labels(model, "prompt", key).inc(rec.prompt_tokens)
+            self._token_child(model, "prompt", key).inc(rec.prompt_tokens)
         if rec.completion_tokens:
-            self.tokens.labels(model, "completion", key).inc(rec.completion_tokens)
+            self._token_child(model, "completion", key).inc(rec.completion_tokens)
+
+    def _token_child(self, model: str, kind: str, key: str) -> Any:
+        """The token counter of (model, kind, key), looked up once (``.labels`` takes a lock
+        and builds its key on every call)."""
+        found = self._tokens.get((model, kind, key))
+        if found is None:
+            found = self.tokens.labels(model, kind, key)
+            if len(self._tokens) < 10_000:
+                self._tokens[model, kind, key] = found
+        return found
 
     def queue_waited(self, model: str, key: str, seconds: float) -> None:
         """A request that queued was granted after ``seconds`` (``key``: its client's name)."""

@@ -23,7 +23,9 @@ CLIENT_STOPPED = 499
 """The status of a request whose client went away before its answer ended (nginx's)."""
 
 
-@dataclass(frozen=True, slots=True)
+# One per request: not frozen, which costs ~2 µs more to build (24 fields, each through
+# object.__setattr__); nothing changes one after it is built.
+@dataclass(slots=True)
 class RequestRecord:
     at: float
     """Unix time the request arrived."""

@@ -5,8 +5,8 @@ both doors — aiohttp's routes and the raw HTTP/1.1 fast door
 Each door hands it a bytes-native :class:`Outgoing` request, an :class:`Upstream` (whose
 :class:`~modelswap.http.relay.transport.Transport` reaches the backend or peer) and a
 :class:`Sink`, the client's side: ``head``, ``write``, ``drained``, ``end``, ``abort``. A
-stream opened early while its model loaded (:mod:`modelswap.http.relay.waiting`) is a sink whose
-head already went out: the answer goes into it, an error answer as its final event.
+stream opened early while its model loaded (:mod:`modelswap.http.relay.loading_stream`) is a
+sink whose head already went out: the answer goes into it, an error answer as its final event.
 
 Owned here, once: the headers sent up and down (:data:`NOT_SENT_UP`, :data:`NOT_SENT_DOWN`),
 usage injection (:func:`observe_payload`) and its read (:func:`relayed_chunk`), the
