@@ -12,12 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from modelswap.http.relay import backend_pool
-from modelswap.http.relay.backend_pool import (
-    BackendBrokeError,
-    BackendClosedError,
-    BackendConnection,
-    BackendPool,
-)
+from modelswap.http.relay.backend_pool import BackendConnection, BackendPool
+from modelswap.http.relay.transport import BackendBrokeError, BackendClosedError
 
 HANG = 30.0  # the ceiling of a wait: it only ends a hang
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\n{}"

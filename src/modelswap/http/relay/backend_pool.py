@@ -28,8 +28,6 @@ from modelswap.http.relay.transport import (
     ResponseHead,
 )
 
-__all__ = ["BackendBrokeError", "BackendClosedError", "BackendConnection", "BackendPool"]
-
 HIGH_WATER = 1 << 20  # bytes of answer buffered before the backend's socket is paused
 MAX_IDLE = 256  # idle connections kept per backend; more are closed as they come back
 IDLE_CLOSE = 15.0  # seconds an idle connection is kept (aiohttp's keep-alive time, as before)
@@ -136,7 +134,6 @@ class BackendConnection(asyncio.Protocol):
         return self._head
 
     async def read(self) -> bytes:
-        """What has arrived of the body since the last read; ``b""`` at its end."""
         while not self._chunks:
             if self._complete:
                 return b""
@@ -158,7 +155,6 @@ class BackendConnection(asyncio.Protocol):
 
     @property
     def has_data(self) -> bool:
-        """Whether :meth:`read` returns without waiting."""
         return bool(self._chunks) or self._complete or self._error is not None
 
     def finish(self, reusable: bool) -> None:

@@ -243,7 +243,7 @@ async def relay(
     """
     deadlines = Deadlines(upstream.timeouts)
     body: Body | None = None
-    run = _Run(request, upstream, sink, redactor, obs, deadlines)
+    run = _Run(request, upstream, sink, redactor, obs, deadlines, sink.started)
     reusable = False
     try:
         head, body = await _open(request, upstream, deadlines)
@@ -315,37 +315,18 @@ def _said(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+@dataclass(slots=True)
 class _Run:
     """One relayed answer's state, for its steps below."""
 
-    __slots__ = (
-        "answered",
-        "deadlines",
-        "obs",
-        "redactor",
-        "request",
-        "sink",
-        "stream",
-        "upstream",
-    )
-
-    def __init__(
-        self,
-        request: Outgoing,
-        upstream: Upstream,
-        sink: Sink,
-        redactor: Redactor,
-        obs: RequestObs | None,
-        deadlines: Deadlines,
-    ) -> None:
-        self.request = request
-        self.upstream = upstream
-        self.sink = sink
-        self.redactor = redactor
-        self.obs = obs
-        self.deadlines = deadlines
-        self.answered = False  # the backend's head is in
-        self.stream = sink.started  # an event stream: one opened early, or the answer
+    request: Outgoing
+    upstream: Upstream
+    sink: Sink
+    redactor: Redactor
+    obs: RequestObs | None
+    deadlines: Deadlines
+    stream: bool  # an event stream: one opened early, or the answer
+    answered: bool = False  # the backend's head is in
 
     async def body(self, head: ResponseHead, body: Body) -> bool:
         """A 1xx-3xx answer, relayed as it arrives; whether it was read whole."""
