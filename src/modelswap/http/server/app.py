@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -26,6 +25,7 @@ from modelswap.http.middleware.observing import observe_middleware
 from modelswap.http.route_table import (
     ANTHROPIC_PATHS,
     OPEN,
+    Handler,
     check_declared,
     declare,
     declare_static,
@@ -48,8 +48,6 @@ from modelswap.runtime import Runtime
 from modelswap.webui import routes as webui_routes
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @web.middleware

@@ -21,9 +21,8 @@ class ConnectionState:
 
 NEW = ConnectionState("new", 1, 0)  # not at work since it opened (its head not in, or not served)
 AT_WORK = ConnectionState("at work", 0, 0)  # its request is served; closed after the answer
-AT_WORK_KEPT_ALIVE = ConnectionState(
-    "at work, kept alive", 0, 1
-)  # served; its answer keeps it open after
+# served; its answer keeps it open after
+AT_WORK_KEPT_ALIVE = ConnectionState("at work, kept alive", 0, 1)
 IDLE = ConnectionState("idle", 0, 1)  # kept alive between requests
 
 

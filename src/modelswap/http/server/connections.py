@@ -34,13 +34,14 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import cast
 
 from aiohttp import hdrs, web
 
 from modelswap.http.app_keys import AUTHORISED
 from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, envelope
+from modelswap.http.route_table import Handler
 from modelswap.http.server.acceptor import Acceptor, listening_sockets
 from modelswap.http.server.bad_requests import EnvelopeRequestHandler
 from modelswap.http.server.connection_counts import (
@@ -55,8 +56,6 @@ from modelswap.http.server.fast_door import DoorConnection, FastDoor
 from modelswap.http.tracking.clients import client_network
 
 log = logging.getLogger("modelswap")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REFUSAL_READ_TIMEOUT = 5.0  # seconds one over a cap waits (for a place, else its request line)
 REFUSAL_DRAIN_TIMEOUT = 2.0  # seconds to read what follows the answer, until the client closes
