@@ -10,7 +10,7 @@ import shlex
 import time
 from typing import Any
 
-from modelswap.config.resolved import ApiKey, ModelConfig
+from modelswap.config.resolved import ApiKey
 from modelswap.observe.capabilities import listing_fields
 from modelswap.planner.accuracy import running_fields
 from modelswap.runtime import ModelStatus, Runtime
@@ -26,33 +26,36 @@ def model_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, An
         if model.unlisted or (key is not None and not key.allows(model)):
             continue
         status = runtime.model(model.id)
-        row: dict[str, Any] = {
-            "id": model.id,
-            "object": "model",
-            "created": created,
-            "owned_by": "modelswap",
-            "state": status.state.value,
-            "status": router_status(status.state),
-        }
-        if model.name:
-            row["name"] = model.name
-        if model.description:
-            row["description"] = model.description
+        row = _row(model.id, created, state=status.state.value, status=router_status(status.state))
+        _named(row, model.name, model.description)
         if model.aliases:
             row["aliases"] = list(model.aliases)
         row.update(reported_context(status))
         # What it can do, as llama-swap lists it: written, else remembered (``observed``).
         row.update(listing_fields(model.capabilities, runtime.remembered(model)))
         if model.metadata:  # as llama-swap shows it, beside what the backend reported
-            row["meta"] = {**row.get("meta", {}), "llamaswap": configured_metadata(runtime, model)}
-        configured = status.configured().as_dict()
-        if configured:
+            metadata = runtime.redactor.data(dict(model.metadata))  # masked like every listing
+            row["meta"] = {**row.get("meta", {}), "llamaswap": metadata}
+        if configured := status.configured().as_dict():
             row["configured"] = configured
         row.update(stop_fields(runtime, status))
         rows.append(row)
         if runtime.config.include_aliases_in_list:
             rows += alias_rows(row, model.aliases)
     return rows + selector_rows(runtime, created, key)
+
+
+def _row(model_id: str, created: int, owned_by: str = "modelswap", **fields: Any) -> dict[str, Any]:
+    """A row's start, as OpenAI's model object has it; ``fields`` after."""
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owned_by, **fields}
+
+
+def _named(row: dict[str, Any], name: str | None, description: str | None) -> None:
+    """``name`` and ``description`` where configured (omitted, never empty)."""
+    if name:
+        row["name"] = name
+    if description:
+        row["description"] = description
 
 
 # llama.cpp's router (llama-server --models-dir) lists each model with ``status.value``; Open
@@ -82,17 +85,9 @@ def selector_rows(runtime: Runtime, created: int, key: ApiKey | None) -> list[di
             key is not None and not key.allows_names((selector.id, *selector.targets))
         ):
             continue
-        row: dict[str, Any] = {
-            "id": selector.id,
-            "object": "model",
-            "created": created,
-            "owned_by": "modelswap",
-            "selector": {"strategy": selector.strategy, "targets": list(selector.targets)},
-        }
-        if selector.name:
-            row["name"] = selector.name
-        if selector.description:
-            row["description"] = selector.description
+        chooses = {"strategy": selector.strategy, "targets": list(selector.targets)}
+        row = _row(selector.id, created, selector=chooses)
+        _named(row, selector.name, selector.description)
         rows.append(row)
     return rows
 
@@ -107,11 +102,6 @@ def alias_rows(row: dict[str, Any], aliases: tuple[str, ...]) -> list[dict[str, 
         alias_row.update(id=alias, alias_for=row["id"])
         out.append(alias_row)
     return out
-
-
-def configured_metadata(runtime: Runtime, model: ModelConfig) -> object:
-    """The model's configured ``metadata``, secrets masked like every other listing."""
-    return runtime.redactor.data(dict(model.metadata))
 
 
 def stop_fields(runtime: Runtime, model: ModelStatus) -> dict[str, Any]:
@@ -194,16 +184,13 @@ def running_rows(runtime: Runtime) -> list[dict[str, Any]]:
         row.update(reported_context(model))
         if model.ready and model.reported is not None:
             row["reported"] = model.reported.as_dict()
-        configured = model.configured().as_dict()
-        if configured:
+        if configured := model.configured().as_dict():
             row["configured"] = configured
         mismatch = context_mismatch(model) if model.ready else None
         if mismatch:
             row["context_mismatch"] = mismatch
-        if model.ready and model.receipt is not None:
-            capacity = model.receipt.as_dict()
-            if capacity:
-                row["capacity"] = capacity
+        if model.ready and model.receipt is not None and (capacity := model.receipt.as_dict()):
+            row["capacity"] = capacity
         if model.last_failure is not None:
             row["last_failure"] = _failure(model)
         redacted = runtime.redactor.data(row)  # progress lines and phases quote the backend
@@ -253,13 +240,7 @@ def peer_rows(runtime: Runtime, key: ApiKey | None = None) -> list[dict[str, Any
     peer's state and context are its own to report (docs/architecture.md, "The catalog")."""
     created = int(runtime.started_at)
     return [
-        {
-            "id": route.label,
-            "object": "model",
-            "created": created,
-            "owned_by": route.peer.id,
-            "peer": route.peer.id,
-        }
+        _row(route.label, created, route.peer.id, peer=route.peer.id)
         for route in runtime.visible_routes(key)
     ]
 
