@@ -26,6 +26,7 @@ from modelswap.http.relay.transport import (
     BackendRefusedError,
     Deadlines,
     ResponseHead,
+    said,
 )
 
 HIGH_WATER = 1 << 20  # bytes of answer buffered before the backend's socket is paused
@@ -288,7 +289,7 @@ class PooledTransport:
         try:
             connection = await self._pool.connect(self._host, self._port)
         except OSError as exc:
-            raise BackendRefusedError(str(exc) or type(exc).__name__) from exc
+            raise BackendRefusedError(said(exc)) from exc
         deadlines.phase = FIRST_BYTE
         lines = [method.encode(), b" ", target.encode("latin-1"), self._prefix]
         lines.extend(b"%b: %b\r\n" % pair for pair in headers)

@@ -19,6 +19,7 @@ from modelswap.http.relay.transport import (
     BackendRefusedError,
     Deadlines,
     ResponseHead,
+    said,
 )
 
 _TEXT = ("utf-8", "surrogateescape")  # as aiohttp's server decoded the client's headers
@@ -65,13 +66,13 @@ class ClientTransport:
                 timeout=_client_timeout(self._connect),
             )
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as exc:
-            raise BackendClosedError(True, str(exc) or type(exc).__name__) from exc
+            raise BackendClosedError(True, said(exc)) from exc
         except aiohttp.ConnectionTimeoutError as exc:
             raise BackendConnectTimeoutError(self._connect or 0.0) from exc
         except aiohttp.ClientConnectorError as exc:
-            raise BackendRefusedError(str(exc) or type(exc).__name__) from exc
+            raise BackendRefusedError(said(exc)) from exc
         except aiohttp.ClientError as exc:
-            raise BackendBrokeError(str(exc) or type(exc).__name__) from exc
+            raise BackendBrokeError(said(exc)) from exc
         head = ResponseHead(
             response.status,
             (response.reason or "").encode("latin-1", "replace"),
@@ -101,7 +102,7 @@ class ClientBody:
             return await self._response.content.readany()
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             # (only the backend's side: a client that left fails the write, not this read)
-            raise BackendBrokeError(str(exc) or type(exc).__name__) from exc
+            raise BackendBrokeError(said(exc)) from exc
 
     def finish(self, reusable: bool) -> None:
         if reusable:

@@ -60,6 +60,7 @@ from modelswap.http.relay.transport import (
     Deadlines,
     ResponseHead,
     Transport,
+    said,
 )
 from modelswap.http.request_obs import RequestObs
 from modelswap.http.route_table import USAGE_PATHS
@@ -301,18 +302,14 @@ async def _open(
             if closed is not None:
                 # Not a stale connection: the backend itself is gone (it crashed on this
                 # request). Said as the first failure said; never a restart and replay.
-                raise UpstreamError(label, _said(closed)) from None
-            raise UpstreamUnreachableError(label, _said(exc)) from None
+                raise UpstreamError(label, said(closed)) from None
+            raise UpstreamUnreachableError(label, said(exc)) from None
         except BackendConnectTimeoutError as exc:
             raise UpstreamTimeoutError(label, "connection", exc.seconds) from None
         except BackendBrokeError as exc:
-            raise UpstreamError(label, _said(exc)) from None
+            raise UpstreamError(label, said(exc)) from None
     assert closed is not None
-    raise UpstreamError(label, _said(closed))
-
-
-def _said(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
+    raise UpstreamError(label, said(closed))
 
 
 @dataclass(slots=True)

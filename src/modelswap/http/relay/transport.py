@@ -26,6 +26,10 @@ NEVER = float("inf")
 CONNECT, FIRST_BYTE, IDLE, TOTAL = "connect", "first byte", "idle", "total"
 
 
+def said(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
 class BackendClosedError(ConnectionError):
     """The connection closed before any byte of the answer: a reused one the backend had
     given up on (``stale``), or the backend itself dropping it. Asked again, within a bound."""
