@@ -81,7 +81,7 @@ async def hold(site: GuardedSite, count: int, source: str = "127.0.0.1") -> list
         writer.write(b"GET /hea")
         await writer.drain()
     await eventually(
-        lambda: site.connection_counts.held_by(source) == count, "held connections counted"
+        lambda: site.connection_counts.of(source).held == count, "held connections counted"
     )
     return held
 
@@ -252,8 +252,8 @@ async def test_requests_in_flight_do_not_count_and_idle_connections_stay_within_
         assert [status for status, _, _ in answers] == [200] * count  # none was refused
         closing = [h.get("connection") == "close" for _, h, _ in answers]
         assert closing.count(False) == share, closing  # the share is kept alive, no more
-        assert site.connection_counts.kept_by("127.0.0.1") == share
-        assert site.connection_counts.new_by("127.0.0.1") == 0  # idle ones are not new ones
+        assert site.connection_counts.of("127.0.0.1").kept == share
+        assert site.connection_counts.of("127.0.0.1").new == 0  # idle ones are not new ones
         for (reader, writer), closed in zip(streams, closing, strict=True):
             if closed:
                 assert await asyncio.wait_for(reader.read(), CEILING) == b""

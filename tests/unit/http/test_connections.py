@@ -24,7 +24,7 @@ def test_a_client_gets_its_share_and_the_others_the_rest() -> None:
     assert over is not None
     assert "10.0.0.1" in over
     assert "limits.maxConnectionsPerClient: 2" in over
-    assert connection_counts.held_by("10.0.0.1") == 2  # a refusal is not counted
+    assert connection_counts.of("10.0.0.1").held == 2  # a refusal is not counted
     for client in ("10.0.0.2", "10.0.0.2", "10.0.0.3"):
         assert connection_counts.admit(client) is None
     full = connection_counts.admit("10.0.0.4")
@@ -81,13 +81,13 @@ def test_a_connection_at_work_leaves_the_share_and_idle_ones_have_their_own() ->
     assert connection_counts.admit("10.0.0.1") is None
     assert connection_counts.over_share("10.0.0.1")
     connection_counts.move("10.0.0.1", NEW, AT_WORK)
-    assert (connection_counts.held_by("10.0.0.1"), connection_counts.new_by("10.0.0.1")) == (3, 1)
+    assert (connection_counts.of("10.0.0.1").held, connection_counts.of("10.0.0.1").new) == (3, 1)
     for _ in range(2):  # two answers promise to keep their connection alive; a third cannot
         assert connection_counts.may_keep("10.0.0.1")
         connection_counts.move("10.0.0.1", AT_WORK, AT_WORK_KEPT_ALIVE)
     assert not connection_counts.may_keep("10.0.0.1")
     connection_counts.move("10.0.0.1", AT_WORK_KEPT_ALIVE, IDLE)
-    assert (connection_counts.new_by("10.0.0.1"), connection_counts.kept_by("10.0.0.1")) == (1, 2)
+    assert (connection_counts.of("10.0.0.1").new, connection_counts.of("10.0.0.1").kept) == (1, 2)
     assert connection_counts.admit("10.0.0.1") is None  # idle connections do not take the new share
     assert connection_counts.admit("10.0.0.1") is not None
     connection_counts.move(

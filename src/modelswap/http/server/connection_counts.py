@@ -27,7 +27,9 @@ IDLE = ConnectionState("idle", 0, 1)  # kept alive between requests
 
 
 @dataclass(slots=True)
-class _Client:
+class ClientConnections:
+    """One client network's connections (read them, never change them)."""
+
     held: int = 0  # admitted and open
     new: int = 0  # of them NEW
     kept: int = 0  # of them idle, or promised to be: IDLE and AT_WORK_KEPT_ALIVE
@@ -42,7 +44,7 @@ class ConnectionCounts:
         self.max_total = max_total
         self.max_per_client = max_per_client
         self.total = 0
-        self._clients: dict[str, _Client] = {}
+        self._clients: dict[str, ClientConnections] = {}
 
     def over_share(self, network: str) -> bool:
         """Whether ``network`` holds its whole share of new connections."""
@@ -68,7 +70,7 @@ class ConnectionCounts:
         uncounted)."""
         reason = self.reason(network)
         if reason is None:
-            client = self._clients.setdefault(network, _Client())
+            client = self._clients.setdefault(network, ClientConnections())
             client.held += 1
             client.new += 1
             self.total += 1
@@ -93,19 +95,8 @@ class ConnectionCounts:
             del self._clients[network]
         self.total -= 1
 
-    def held_by(self, network: str) -> int:
-        client = self._clients.get(network)
-        return client.held if client is not None else 0
-
-    def new_by(self, network: str) -> int:
-        """``network``'s new connections (what a new one is measured against)."""
-        client = self._clients.get(network)
-        return client.new if client is not None else 0
-
-    def kept_by(self, network: str) -> int:
-        """``network``'s idle connections, and those promised to be."""
-        client = self._clients.get(network)
-        return client.kept if client is not None else 0
+    def of(self, network: str) -> ClientConnections:
+        return self._clients.get(network) or ClientConnections()
 
     @property
     def clients(self) -> int:

@@ -431,14 +431,15 @@ class GuardedSite(web.TCPSite):
         """One line when refusing begins (not per connection): who holds what."""
         now = time.monotonic()
         if now - self._last_refusal > EPISODE_GAP:
+            held = self.connection_counts.of(network)
             log.warning(
                 "refusing connections with 503: %s (%s holds %d: %d new, %d idle or to be; "
                 "%d open from %d clients)",
                 reason,
                 network,
-                self.connection_counts.held_by(network),
-                self.connection_counts.new_by(network),
-                self.connection_counts.kept_by(network),
+                held.held,
+                held.new,
+                held.kept,
                 self.connection_counts.total,
                 self.connection_counts.clients,
             )
