@@ -114,14 +114,12 @@ class Deadlines:
         "idle",
         "next_chunk_by",
         "phase",
-        "timeouts",
         "total_by",
     )
 
     def __init__(self, timeouts: Timeouts) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        self.timeouts = timeouts
         self.phase = CONNECT
         self.connect_by = now + timeouts.connect if timeouts.connect else NEVER
         self.first_byte_by = now + timeouts.first_byte if timeouts.first_byte else NEVER
