@@ -207,7 +207,7 @@ class _Account:
     charged: int = 0  # tokens charged, ever
 
 
-_FREE = Verdict(Ticket("", finished=True))  # no quota: nothing to count, nothing to give back
+FREE = Verdict(Ticket("", finished=True))  # no quota: nothing to count, nothing to give back
 
 
 class QuotaLedger:
@@ -220,7 +220,7 @@ class QuotaLedger:
     def admit(self, client: str, quota: Quota, now: float) -> Verdict:
         """Let one request of ``client`` in, or say which limit refuses it."""
         if not quota:
-            return _FREE
+            return FREE
         account = self._account(client, quota, now)
         refused, retry = self._refusal(account)
         if refused is not None:
@@ -247,6 +247,22 @@ class QuotaLedger:
             if bucket is not None:
                 bucket.refill(now)
                 bucket.level -= charge
+
+    def refund(self, ticket: Ticket, now: float) -> None:
+        """Undo an admission (the request was handed on, to be admitted again): its place,
+        its request and its count back, nothing charged. Instead of :meth:`finish`."""
+        if ticket.finished:
+            return
+        ticket.finished = True
+        account = self._accounts.get(ticket.client)
+        if account is None:
+            return
+        account.in_flight = max(0, account.in_flight - 1)
+        account.tickets = max(0, account.tickets - 1)
+        requests = account.requests
+        if requests is not None:
+            requests.refill(now)
+            requests.level = min(requests.capacity, requests.level + 1)
 
     def windows(self, client: str, quota: Quota, now: float) -> tuple[Window, ...]:
         """The client's limits as they stand (for the headers of every answer it gets)."""
