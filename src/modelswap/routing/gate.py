@@ -38,6 +38,10 @@ class Admitted:
         """The ``x-ratelimit-*`` headers for its answer (none for a client with no quota)."""
         return self.verdict.headers() if self.limited else {}
 
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The same, in bytes (the fast door writes them as they are)."""
+        return self.verdict.raw_headers() if self.limited else []
+
     def finish(self, tokens: int | None, estimate: int = 0) -> None:
         """The answer ended (or failed, or its client left): give back the concurrency
         place and charge ``tokens`` — the backend's usage, prompt + completion; None when it

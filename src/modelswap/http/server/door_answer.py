@@ -142,7 +142,7 @@ class Answer:
             headers.append((b"Connection", b"close"))
         let_in = self.admitted.let_in
         if let_in.limited:  # x-ratelimit-*, on every answer of a key with a quota
-            headers.extend((k.encode(), v.encode()) for k, v in let_in.headers().items())
+            headers += let_in.raw_headers()
         scope = self.scope
         if scope is not None:
             scope.sent(headers)
