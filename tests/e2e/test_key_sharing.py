@@ -242,3 +242,47 @@ def samples(gw: Gateway, name: str) -> dict[tuple[tuple[str, str], ...], float]:
             if sample.name == name:
                 found[tuple(sorted(sample.labels.items()))] = sample.value
     return found
+
+
+def test_a_request_waiting_for_a_busy_model_is_counted_once(
+    door_gateway: StartGateway, door: Door
+) -> None:
+    # The fast door lets phone's request in, finds the model busy and hands it to aiohttp's
+    # path, which lets it in again: the first admission is given back, so it counts once.
+    models = (
+        f"  slow:\n    cmd: {fake_cmd('--tps', '20', '--tokens', '40')}\n    concurrencyLimit: 1\n"
+    )
+    gw = door_gateway(models, extra_top=KEYS)
+    load(gw, "slow")
+    watch = door.watch(gw, BEN)
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=HANG)
+    answers: list[Reply] = []
+    sender = threading.Thread(
+        target=lambda: answers.append(
+            request(gw, "POST", "/v1/chat/completions", chat_body("slow"), {**PHONE, **JSON})
+        )
+    )
+    try:  # ben's stream holds the model's one place (two seconds of tokens)
+        conn.request(
+            "POST", "/v1/chat/completions", chat_body("slow", stream=True), {**BEN, **JSON}
+        )
+        stream = conn.getresponse()
+        assert next_event(stream) is not None
+        sender.start()
+        gw.wait_for(lambda: [row["key"] for row in queue_rows(gw)] == ["phone"])
+        [row] = queue_rows(gw)
+        assert row["waits_for"] in ("concurrencyLimit", "turn")
+        while next_event(stream) is not None:  # ben's answer ends: phone's turn
+            pass
+    finally:
+        conn.close()
+        sender.join(timeout=120)
+    assert not sender.is_alive()
+    [answer] = answers
+    assert answer.status == 200, answer.body
+    assert answer.headers["X-Modelswap-Queue"].startswith("queued 1st for slow")
+    assert answer.headers["x-ratelimit-remaining-requests"] == "2"  # counted once
+    phone = key_row(gw, "phone")
+    assert (phone["requests"], phone["in_flight"]) == (1, 0)
+    if door.fast:
+        watch.handed_over("not_ready", served=1)  # ben's stream served, phone's handed over
