@@ -109,6 +109,7 @@ async def dispatch(
     preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
     admitted = admit(request, runtime)  # once, before the fair queue: over a limit is a 429
     client = admitted.client
+    obs = request.get(OBS)  # (a key with a quota is observed for its usage: admit made one)
     sink = ResponseSink(request)
     loading = LoadingStream(request, runtime, sink, client) if body.stream else None
     try:
