@@ -444,6 +444,36 @@ MUTATIONS = (
             "test_the_same_name_is_redacted_by_each_redactor_in_turn",
         ),
     ),
+    Mutation(
+        "gate-place-kept-after-disconnect",  # aiohttp's door never gives a key's place back
+        "src/modelswap/http/relay/dispatch.py",
+        "        charge(admitted, request.get(OBS), len(body.raw))",
+        "        pass",
+        (
+            "tests/e2e/test_key_sharing.py::"
+            "test_a_client_that_leaves_mid_stream_gives_its_place_back",
+        ),
+        marks="e2e",
+    ),
+    Mutation(
+        "gate-handover-counted-twice",  # the fast door's admission not given back on hand-over
+        "src/modelswap/http/server/fast_door.py",
+        "            let_in.refund()  # and admits it again",
+        "            pass",
+        ("tests/e2e/test_key_sharing.py::test_a_request_waiting_for_a_busy_model_is_counted_once",),
+        marks="e2e",
+    ),
+    Mutation(
+        "gate-stream-waits-as-anonymous",  # a waiting stream's key not passed to the fair queue
+        "src/modelswap/http/relay/loading_stream.py",
+        "        pending = runtime.admit(model, self._client)",
+        "        pending = runtime.admit(model)",
+        (
+            "tests/e2e/test_key_sharing.py::"
+            "test_a_waiting_request_is_told_its_place_and_listed_by_its_key",
+        ),
+        marks="e2e",
+    ),
 )
 
 

@@ -56,7 +56,7 @@ def test_the_queue_page_lists_a_waiting_request_and_each_keys_limits(
                 row = tab.locator('tr[data-waiter="slow"]')
                 row.wait_for()
                 cells = row.locator("td").all_inner_texts()
-                assert cells[:3] == ["1", "slow", "anonymous"]  # the key is not wired yet
+                assert cells[:3] == ["1", "slow", "ana"]  # the waiting request's key's name
                 estimate = row.locator('[data-role="estimate"]').inner_text()
                 assert estimate == "—" or estimate.startswith("~"), estimate
                 assert "queued 1st for slow" in (row.get_attribute("title") or "")
@@ -76,7 +76,10 @@ def test_the_queue_page_lists_a_waiting_request_and_each_keys_limits(
                 ]
                 meter = ana.locator('[data-limit="requests"] [role="meter"]')
                 assert meter.get_attribute("aria-valuemax") == "30"
-                assert "0 of 30 used" in ana.locator('[data-limit="requests"]').inner_text()
+                # (the requests bucket refills 0.5 a second: its level is not asserted)
+                assert "of 30 used" in ana.locator('[data-limit="requests"]').inner_text()
+                # the waiting request holds one of ana's two places
+                assert "1 of 2 used" in ana.locator('[data-limit="concurrency"]').inner_text()
                 agents = tab.locator('[data-key-card="agents"]')
                 assert "batch ×3" in agents.inner_text()
                 assert agents.locator('[data-role="no-limits"]').is_visible()

@@ -23,6 +23,7 @@ from modelswap.errors import (
     PolicyDeniedError,
     PolicyFailedError,
     QueueFullError,
+    RateLimitedError,
     ShuttingDownError,
     StartError,
     ToolChoiceUnsupportedError,
@@ -202,6 +203,10 @@ def _response_for(error: ModelswapError) -> web.Response:
     if isinstance(error, QueueFullError):
         response = error_response(str(error), 429, code="queue_full")
         response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+        return response
+    if isinstance(error, RateLimitedError):  # a key over its quota (docs/sharing.md)
+        response = error_response(str(error), 429, code="rate_limited", limit=error.limit)
+        response.headers.update(error.headers)  # x-ratelimit-*, Retry-After, retry-after-ms
         return response
     if isinstance(error, ShuttingDownError):
         return error_response(str(error), 503, code="shutting_down")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from modelswap.config.resolved import ApiKey, KeyDefaults
 from modelswap.errors import RateLimitedError
 from modelswap.routing.clients import Client, client_for
-from modelswap.routing.quota import QuotaLedger, Ticket, Verdict, Window, window_headers
+from modelswap.routing.quota import FREE, QuotaLedger, Ticket, Verdict, Window, window_headers
 
 MAX_CLIENTS = 4096
 
@@ -30,10 +30,17 @@ class Admitted:
     client: Client
     verdict: Verdict
     _gate: ClientGate = field(repr=False)
+    # Whether the client has a quota: its answers carry headers, its end is accounted (the
+    # fast path reads this one flag for a client without).
+    limited: bool = True
 
     def headers(self) -> dict[str, str]:
         """The ``x-ratelimit-*`` headers for its answer (none for a client with no quota)."""
-        return self.verdict.headers()
+        return self.verdict.headers() if self.limited else {}
+
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The same, in bytes (the fast door writes them as they are)."""
+        return self.verdict.raw_headers() if self.limited else []
 
     def finish(self, tokens: int | None, estimate: int = 0) -> None:
         """The answer ended (or failed, or its client left): give back the concurrency
@@ -41,8 +48,16 @@ class Admitted:
         reported none, then ``estimate`` is charged. A request that never reached a backend
         passes ``tokens=0``. Once; again is a no-op."""
         ticket = self.verdict.ticket
-        if ticket is not None:
+        if ticket is not None and not ticket.finished:
             self._gate.finish(ticket, tokens, estimate)
+
+    def refund(self) -> None:
+        """Undo the admission, as if the request had never come (the fast door hands it to
+        aiohttp's path, which admits it again): its place, its request and its count back.
+        Instead of :meth:`finish`; once."""
+        ticket = self.verdict.ticket
+        if ticket is not None and not ticket.finished:
+            self._gate.refund(ticket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,24 +102,34 @@ class ClientGate:
         self._defaults = defaults
         self._clock = clock
         self.ledger = QuotaLedger()
-        # key -> its Client, made once (the fast path); a reload brings new keys and defaults
-        self._clients: dict[int, tuple[ApiKey | None, KeyDefaults, Client]] = {}
+        # key -> its Client, made once (the fast path), and for a client without a quota the
+        # one Admitted all its requests share (nothing to count); a reload brings new keys and
+        # defaults
+        self._clients: dict[int, tuple[ApiKey | None, KeyDefaults, Client, Admitted | None]] = {}
 
     def client(self, key: ApiKey | None) -> Client:
+        return self._known(key)[2]
+
+    def _known(
+        self, key: ApiKey | None
+    ) -> tuple[ApiKey | None, KeyDefaults, Client, Admitted | None]:
         defaults = self._defaults()
         known = self._clients.get(id(key))
         if known is not None and known[0] is key and known[1] is defaults:
-            return known[2]
+            return known
         client = client_for(key, defaults)
+        free = None if client.quota else Admitted(client, FREE, self, limited=False)
         if len(self._clients) > MAX_CLIENTS:  # old configs' keys: start again
             self._clients.clear()
-        self._clients[id(key)] = (key, defaults, client)
-        return client
+        known = self._clients[id(key)] = (key, defaults, client, free)
+        return known
 
     def admit(self, key: ApiKey | None) -> Admitted:
         """Let a request of ``key`` (None: no keys are configured) in, or raise
         :class:`RateLimitedError` naming the limit, with its headers and Retry-After."""
-        client = self.client(key)
+        _, _, client, free = self._known(key)
+        if free is not None:
+            return free  # no quota: nothing to count (~0.3 µs a request)
         verdict = self.ledger.admit(client.name, client.quota, self._clock())
         refused = verdict.refusal
         if refused is not None:
@@ -115,6 +140,9 @@ class ClientGate:
 
     def finish(self, ticket: Ticket, tokens: int | None, estimate: int) -> None:
         self.ledger.finish(ticket, self._clock(), tokens, estimate)
+
+    def refund(self, ticket: Ticket) -> None:
+        self.ledger.refund(ticket, self._clock())
 
     def standing(self, keys: Iterable[ApiKey | None]) -> list[Standing]:
         """Each of ``keys``' clients against its limits now (None: the anonymous client).

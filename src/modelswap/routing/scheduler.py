@@ -166,6 +166,9 @@ class Scheduler:
         if self._shutdown:
             self._effects.grant_error(admission, ShuttingDownError())
             return
+        if self._idle() and admission.model in self._running and self._has_room(admission):
+            self._grant(admission)  # nobody waits: what _pump would do, without its walk
+            return
         self._queue.append(admission)
         self._pump()
         # queueLimit bounds *waiting* requests: one served at once never counts against it.
@@ -208,7 +211,17 @@ class Scheduler:
     def on_serve_done(self, model: str) -> None:
         if self._in_flight[model] > 0:
             self._in_flight[model] -= 1
-        self._pump()
+        if not self._idle():  # (idle: _pump would find nothing to do)
+            self._pump()
+
+    def _idle(self) -> bool:
+        """Nobody waits and nothing is due: no unload waits for a drain, no swap is
+        prepared or timed. Then a request for a running model with room is granted at once
+        and an answer's end changes nothing else, exactly as :meth:`_pump` would decide —
+        the uncontended request skips the queue's walk (its fair share is still charged)."""
+        return not (self._queue or self._unload_requested or self._due_since) and (
+            self._preparing is None
+        )
 
     def on_unload(self, models: Set[str]) -> frozenset[str]:
         """Stop these models once idle (TTL expiry or an explicit unload).

@@ -133,6 +133,26 @@ def test_the_gate_refuses_with_the_error_http_turns_into_a_429() -> None:
     assert gate.ledger.usage("alice") == (0, 2, 3)
 
 
+def test_a_refund_undoes_an_admission_and_a_key_without_quota_counts_nothing() -> None:
+    # The fast door refunds a request it hands to aiohttp's path, which admits it again.
+    defaults = KeyDefaults()
+    gate = ClientGate(lambda: defaults, clock=lambda: 0.0)
+    key = ApiKey("bob", "sk-secret-0002", frozenset({"inference"}), quota=Quota(1, 2, 0, 0))
+    first = gate.admit(key)
+    first.refund()
+    first.refund()  # once
+    first.finish(tokens=5)  # nor finished after
+    assert gate.ledger.usage("bob") == (0, 0, 0)
+    again = gate.admit(key)  # its place and its request are back
+    assert again.headers()["x-ratelimit-remaining-requests"] == "1"
+    assert again.raw_headers()[0] == (b"x-ratelimit-limit-concurrency", b"1")
+    free = ApiKey("eve", "sk-secret-0003", frozenset({"inference"}))
+    assert gate.admit(free) is gate.admit(free)  # one shared pass: nothing to count
+    assert not gate.admit(free).limited
+    assert gate.admit(free).headers() == {}
+    assert gate.admit(free).raw_headers() == []
+
+
 def test_the_anonymous_client_gets_key_defaults_at_the_gate() -> None:
     gate = ClientGate(lambda: KeyDefaults(Quota(requests_per_minute=1)), clock=lambda: 5.0)
     gate.admit(None)

@@ -30,12 +30,14 @@ from modelswap.http.reading import raw_query, request_id
 from modelswap.http.relay.apply_filters import apply_layers
 from modelswap.http.relay.client_transport import ClientTransport
 from modelswap.http.relay.extract import RequestBody, dump_json, replace_model
-from modelswap.http.relay.loading_stream import LoadingStream, fail_or_raise
+from modelswap.http.relay.loading_stream import LoadingStream, fail_or_raise, queued_acquire
 from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
 from modelswap.http.relay.response_sink import ResponseSink
 from modelswap.http.relay.spl import PolicyRun, apply_policies, policy_run
 from modelswap.http.request_obs import OBS
 from modelswap.http.route_table import upstream_path
+from modelswap.http.tracking.client_gate import admit, charge
+from modelswap.routing.clients import ANONYMOUS, Client
 from modelswap.runtime import LocalTarget, Runtime, Target
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,11 @@ async def dispatch(
     if policy is not None and obs is not None:
         obs.metadata = policy.context  # context.<key>, as the last attempt left it
     preflight(targets[0], body, policy)  # before any start, and before a stream opens: a 400
+    admitted = admit(request, runtime)  # once, before the fair queue: over a limit is a 429
+    client = admitted.client
+    obs = request.get(OBS)  # (a key with a quota is observed for its usage: admit made one)
     sink = ResponseSink(request)
-    loading = LoadingStream(request, runtime, sink) if body.stream else None
+    loading = LoadingStream(request, runtime, sink, client) if body.stream else None
     try:
         for index, target in enumerate(targets):
             has_next = index + 1 < len(targets)
@@ -124,6 +129,7 @@ async def dispatch(
                     sink=sink,
                     loading=loading,
                     raise_5xx=has_next,
+                    client=client,
                 )
             except FALLBACK_ON as exc:
                 if not has_next:
@@ -134,6 +140,8 @@ async def dispatch(
         raise AssertionError("unreachable: the last target re-raises")
     except ModelswapError as exc:
         return await fail_or_raise(loading, exc)
+    finally:  # answered, failed, cancelled or its client gone: its quota place back
+        charge(admitted, request.get(OBS), len(body.raw))
 
 
 async def send_to_model(
@@ -143,9 +151,20 @@ async def send_to_model(
     stream): wait for it to be ready, then relay."""
     target = LocalTarget(model, model.id)
     sink = ResponseSink(request)
-    return await attempt(
-        request, runtime, target, path_qs=path_qs, body=body, sink=sink, loading=None
-    )
+    admitted = admit(request, runtime)
+    try:
+        return await attempt(
+            request,
+            runtime,
+            target,
+            path_qs=path_qs,
+            body=body,
+            sink=sink,
+            loading=None,
+            client=admitted.client,
+        )
+    finally:
+        charge(admitted, request.get(OBS), len(body))
 
 
 async def attempt(
@@ -158,9 +177,11 @@ async def attempt(
     sink: ResponseSink,
     loading: LoadingStream | None,
     raise_5xx: bool = False,
+    client: Client = ANONYMOUS,
 ) -> web.StreamResponse:
     """One target's attempt, whatever its kind: reach it (a local model's lease, through
-    ``loading`` for streams; a peer's breaker), relay. Raises ModelswapError when nothing but
+    ``loading`` for streams, else noting its place in the queue; a peer's breaker), relay.
+    ``client``: whose request it is, in the fair queue. Raises ModelswapError when nothing but
     loading comments reached the client.
 
     The lease is released when the body has been relayed or the client went away (the handler
@@ -171,7 +192,7 @@ async def attempt(
     died (its exit not yet noticed), the model is marked failed and the request is tried once
     more, which starts it again — a request right after a crash is not lost.
     """
-    acquire = loading.acquire if loading is not None else runtime.acquire
+    acquire = loading.acquire if loading is not None else queued_acquire(request, runtime, client)
     for again in (True, False):
         passage = await target.reach(acquire, runtime.peers)
         timeouts = passage.timeouts

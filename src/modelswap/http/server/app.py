@@ -41,6 +41,7 @@ from modelswap.http.routes import openai as openai_routes
 from modelswap.http.routes import peer_status as peer_routes
 from modelswap.http.routes import plan as plan_routes
 from modelswap.http.server import connections
+from modelswap.http.tracking import client_gate
 from modelswap.http.tracking.drain import DRAIN, Drain
 from modelswap.http.tracking.failure_limiter import FailureLimiter
 from modelswap.http.tracking.inflight import INFLIGHT, InflightRegistry
@@ -114,6 +115,7 @@ def create_app(runtime: Runtime, reload: Reload | None = None) -> web.Applicatio
     app.on_response_prepare.append(request_id.on_prepare)
     app.on_response_prepare.append(cors.on_prepare)
     app.on_response_prepare.append(observing.on_prepare)
+    app.on_response_prepare.append(client_gate.on_prepare)  # x-ratelimit-*, X-Modelswap-Queue
     app[RUNTIME] = runtime
     app[INFLIGHT] = InflightRegistry()
     app[DRAIN] = drain

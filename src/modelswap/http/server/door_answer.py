@@ -21,10 +21,12 @@ from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
 from modelswap.http.reading import choose_request_id
 from modelswap.http.relay.extract import RequestBody
 from modelswap.http.relay.relay import Outgoing, Upstream, observe_payload, relay
+from modelswap.http.tracking.client_gate import charge
 from modelswap.http.tracking.drain import Drain
 from modelswap.http.tracking.inflight import CANCELLED_CODE, InflightRegistry
 from modelswap.http.tracking.scope import RequestScope
 from modelswap.jsonsafe import loads
+from modelswap.routing import gate
 from modelswap.runtime import Runtime
 
 log = logging.getLogger("modelswap")
@@ -67,6 +69,7 @@ class Admitted:
     payload: bytes
     parsed: Mapping[str, object] | None
     upstream: Upstream
+    let_in: gate.Admitted  # by the client gate: its client, its quota's claim and headers
 
 
 class Answer:
@@ -137,6 +140,9 @@ class Answer:
             self.chunked = True
         if not self.keep_alive:
             headers.append((b"Connection", b"close"))
+        let_in = self.admitted.let_in
+        if let_in.limited:  # x-ratelimit-*, on every answer of a key with a quota
+            headers += let_in.raw_headers()
         scope = self.scope
         if scope is not None:
             scope.sent(headers)
@@ -198,7 +204,9 @@ class Answer:
             drain=door.drain,
             record=observing,
         )
-        obs = scope.obs if observing else None
+        let_in = admitted.let_in
+        # (a key with a quota is charged the backend's usage: read even when not recorded)
+        obs = scope.obs if observing or let_in.limited else None
         scope.obs.requested = admitted.body.model
         status, code, handed = 500, None, None
         try:
@@ -239,9 +247,11 @@ class Answer:
         finally:
             upstream.release()  # (the relay has, unless it never began)
             if handed is None:
+                charge(let_in, obs, len(admitted.body.raw))
                 scope.status, scope.code = status, code
                 scope.finish()
             else:
+                let_in.refund()  # aiohttp's path admits it again
                 scope.forget()  # aiohttp's path records it
             connection.finished(self.keep_alive, handed)
 

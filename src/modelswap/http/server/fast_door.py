@@ -30,7 +30,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from modelswap.errors import ModelswapError
+from modelswap.errors import ModelswapError, RateLimitedError
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
 from modelswap.http.reading import match_key, presented_key
 from modelswap.http.relay.backend_pool import BackendPool, PooledTransport
@@ -179,8 +179,11 @@ class FastDoor:
         count); ``body``: not JSON, over the JSON cap, or unreadable; ``key``: missing, wrong
         or out of scope (the 401, 403 and throttle are aiohttp's); ``model``: not one local
         model the key may use without fallbacks (Runtime.direct_target), or its filters or
-        the tool-choice preflight refuse; ``not_ready``: not ready, busy, with llama-swap's
-        connection settings, or a backend address that is not plain ``http://``.
+        the tool-choice preflight refuse; ``quota``: the key is over a limit of its quota
+        (docs/sharing.md: aiohttp's path answers the 429); ``not_ready``: not ready, busy (or
+        others wait for it: the fair queue orders them), with llama-swap's connection settings,
+        or a backend address that is not plain ``http://``. A request handed over after the
+        client gate let it in is given back to it (aiohttp's path admits it again).
         """
         runtime = self.runtime
         config = runtime.config
@@ -228,15 +231,21 @@ class FastDoor:
         model = runtime.find_model(target.model.id)
         if model is None or not model.ready or target.model.timeouts.pooled is not None:
             return "not_ready"
-        pending = runtime.admit(target.model.id)
+        try:
+            let_in = runtime.gate.admit(key)
+        except RateLimitedError:
+            return "quota"  # aiohttp's path answers the 429 in the route's shape
+        pending = runtime.admit(target.model.id, let_in.client)
         future = pending.future
         if not future.done() or future.cancelled() or future.exception() is not None:
             runtime.withdraw(pending)  # it would wait (or fail): aiohttp's path waits
+            let_in.refund()  # and admits it again
             return "not_ready"
         lease = future.result()
         transport = self.transport(lease.config.proxy)
         if transport is None:
             lease.release()
+            let_in.refund()
             return "not_ready"
         upstream = Upstream(
             target.label,
@@ -245,7 +254,7 @@ class FastDoor:
             target.model.timeouts,
             lease.release,
         )
-        return Admitted(headers, key, body, payload, parsed, upstream)
+        return Admitted(headers, key, body, payload, parsed, upstream, let_in)
 
     def transport(self, url: str) -> PooledTransport | None:
         """The pooled transport to a plain ``http://`` backend URL with no path; else None."""
