@@ -179,7 +179,7 @@ def test_the_chat_says_a_denial_is_the_gateways_policy_and_names_what_a_failed_s
     gateway: StartGateway, browser: Any
 ) -> None:
     gw = gateway(
-        f"  chat:\n    cmd: {fake_cmd()}\n  guard:\n    cmd: {GUARD}\n",
+        f"  chat:\n    cmd: {fake_cmd('--llamacpp-errors')}\n  guard:\n    cmd: {GUARD}\n",
         extra_top=POLICY + "failureBackoff: 0\n",
     )
     for size, scheme in VIEWS:
@@ -196,6 +196,26 @@ def test_the_chat_says_a_denial_is_the_gateways_policy_and_names_what_a_failed_s
             assert tab.locator('#pg-chat .msg[data-role="assistant"]').count() == 0
             fits(tab, size)
             screenshot(tab, f"explain-chat-policy{name(size, scheme)}")
+
+            # The same denial, as the gateway recorded it, on the Activity page: its program
+            # and line; beside it a backend's own refusal, in its own words.
+            embeddings = json.dumps({"model": "chat", "input": "hi"}).encode()
+            headers = {"Content-Type": "application/json"}
+            assert request(gw, "POST", "/v1/embeddings", embeddings, headers).status == 501
+            tab.goto(gw.url("/ui/#/activity"))
+            table = tab.locator("#activity-table tbody")
+            backend = table.locator('tr[data-status="501"]').first
+            backend.wait_for()
+            assert backend.locator('[data-role="why"]').inner_text() == (
+                "This server does not support embeddings. Start it with `--embeddings`"
+            )
+            status = backend.locator('[data-role="status"] span').first
+            assert status.inner_text() == "501 not_supported_error"
+            why = table.locator('tr[data-status="403"]').first.locator('[data-role="why"]')
+            assert why.inner_text() == "denied by hooks.on_request line 1: no passwords here"
+            fits(tab, size)
+            screenshot(tab, f"explain-why-recorded{name(size, scheme)}")
+            tab.goto(gw.url("/ui/#/playground"))
 
             # chat is ready; guard's start evicts it, then fails: the turn says so.
             assert gw.post("/api/models/load/chat", b"")[0] == 200
