@@ -374,10 +374,13 @@ def test_activity_shows_a_failed_streams_outcome_headers_and_processed_tokens(
             missing = tab.locator(
                 '#activity-table tbody tr[data-status="404"] [data-role="status"]'
             )
-            assert missing.inner_text() == "404 model_not_found"
+            assert missing.locator("span").first.inner_text() == "404 model_not_found"
             assert missing.is_visible()
+            # and under it why, in its own words (issue 41)
+            said = missing.locator('[data-role="why"]').inner_text()
+            assert said == "The model `no-such-model` does not exist."
             status = bad.locator('[data-role="status"]')
-            assert status.inner_text() == "utilization_guard (mid-stream)"
+            assert status.locator("span").first.inner_text() == "utilization_guard (mid-stream)"
             assert "HTTP 200" in (status.get_attribute("title") or "")
             stat = tab.locator('[data-stat="processed"] .stat-value').inner_text()
             assert stat == f"{processed:,}"  # the cached tokens are not processed
@@ -399,7 +402,7 @@ def test_activity_shows_a_failed_streams_outcome_headers_and_processed_tokens(
             tab.goto(gw.url("/ui/#/model?id=guard"))
             own = tab.locator('#model-activity tbody tr[data-outcome="error"] [data-role="status"]')
             own.wait_for()
-            assert own.inner_text() == "utilization_guard (mid-stream)"
+            assert own.locator("span").first.inner_text() == "utilization_guard (mid-stream)"
             fits(tab, size)
 
 
