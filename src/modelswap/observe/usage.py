@@ -115,7 +115,7 @@ class UsageTracker:
         end = _last_event_end(data)
         complete, tail = data[:end], data[end:]
         if complete:
-            self._relayed += _event_count(complete)
+            self._relayed += complete.count(b"\ndata:") + complete.startswith(b"data:")
         if not self._strip:
             # Relay at once; keep only an incomplete event's bytes for the next scan.
             if complete:
