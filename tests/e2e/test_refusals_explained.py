@@ -43,6 +43,7 @@ def models() -> str:
         f"  ok:\n    cmd: {fake_cmd('--load-delay', '0.1', '--llamacpp-errors')}\n"
         f"  slow:\n    cmd: {fake_cmd('--stall-after', str(STALL_AFTER), '--tokens', '50')}\n"
         f"  broken:\n    cmd: {fake_cmd('--fail-start')}\n"
+        f"  crashy:\n    cmd: {fake_cmd('--crash-after', '1')}\n"
     )
 
 
@@ -97,23 +98,28 @@ def test_backend_and_gateway_errors_and_a_stop_explained_on_both_doors(
     assert post(gw, "/v1/embeddings", {"model": "ok", "input": "hi"}) == 501
     watch.answered(2)  # the fast door served the backend's errors itself
     assert post(gw, "/v1/images/generations", {"model": "ok", "prompt": "a cat"}) == 404
+    load_model(gw, "crashy")
+    watch = door.watch(gw)
+    assert post(gw, CHAT, {"model": "crashy", "messages": []}) == 502
+    watch.answered(1)  # the fast door's own error answer, recorded as aiohttp's door does
     assert post(gw, CHAT, {"model": "nope", "messages": []}) == 404
     assert post(gw, CHAT, b'{"model": "ok", "messages": [') == 400
     assert post(gw, CHAT, {"model": "broken", "messages": []}) == 503
     load_model(gw, "slow")
     stop_mid_stream(gw, "slow").close()
 
-    rows = rows_when(gw, 7)
+    rows = rows_when(gw, 8)
     assert [(r["route"], r["status"]) for r in rows] == [
         (CHAT, 400),
         ("/v1/embeddings", 501),
         ("/v1/images/generations", 404),
+        (CHAT, 502),
         (CHAT, 404),
         (CHAT, 400),
         (CHAT, 503),
         (CHAT, 499),
     ]
-    not_a_list, embeddings, images, unknown, bad_json, start, stopped = rows
+    not_a_list, embeddings, images, crashed, unknown, bad_json, start, stopped = rows
     for row in rows[:-1]:
         explained(row)
         assert row["method"] == "POST"
@@ -125,6 +131,8 @@ def test_backend_and_gateway_errors_and_a_stop_explained_on_both_doors(
     assert "Start it with `--embeddings`" in embeddings["error_message"]
     assert (images["error_code"], images["error_message"]) == ("not_found_error", "File Not Found")
     assert all(r.get("response_body") is None for r in rows)  # no capture: no body
+    assert crashed["error_code"] == "upstream_error"
+    assert "crashy" in crashed["error_message"]
     assert unknown["error_code"] == "model_not_found"
     assert "`nope`" in unknown["error_message"]
     assert bad_json["error_code"]
