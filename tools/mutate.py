@@ -474,6 +474,35 @@ MUTATIONS = (
         ),
         marks="e2e",
     ),
+    Mutation(
+        "backend-error-message-dropped",  # a backend's 501 row says no why (issue 41)
+        "src/modelswap/http/relay/relay.py",
+        "obs.error_event(TOOL_CHOICE_CODE if hint is not None else why.code, why.message)",
+        "obs.error_event(TOOL_CHOICE_CODE if hint is not None else why.code, None)",
+        (
+            "tests/e2e/test_refusals_explained.py::"
+            "test_backend_and_gateway_errors_and_a_stop_explained_on_both_doors",
+        ),
+        marks="e2e",
+    ),
+    Mutation(
+        "deny-without-its-program",  # a policy's deny no longer says where it is written
+        "src/modelswap/http/relay/spl.py",
+        "raise PolicyDeniedError(denied.status, denied.message, denied.provenance())",
+        "raise PolicyDeniedError(denied.status, denied.message)",
+        ("tests/e2e/test_refusals_explained.py::test_gateway_refusals_name_their_rule",),
+        marks="e2e",
+    ),
+    Mutation(
+        "stop-misses-its-first-token",  # a stopped client credited one token too few
+        "src/modelswap/observe/usage.py",
+        "self._text_from = self._relayed + _event_count(data[: text.start()]) - 1",
+        "self._text_from = self._relayed + _event_count(data[: text.start()])",
+        (
+            "tests/unit/observe/test_usage.py::"
+            "test_a_stream_cut_short_counts_the_text_events_it_relayed_at_every_split",
+        ),
+    ),
 )
 
 

@@ -94,6 +94,15 @@ def started_models(gw: Gateway) -> set[str]:
 CHAT = {"model": "private-coder", "messages": [{"role": "user", "content": "hi"}]}
 
 
+# The page's `authenticated` deny, reached through the hook's `apply` on its line 4.
+DENIED_BY = {
+    "program": "policies.authenticated",
+    "line": 1,
+    "rule": 'deny 401 "API key required"\nwhen auth.key is missing',
+    "applied_by": ["hooks.on_request line 4"],
+}
+
+
 def test_deny_answers_in_openais_shape_before_anything_starts(serve: Serve) -> None:
     gw = serve()
     refused = post(gw, "/v1/chat/completions", CHAT)  # private-*: a key is required
@@ -105,6 +114,7 @@ def test_deny_answers_in_openais_shape_before_anything_starts(serve: Serve) -> N
             "type": "authentication_error",
             "code": "policy_denied",
             "param": None,
+            "policy": DENIED_BY,  # where the deny is written (issue 41)
         }
     }
     missing = post(gw, "/v1/chat/completions", {"model": "qwen-coder"}, **KEY)
@@ -126,7 +136,7 @@ def test_deny_answers_in_anthropics_shape_on_its_routes(serve: Serve) -> None:
         "error": {
             "type": "authentication_error",
             "message": "API key required",
-            "details": {"error_code": "policy_denied"},
+            "details": {"error_code": "policy_denied", "policy": DENIED_BY},
         },
     }
     # Anthropic's SDK sends its key as x-api-key: that is auth.key too.

@@ -41,7 +41,9 @@ request's ``cache_salt`` reuses only a slot filled with the same salt, and a res
 slot unsalted. For the restore's proof (issue 38): ``--slot-restore-noop`` answers a restore
 as done and keeps the slot empty (ggml-org/llama.cpp#26676); ``--no-slots`` answers ``/slots``
 404, as a server without the API; ``--slot-save-until FILE`` holds a save until FILE exists (a
-test sees what else runs while it saves).
+test sees what else runs while it saves). ``--llamacpp-errors`` answers as a ``llama-server``
+started without ``--embeddings``: embeddings 501 ``not_supported_error``, a POST to a path it
+does not serve 404 ``File Not Found`` (its own words and shape).
 Only the standard library and aiohttp are used; the modelswap package is never imported.
 """
 
@@ -146,6 +148,7 @@ class Config:
     slot_restore_noop: bool = False
     slot_save_until: str | None = None
     no_slots: bool = False
+    llamacpp_errors: bool = False
 
 
 @dataclasses.dataclass
@@ -451,6 +454,14 @@ class FakeBackend:
                 return json_response({"detail": "Not Found"}, 404)
             return json_response(self.props_body())
         kind = INFERENCE_PATHS.get(path)
+        if self.cfg.llamacpp_errors and method == "POST":
+            if kind == "embedding":  # llama-server's own answer, word for word
+                message = "This server does not support embeddings. Start it with `--embeddings`"
+                error = {"code": 501, "message": message, "type": "not_supported_error"}
+                return json_response({"error": error}, 501)
+            if kind is None:
+                error = {"message": "File Not Found", "type": "not_found_error", "code": 404}
+                return json_response({"error": error}, 404)
         if method == "POST" and kind is not None:
             return await self.inference(request, kind)
         return await self.echo(request)
@@ -1126,6 +1137,9 @@ def parse_args(argv: list[str] | None) -> Config:
         "--slot-restore-noop", action="store_true", help="a restore answers done, keeps nothing"
     )
     p.add_argument("--no-slots", action="store_true", help="answer /slots 404")
+    p.add_argument(
+        "--llamacpp-errors", action="store_true", help="no embeddings (501), unknown POST 404"
+    )
     p.add_argument("--slot-save-until", metavar="FILE", default=None, help="save once FILE is")
     a = p.parse_args(argv)
     if a.crash_after is not None and a.crash_after < 1:
@@ -1179,6 +1193,7 @@ def parse_args(argv: list[str] | None) -> Config:
         slot_restore_noop=a.slot_restore_noop,
         slot_save_until=a.slot_save_until,
         no_slots=a.no_slots,
+        llamacpp_errors=a.llamacpp_errors,
     )
 
 

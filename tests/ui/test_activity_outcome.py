@@ -57,7 +57,9 @@ def test_a_failed_streamed_cold_start_is_red_counted_and_filtered_as_an_error(
     assert failed.count() == 1
     assert failed.get_attribute("data-status") == "200"
     status = failed.locator("td.status-bad")  # red, though a 200: its outcome, the 200 in its title
-    assert status.text_content() == "utilization_guard (mid-stream)"
+    assert status.locator("span").first.text_content() == "utilization_guard (mid-stream)"
+    # Under it, why (issue 41): the start's own message, as the stream's last event said it.
+    assert "failed to start" in (status.locator('[data-role="why"]').text_content() or "")
     assert "HTTP 200" in (status.get_attribute("title") or "")
     assert "utilization_guard" in (failed.text_content() or "")
     stat = lambda name: page.locator(f'[data-stat="{name}"] .stat-value').text_content()  # noqa: E731

@@ -179,7 +179,7 @@ def test_the_chat_says_a_denial_is_the_gateways_policy_and_names_what_a_failed_s
     gateway: StartGateway, browser: Any
 ) -> None:
     gw = gateway(
-        f"  chat:\n    cmd: {fake_cmd()}\n  guard:\n    cmd: {GUARD}\n",
+        f"  chat:\n    cmd: {fake_cmd('--llamacpp-errors')}\n  guard:\n    cmd: {GUARD}\n",
         extra_top=POLICY + "failureBackoff: 0\n",
     )
     for size, scheme in VIEWS:
@@ -196,6 +196,26 @@ def test_the_chat_says_a_denial_is_the_gateways_policy_and_names_what_a_failed_s
             assert tab.locator('#pg-chat .msg[data-role="assistant"]').count() == 0
             fits(tab, size)
             screenshot(tab, f"explain-chat-policy{name(size, scheme)}")
+
+            # The same denial, as the gateway recorded it, on the Activity page: its program
+            # and line; beside it a backend's own refusal, in its own words.
+            embeddings = json.dumps({"model": "chat", "input": "hi"}).encode()
+            headers = {"Content-Type": "application/json"}
+            assert request(gw, "POST", "/v1/embeddings", embeddings, headers).status == 501
+            tab.goto(gw.url("/ui/#/activity"))
+            table = tab.locator("#activity-table tbody")
+            backend = table.locator('tr[data-status="501"]').first
+            backend.wait_for()
+            assert backend.locator('[data-role="why"]').inner_text() == (
+                "This server does not support embeddings. Start it with `--embeddings`"
+            )
+            status = backend.locator('[data-role="status"] span').first
+            assert status.inner_text() == "501 not_supported_error"
+            why = table.locator('tr[data-status="403"]').first.locator('[data-role="why"]')
+            assert why.inner_text() == "denied by hooks.on_request line 1: no passwords here"
+            fits(tab, size)
+            screenshot(tab, f"explain-why-recorded{name(size, scheme)}")
+            tab.goto(gw.url("/ui/#/playground"))
 
             # chat is ready; guard's start evicts it, then fails: the turn says so.
             assert gw.post("/api/models/load/chat", b"")[0] == 200
@@ -354,10 +374,13 @@ def test_activity_shows_a_failed_streams_outcome_headers_and_processed_tokens(
             missing = tab.locator(
                 '#activity-table tbody tr[data-status="404"] [data-role="status"]'
             )
-            assert missing.inner_text() == "404 model_not_found"
+            assert missing.locator("span").first.inner_text() == "404 model_not_found"
             assert missing.is_visible()
+            # and under it why, in its own words (issue 41)
+            said = missing.locator('[data-role="why"]').inner_text()
+            assert said == "The model `no-such-model` does not exist."
             status = bad.locator('[data-role="status"]')
-            assert status.inner_text() == "utilization_guard (mid-stream)"
+            assert status.locator("span").first.inner_text() == "utilization_guard (mid-stream)"
             assert "HTTP 200" in (status.get_attribute("title") or "")
             stat = tab.locator('[data-stat="processed"] .stat-value').inner_text()
             assert stat == f"{processed:,}"  # the cached tokens are not processed
@@ -379,7 +402,7 @@ def test_activity_shows_a_failed_streams_outcome_headers_and_processed_tokens(
             tab.goto(gw.url("/ui/#/model?id=guard"))
             own = tab.locator('#model-activity tbody tr[data-outcome="error"] [data-role="status"]')
             own.wait_for()
-            assert own.inner_text() == "utilization_guard (mid-stream)"
+            assert own.locator("span").first.inner_text() == "utilization_guard (mid-stream)"
             fits(tab, size)
 
 

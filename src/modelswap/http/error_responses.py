@@ -8,11 +8,13 @@ On the routes that speak Anthropic's API the same errors are reshaped into Anthr
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from modelswap import jsonsafe
 from modelswap.errors import (
     AmbiguousModelError,
     BadRequestError,
@@ -144,6 +146,48 @@ def explained(data: object) -> Explained | None:
             rule = {"kind": kind, **value}
             break
     return Explained(error_code_of(data), message if isinstance(message, str) else None, rule)
+
+
+_CODE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+CODE_CHARS = 64  # a backend's code, as recorded (a metric label: kept short and plain)
+MESSAGE_TEXT = 300  # characters of a non-JSON error body taken as its message
+
+
+def backend_explained(status: int, body: bytes) -> Explained:
+    """The code and message of a backend's own error answer: OpenAI's ``error.message`` and
+    ``error.code`` (else ``error.type``), llama.cpp's ``{"error": {"code": 501, "message",
+    "type": "not_supported_error"}}`` (its number is the status: the type says more), a
+    ``{"detail": ...}`` or ``{"error": "text"}``; else ``http_<status>`` and the body's first
+    characters."""
+    data: object = None
+    with contextlib.suppress(ValueError):  # too deep and UnicodeDecodeError included
+        data = jsonsafe.loads(body)
+    fields = data if isinstance(data, dict) else {}
+    error = fields.get("error")
+    code: object = None
+    message: object = None
+    if isinstance(error, dict):
+        code = error.get("code")
+        if not isinstance(code, str) or not code:
+            code = error.get("type")
+        message = error.get("message")
+    elif isinstance(error, str):
+        message = error
+    if not isinstance(message, str) or not message:
+        detail = fields.get("detail", fields.get("message"))
+        message = detail if isinstance(detail, str) else None
+    if message is None:
+        text = body.decode("utf-8", "replace").strip()
+        message = text[:MESSAGE_TEXT] if text else None
+    return Explained(_plain_code(code) or f"http_{status}", message or None, None)
+
+
+def _plain_code(code: object) -> str | None:
+    """A backend's code as a short plain word (it becomes a metric label), or None."""
+    if not isinstance(code, str):
+        return None
+    plain = "".join(c if c in _CODE_CHARS else "_" for c in code[:CODE_CHARS])
+    return plain.strip("_") or None
 
 
 def in_anthropic_shape(response: web.Response) -> None:

@@ -30,7 +30,10 @@ class RequestObs:
     response_limit: int = 0
     status: int | None = None  # what the backend answered, once relaying began
     done_sent: bool = False  # the stream's final "data: [DONE]" reached the client
-    error_code: str | None = None  # an error event ended a stream whose 200 had gone out
+    # An error event ended a stream whose 200 had gone out, or the backend's own error answer
+    # (its code and message, read from its JSON: :func:`backend_explained`).
+    error_code: str | None = None
+    error_message: str | None = None
     request_body: bytes = b""
     response_body: bytearray = field(default_factory=bytearray)
     metadata: dict[str, str] | None = None  # the Swap Policy Language's context.<key>
@@ -54,11 +57,17 @@ class RequestObs:
         """The gateway itself wrote ``data`` to the client (loading comments, an error event)."""
         self._sent(data)
 
-    def error_event(self, code: str | None) -> None:
-        """An error event went to a client whose 200 was already sent: the request failed.
-        The first error is the one that counts."""
+    def error_event(self, code: str | None, message: str | None = None) -> None:
+        """An error went to the client — an event after its 200, or the backend's own error
+        answer: the request failed. The first error is the one that counts."""
         if self.error_code is None:
             self.error_code = code or "upstream_error"
+            self.error_message = message
+
+    def error_body(self) -> None:
+        """The answer is an error: its body is kept with a capture, also on a route whose
+        bodies are not (an image route's error is JSON text, not an image)."""
+        self.response_limit = self.capture_limit
 
     def finish(self) -> bytes:
         out = self.usage.finish() if self.usage is not None else b""

@@ -52,7 +52,9 @@ class RequestRecord:
     a start's diagnosis code, ``upstream_error``…), also when that error was the final event of
     a 200 event stream the gateway had already opened (its loading comments); for an error
     event the backend itself sent inside a stream, ``upstream_error`` (``tool_choice_unsupported``
-    for vLLM's tool-choice refusal). ``None`` when no error was sent."""
+    for vLLM's tool-choice refusal); for a backend's own error answer, its ``error.code`` when
+    a word, else its ``error.type`` (llama.cpp's ``not_supported_error``), else
+    ``http_<status>``. ``None`` when no error was sent."""
     request_id: str | None = None
     """The ``X-Request-Id`` the client got (its own, when sane) and the backend was sent."""
     request_body: str | None = None
@@ -78,7 +80,8 @@ class RequestRecord:
     method: str | None = None
     """The HTTP method (``POST``; ``OPTIONS`` for a CORS preflight). None: not recorded."""
     error_message: str | None = None
-    """The message of the error the gateway authored (as the client read it, redacted)."""
+    """The error's message as the client read it — the gateway's, or the backend's own
+    ``error.message`` — redacted, at most 1 KiB; recorded with or without a capture."""
     rule: Mapping[str, object] | None = None
     """Why the gateway refused or answered as it did, for a person to find it (issue 41): a
     policy's ``{"kind": "policy", "program", "line", "rule"}`` (and ``applied_by``), a limit's

@@ -96,6 +96,8 @@ class UsageTracker:
         self.cached_tokens: int | None = None
         self.saw_text = False
         """Streamed: whether a generated token has been relayed yet (for the TTFT)."""
+        self._relayed = 0  # streamed: whole events relayed (a count per read, no parse)
+        self._text_from = 0  # of those, the ones before the first that carried text
 
     @property
     def strips(self) -> bool:
@@ -107,10 +109,13 @@ class UsageTracker:
                 self._body += chunk[: MAX_BODY - len(self._body)]
             return chunk
         data = self._pending + chunk
-        if not self.saw_text and _TEXT.search(data):
+        if not self.saw_text and (text := _TEXT.search(data)):
             self.saw_text = True
+            self._text_from = self._relayed + _event_count(data[: text.start()]) - 1
         end = _last_event_end(data)
         complete, tail = data[:end], data[end:]
+        if complete:
+            self._relayed += complete.count(b"\ndata:") + complete.startswith(b"data:")
         if not self._strip:
             # Relay at once; keep only an incomplete event's bytes for the next scan.
             if complete:
@@ -127,6 +132,12 @@ class UsageTracker:
         if b'"usage"' not in complete and b'"timings"' not in complete:
             return complete  # nothing to read or strip in these events
         return self._events(complete)
+
+    def received(self) -> int:
+        """Streamed: the events carrying text relayed so far — the tokens a client that left
+        mid-stream received (one an event, as llama.cpp and vLLM stream): every whole event
+        since the first that carried text (none other comes before the stream's end)."""
+        return max(0, self._relayed - self._text_from) if self.saw_text else 0
 
     def finish(self) -> bytes:
         """End of body: read a non-streamed body's usage; return any bytes still held."""
@@ -230,6 +241,12 @@ def _usage_objects(body: bytes) -> dict[str, object]:
         value, _ = _DECODER.raw_decode(text, start)
         out[key] = value
     return out
+
+
+def _event_count(data: bytes) -> int:
+    """The ``data:`` events that start in ``data`` (which begins at an event's start): a
+    line's start only, so text that mentions ``data:`` (escaped in its JSON) never counts."""
+    return data.count(b"\ndata:") + data.startswith(b"data:")
 
 
 def _event_start(data: bytes, at: int) -> int:

@@ -126,6 +126,12 @@ def test_deny_and_a_failed_rewrite_are_errors_with_their_status(setup: Setup) ->
         "type": "rate_limit_error",
         "code": "policy_denied",
         "param": None,
+        # where the deny is written (issue 41): the program, its line, the clause as it ran
+        "policy": {
+            "program": "hooks.on_request",
+            "line": 1,
+            "rule": 'deny 429 "slow down" when slow = true',
+        },
     }
     broken = body(broken=True, tools=[1])
     with pytest.raises(PolicyFailedError) as failed:

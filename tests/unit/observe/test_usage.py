@@ -473,3 +473,29 @@ def test_usage_tracker_notices_the_first_generated_text() -> None:
     anthropic = UsageTracker(streamed=True)
     anthropic.feed(b'event: content_block_delta\ndata: {"delta":{"type":"text_delta","text":"A"}}')
     assert anthropic.saw_text
+
+
+@pytest.mark.parametrize("strip", [False, True])
+def test_a_stream_cut_short_counts_the_text_events_it_relayed_at_every_split(strip: bool) -> None:
+    """A client that left mid-stream (issue 41): its tokens are the whole events carrying text
+    relayed to it — not the role chunk before them, not an event still cut short."""
+    stream = ROLE + KEEPALIVE + TOKENS + TOKENS[:20]  # three tokens whole, a fourth begun
+    splits = [[stream], *two_way_splits(stream), [stream[i : i + 1] for i in range(len(stream))]]
+    for pieces in splits:
+        tracker = UsageTracker(streamed=True, strip_usage_chunk=strip)
+        for piece in pieces:
+            tracker.feed(piece)
+        assert tracker.received() == 3, [len(p) for p in pieces]
+    crlf = UsageTracker(streamed=True)
+    crlf.feed((ROLE + TOKENS).replace(b"\n", b"\r\n"))
+    assert crlf.received() == 3
+    anthropic = UsageTracker(streamed=True)
+    anthropic.feed(
+        b'event: message_start\ndata: {"type":"message_start"}\n\n'
+        b'event: content_block_delta\ndata: {"delta":{"type":"text_delta","text":"A"}}\n\n'
+        b'event: content_block_delta\ndata: {"delta":{"type":"text_delta","text":"B"}}\n\n'
+    )
+    assert anthropic.received() == 2
+    quiet = UsageTracker(streamed=True)
+    quiet.feed(ROLE)
+    assert quiet.received() == 0  # nothing generated yet

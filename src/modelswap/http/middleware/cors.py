@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from modelswap.config.resolved import CorsPolicy
+from modelswap.errors import echo
+from modelswap.http.error_responses import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -101,8 +103,14 @@ class Cors:
             return await handler(request)
         origin = self.allowed_origin(request)
         request[PREFLIGHT] = Preflight(request.headers.get("Origin"), origin is not None)
-        if origin is None:
-            return web.Response(status=403, text="CORS origin not allowed")
+        if origin is None:  # the gateway's error, in its envelope: a code and the origin
+            sent = request.headers.get("Origin")
+            return error_response(
+                f"CORS origin {echo(sent) if sent else '(none)'} is not allowed "
+                "(security.corsOrigins).",
+                403,
+                code="cors_origin_not_allowed",
+            )
         return web.Response(
             status=204,
             headers={

@@ -11,13 +11,15 @@ that error's code, so the record says "error" and not "200 ok".
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from modelswap import jsonsafe
+from modelswap.errors import echo
 from modelswap.http.app_keys import RUNTIME, client_key
-from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, error_code_of
+from modelswap.http.error_responses import GATEWAY_ERROR_HEADER, explained
+from modelswap.http.middleware.cors import PREFLIGHT, Preflight
 from modelswap.http.reading import request_id
 from modelswap.http.request_obs import OBS
 from modelswap.http.tracking.inflight import INFLIGHT
@@ -26,15 +28,18 @@ from modelswap.http.tracking.scope import SCOPE, RequestScope, observed
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _error_code(response: web.StreamResponse) -> str | None:
+def explain(scope: RequestScope, response: web.StreamResponse) -> None:
+    """The gateway's own error answer, read into ``scope``: its code, its message and the rule
+    behind it (a policy's, a limit's), in OpenAI's envelope or Anthropic's."""
     if GATEWAY_ERROR_HEADER not in response.headers or not isinstance(response, web.Response):
-        return None
+        return
     try:
         body = response.body
-        data = json.loads(body if isinstance(body, bytes) else b"{}")
+        why = explained(jsonsafe.loads(body if isinstance(body, bytes) else b"{}"))
     except ValueError:
-        return None
-    return error_code_of(data)  # OpenAI's envelope or Anthropic's
+        return
+    if why is not None:
+        scope.code, scope.error_message, scope.rule = why.code, why.message, why.rule
 
 
 @web.middleware
@@ -56,7 +61,11 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     response = None
     try:
         response = await handler(request)
-        scope.status, scope.code = response.status, _error_code(response)
+        scope.status = response.status
+        explain(scope, response)
+        if preflight := request.get(PREFLIGHT):  # a browser's CORS check: its origin, echoed
+            origin = echo(preflight.origin) if preflight.origin is not None else None
+            scope.rule = Preflight(origin, preflight.allowed).rule()
         return response
     except asyncio.CancelledError:
         response = scope.cancelled(answered=scope.response_headers is not None)

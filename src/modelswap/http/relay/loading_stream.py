@@ -138,7 +138,7 @@ class LoadingStream:
         data = json.loads(_body(answer))
         obs = self._request.get(OBS)
         if obs is not None:
-            obs.error_event(error_code_of(data))
+            obs.error_event(error_code_of(data), str(error))
         await self._write(response, error_event(self._request.path, data, answer.status))
         await response.write_eof()
         return response

@@ -43,7 +43,7 @@ from modelswap.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from modelswap.http.error_responses import HINT_HEADER, envelope
+from modelswap.http.error_responses import HINT_HEADER, backend_explained, envelope
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
 from modelswap.http.relay.extract import salted
 from modelswap.http.relay.sse import error_event
@@ -399,10 +399,11 @@ class _Run:
         if hint is not None:
             headers.append((_HINT, hint.encode("latin-1", "replace")))
         obs = self.obs
-        if obs is not None:
+        if obs is not None:  # its code and message recorded, with a capture its body
+            why = backend_explained(head.status, data)
+            obs.error_event(TOOL_CHOICE_CODE if hint is not None else why.code, why.message)
+            obs.error_body()
             obs.wrote(out)
-            if hint is not None:
-                obs.error_event(TOOL_CHOICE_CODE)
         sink = self.sink
         sink.head(head.status, head.reason, headers, len(out))
         sink.write(out)
@@ -425,7 +426,8 @@ class _Run:
             )
         else:
             if obs is not None:
-                obs.error_event(TOOL_CHOICE_CODE if hint is not None else "upstream_error")
+                code = TOOL_CHOICE_CODE if hint is not None else "upstream_error"
+                obs.error_event(code, backend_explained(head.status, data).message)
             if hint is not None:
                 data = with_hint(parsed, hint, redactor)
             else:
@@ -511,6 +513,11 @@ def redact_error_events(chunk: bytes, redactor: Redactor) -> bytes:
 def holds_error_event(chunk: bytes) -> bool:
     """Whether a line of ``chunk`` is an SSE ``data:`` event whose JSON object has an
     ``"error"`` (a backend's error event; a cut line, unreadable, does not count)."""
+    return _event_error(chunk) is not None
+
+
+def _event_error(chunk: bytes) -> object | None:
+    """The ``"error"`` of the first error event in ``chunk``, or None."""
     for line in chunk.split(b"\n"):
         line = line.strip()
         if line.startswith(b"data:") and b'"error"' in line:
@@ -519,9 +526,10 @@ def holds_error_event(chunk: bytes) -> bool:
                 data = jsonsafe.loads(payload)
             except ValueError:
                 continue
-            if isinstance(data, dict) and data.get("error"):
-                return True
-    return False
+            error: object = data.get("error") if isinstance(data, dict) else None
+            if error:
+                return error
+    return None
 
 
 def relayed_chunk(chunk: bytes, obs: RequestObs | None, redactor: Redactor) -> bytes:
@@ -531,8 +539,10 @@ def relayed_chunk(chunk: bytes, obs: RequestObs | None, redactor: Redactor) -> b
         chunk = obs.tap(chunk)
     if b'"error"' in chunk:
         chunk = redact_error_events(chunk, redactor)
-        if obs is not None and holds_error_event(chunk):
-            obs.error_event("upstream_error")  # the backend's own, mid-stream
+        if obs is not None and (error := _event_error(chunk)) is not None:
+            said = error.get("message") if isinstance(error, dict) else error
+            # the backend's own, mid-stream
+            obs.error_event("upstream_error", said if isinstance(said, str) else None)
     return chunk
 
 
@@ -566,6 +576,6 @@ def final_error_event(
     assert isinstance(masked, dict)
     event = lead + error_event(path, masked, status)
     if obs is not None:
-        obs.error_event(code)
+        obs.error_event(code, text)
         obs.wrote(event)
     return event

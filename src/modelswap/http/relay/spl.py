@@ -78,5 +78,5 @@ def apply_policies(policy: PolicyRun, target: Target, data: dict[str, object]) -
         except PolicyRuntimeError as exc:
             raise PolicyFailedError(str(exc)) from None
         if denied is not None:
-            raise PolicyDeniedError(denied.status, denied.message)
+            raise PolicyDeniedError(denied.status, denied.message, denied.provenance())
     return state.changed

@@ -16,7 +16,7 @@ from multidict import CIMultiDictProxy
 
 from modelswap.config.resolved import ApiKey
 from modelswap.errors import ModelswapError, UpstreamUnreachableError
-from modelswap.http.error_responses import error_code_of, error_response, response_for
+from modelswap.http.error_responses import error_response, explained, response_for
 from modelswap.http.reading import HEADER as REQUEST_ID_HEADER
 from modelswap.http.reading import choose_request_id
 from modelswap.http.relay.extract import RequestBody
@@ -257,7 +257,7 @@ class Answer:
 
     def _write_response(self, response: web.Response) -> str | None:
         """A whole gateway-authored answer (an error), before anything else went out; its
-        error code."""
+        error code (its message and rule into the scope, as aiohttp's door records them)."""
         body = response.body if isinstance(response.body, bytes) else b""
         headers = [
             (name.encode("latin-1"), value.encode("latin-1", "replace"))
@@ -273,7 +273,11 @@ class Answer:
         self.write(body)
         self.flush()
         try:
-            data = loads(body)
+            why = explained(loads(body))
         except ValueError:
             return None
-        return error_code_of(data) if isinstance(data, dict) else None
+        if why is None:
+            return None
+        if self.scope is not None:
+            self.scope.error_message, self.scope.rule = why.message, why.rule
+        return why.code

@@ -28,6 +28,7 @@ from modelswap.redact import Redactor
 from modelswap.runtime import ModelStatus, Runtime
 
 CLIENT_CLOSED = 499
+MESSAGE_CHARS = 1024  # of an error's message, as its record keeps it
 # llama-swap's captureFieldsByPath: audio and image bodies are not captured, only headers
 NO_REQUEST_BODY = frozenset(
     {"/v1/audio/voices", "/v1/audio/transcriptions", "/v1/images/edits", "/sdapi/v1/img2img"}
@@ -50,8 +51,9 @@ def observed(path: str) -> bool:
 
 class RequestScope:
     """One model request, from its head to its record. ``status`` and ``code`` are what the
-    record says (set by the door as the answer goes); ``response_headers`` once its head went
-    out."""
+    record says (set by the door as the answer goes), with the error's ``error_message`` and
+    the ``rule`` that refused it (:func:`~modelswap.http.error_responses.explained`);
+    ``response_headers`` once its head went out."""
 
     __slots__ = (
         "_decoded",
@@ -62,6 +64,7 @@ class RequestScope:
         "_response_headers",
         "_sent_raw",
         "code",
+        "error_message",
         "inflight",
         "key",
         "method",
@@ -69,6 +72,7 @@ class RequestScope:
         "path",
         "remote",
         "request_id",
+        "rule",
         "runtime",
         "status",
     )
@@ -99,6 +103,8 @@ class RequestScope:
         self.key = key
         self.status = 500
         self.code: str | None = None
+        self.error_message: str | None = None  # the gateway's error, as the client read it
+        self.rule: Mapping[str, object] | None = None  # the rule that refused it (issue 41)
         self._response_headers: Mapping[str, str] | None = None
         self._sent_raw: Sequence[tuple[bytes, bytes]] | None = None
         obs = self.obs = RequestObs()
@@ -185,6 +191,11 @@ class RequestScope:
         usage = obs.usage
         load = _load_seconds(runtime.find_model(obs.model or ""), obs.at)
         streamed = bool(usage and usage.streamed)
+        completion = usage.completion_tokens if usage else None
+        if completion is None and streamed and self.status == CLIENT_CLOSED:
+            completion = usage.received() if usage else None  # a stop: what it got
+        message = self.error_message or obs.error_message
+        rule = self.rule
         first = obs.first_token if streamed else obs.ttft
         metadata = self._with_session(obs.metadata, runtime.config.observability)
         capture = obs.capture_limit
@@ -200,7 +211,7 @@ class RequestScope:
                 status=self.status,
                 streamed=streamed,
                 prompt_tokens=usage.prompt_tokens if usage else None,
-                completion_tokens=usage.completion_tokens if usage else None,
+                completion_tokens=completion,
                 cached_tokens=usage.cached_tokens if usage else None,
                 salted=obs.salted,
                 ttft=max(0.0, first - (load or 0.0)) if first is not None else None,
@@ -225,6 +236,9 @@ class RequestScope:
                 if capture and response_headers is not None
                 else None,
                 metadata={k: redact(v) for k, v in metadata.items()} if metadata else None,
+                method=self.method,
+                error_message=redact(message[:MESSAGE_CHARS]) if message else None,
+                rule=_masked_rule(redactor, rule) if rule else None,
             )
         )
 
@@ -261,6 +275,12 @@ def _requested(redactor: Redactor, requested: str) -> str:
         if len(requested) <= _ECHO_CHARS and len(_ECHOED) < _ECHO_KEPT:
             _ECHOED[requested] = shown
     return shown
+
+
+def _masked_rule(redactor: Redactor, rule: Mapping[str, object]) -> Mapping[str, object]:
+    """``rule`` with secrets masked: a policy's clause is its text with macros expanded."""
+    masked = redactor.data(rule)
+    return masked if isinstance(masked, dict) else {}
 
 
 def _decode(raw: Sequence[tuple[bytes, bytes]]) -> CIMultiDictProxy[str]:

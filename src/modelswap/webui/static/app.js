@@ -1511,8 +1511,12 @@ function whyText(r) {
   if (rule && rule.kind === "limit") return `${rule.name} ${rule.value} reached (${rule.in_flight} in flight)`;
   if (rule && rule.kind === "cors") return `origin ${rule.origin || "(none)"} ${rule.allowed ? "allowed" : "not allowed"}`;
   if (rowOutcome(r) === "stopped") return r.completion_tokens ? `${r.completion_tokens} tokens received` : "";
-  return "";  // an error no rule refused: its code says what; its message is in the title
+  // An error no rule refused (a backend's own, a start's): its message, as the client read it.
+  if (failed(r) && r.error_message) return cut(r.error_message, WHY_CHARS);
+  return "";
 }
+const WHY_CHARS = 160;  // of a message under the status: the dialog has it whole
+function cut(text, n) { return text.length > n ? `${text.slice(0, n - 1)}…` : text; }
 /* The status cell's content: the status line, and the why under it when there is one. */
 function statusNodes(r) {
   const why = whyText(r);
