@@ -95,13 +95,16 @@ class _Levels:
         if quota.concurrency:
             left = quota.concurrency - self.in_flight
             values.append(left if left > 0 else 0)
-        for capacity, period, level in (
-            (quota.requests_per_minute, MINUTE, self.requests),
-            (quota.tokens_per_minute, MINUTE, self.tokens),
-            (quota.tokens_per_day, DAY, self.tokens_day),
-        ):
-            if capacity:
-                values += (level if level > 0 else 0, _reset_text(capacity, period, level))
+        # (each bucket written out: a loop over them costs as much as the rest together)
+        if capacity := quota.requests_per_minute:
+            level = self.requests
+            values += (level if level > 0 else 0, _reset_text(capacity, MINUTE, level))
+        if capacity := quota.tokens_per_minute:
+            level = self.tokens
+            values += (level if level > 0 else 0, _reset_text(capacity, MINUTE, level))
+        if capacity := quota.tokens_per_day:
+            level = self.tokens_day
+            values += (level if level > 0 else 0, _reset_text(capacity, DAY, level))
         return self.head % tuple(values)
 
     def headers(self) -> dict[str, str]:
@@ -318,13 +321,18 @@ class QuotaLedger:
         account = self._accounts.get(ticket.client)
         if account is None:
             return
-        account.in_flight = max(0, account.in_flight - 1)
-        charge = max(0, tokens if tokens is not None else estimate)
+        if account.in_flight > 0:
+            account.in_flight -= 1
+        charge = tokens if tokens is not None else estimate
+        if charge <= 0:  # (nothing to take: a refill can wait for the next look)
+            return
         account.charged += charge
-        for bucket in (account.tokens, account.tokens_day):
-            if bucket is not None:
-                bucket.refill(now)
-                bucket.level -= charge
+        if (bucket := account.tokens) is not None:
+            bucket.refill(now)
+            bucket.level -= charge
+        if (bucket := account.tokens_day) is not None:
+            bucket.refill(now)
+            bucket.level -= charge
 
     def refund(self, ticket: Ticket, now: float) -> None:
         """Undo an admission (the request was handed on, to be admitted again): its place,
