@@ -3,6 +3,9 @@
     .venv/bin/python bench/profile_gateway.py [--seconds 15] [--target modelswap]
                                               [--load unpaced,c32] [--out build/bench/profile]
 
+``--target modelswap-keys`` / ``modelswap-quota``: the suite's keyed targets, the load sending
+their key (profile both under the same load to see what per-key accounting costs).
+
 Starts the fake backend and modelswap (as in the suite), attaches py-spy (from
 build/bench-venv, installed by ``make bench``) to the gateway process, and drives one load at a
 time: ``unpaced`` = 32 concurrent unpaced streams of 250 chunks, over and over;
@@ -29,13 +32,14 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import load
-from bench.targets import BENCH_VENV, REPO, Fleet
+from bench.targets import BENCH_VENV, KEY_TARGETS, REPO, Fleet
 
 PYSPY = BENCH_VENV / "bin" / "py-spy"
 
 
-def drive(kind: str, port: int, seconds: float) -> tuple[str, float, str]:
-    """Run the load for ``seconds``: (summary, units of work done, unit name)."""
+def drive(kind: str, port: int, seconds: float, headers: dict[str, str]) -> tuple[str, float, str]:
+    """Run the load for ``seconds`` (``headers`` on every request: a keyed target's key):
+    (summary, units of work done, unit name)."""
     outcome = load.Outcome()
     deadline = time.monotonic() + seconds
     if kind in ("unpaced", "unpaced128", "short"):
@@ -45,17 +49,17 @@ def drive(kind: str, port: int, seconds: float) -> tuple[str, float, str]:
         concurrency, n = {"unpaced": (32, 250), "unpaced128": (128, 100), "short": (32, 5)}[kind]
         chunks = streams = 0
         while time.monotonic() < deadline:
-            chunks += load.streams(port, {}, concurrency, n, 0.0, outcome).chunks
+            chunks += load.streams(port, headers, concurrency, n, 0.0, outcome).chunks
             streams += concurrency
         if kind != "short":
             summary, units, unit = f"{chunks} chunks relayed", float(chunks), "chunk"
         else:
             summary, units, unit = f"{streams} streams of {n} chunks", float(streams), "stream"
     elif shutil.which("wrk"):
-        rps, _ = load.wrk_throughput(port, {}, 32, seconds, outcome)
+        rps, _ = load.wrk_throughput(port, headers, 32, seconds, outcome)
         summary, units, unit = f"wrk: {rps:.0f} req/s", rps * seconds, "req"
     else:
-        rps = load.aiohttp_throughput(port, {}, 32, seconds, outcome)
+        rps = load.aiohttp_throughput(port, headers, 32, seconds, outcome)
         summary, units, unit = f"aiohttp client: {rps:.0f} req/s", rps * seconds, "req"
     if outcome.failed:
         raise RuntimeError(f"wrong answers while profiling: {outcome.errors[:3]}")
@@ -117,7 +121,7 @@ def main() -> int:
     parser.add_argument(
         "--target",
         default="modelswap",
-        choices=("modelswap", "modelswap-full", "modelswap-asyncio", "floor"),
+        choices=("modelswap", "modelswap-full", "modelswap-asyncio", *KEY_TARGETS, "floor"),
     )
     parser.add_argument("--load", default="unpaced,c32")
     parser.add_argument("--out", default=str(REPO / "build" / "bench" / "profile"))
@@ -140,7 +144,8 @@ def main() -> int:
         with Fleet([args.target], workdir, llamacpp=False) as fleet:
             target = fleet.targets[args.target]
             assert target.proc is not None
-            drive("unpaced", target.port, 1.0)  # warm: the model is ready, pools are open
+            # warm: the model is ready, pools are open
+            drive("unpaced", target.port, 1.0, target.headers)
             for kind in [k.strip() for k in args.load.split(",") if k.strip()]:
                 raw = out / f"{args.target}-{kind}.txt"
                 spy = subprocess.Popen(
@@ -151,7 +156,7 @@ def main() -> int:
                 )  # fmt: skip
                 try:
                     time.sleep(1.0)  # py-spy attaches
-                    summary, units, unit = drive(kind, target.port, args.seconds)
+                    summary, units, unit = drive(kind, target.port, args.seconds, target.headers)
                 finally:
                     spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
                     try:

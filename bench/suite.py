@@ -124,7 +124,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         metavar="NAME=SRC",
         help="one more modelswap target, named NAME (starting with 'modelswap'), run from the "
-        "src/ directory SRC (e.g. `git archive` of an older commit): before/after in one run",
+        "src/ directory SRC (e.g. `git archive` of an older commit): before/after in one run; "
+        "a NAME that starts with a keyed target's and a dash (modelswap-quota-before) is "
+        "started as that target, with its keys",
     )
     parser.add_argument(
         "--llama-swap",

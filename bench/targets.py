@@ -223,8 +223,11 @@ class Fleet:
         for name in self.names:
             target = Target(name)
             self.targets[name] = target
-            if name in self.variants:
+            if name in self.variants:  # a keyed target's name first: started as that one
+                keyed = next((k for k in KEY_TARGETS if name.startswith(k + "-")), None)
                 starter = self._start_modelswap
+                if keyed is not None:
+                    starter = getattr(self, "_start_" + keyed.replace("-", "_"))
             elif name in self.outside:
                 starter = self._start_outside
             else:
@@ -482,6 +485,7 @@ class Fleet:
         self._start_modelswap(target, keys=bench_keys(quota=False))
         target.headers = {"Authorization": f"Bearer {BENCH_KEY}"}
         target.description = "modelswap serve, 8 apiKeys without a quota (the load sends one)"
+        target.description += self._from(target)
 
     def _start_modelswap_quota(self, target: Target) -> None:
         """modelswap with client keys that each have a quota on all four limits, a class and
@@ -491,7 +495,12 @@ class Fleet:
         target.description = (
             "modelswap serve, 8 apiKeys each with a quota on every limit (none reached), "
             "classes and weights (the load sends one)"
-        )
+        ) + self._from(target)
+
+    def _from(self, target: Target) -> str:
+        """Where a variant's modelswap came from (nothing for the checkout's own)."""
+        src = self.variants.get(target.name)
+        return f", from {src}" if src else ""
 
 
 def bench_keys(*, quota: bool) -> list[dict[str, object]]:

@@ -162,6 +162,10 @@ def test_a_client_that_leaves_mid_stream_gives_its_place_back(
         assert stream.status == 200
         assert stream.headers["x-ratelimit-remaining-concurrency"] == "0"
         assert next_event(stream) is not None  # the answer is under way
+        # the in-flight listing shows the headers the answer went out with (either door)
+        [row] = request(gw, "GET", "/api/inflight", None, ANA).json()["requests"]
+        assert row["resp_headers"]["x-ratelimit-remaining-concurrency"] == "0"
+        assert row["resp_headers"]["x-ratelimit-limit-tokens-day"] == "100000"
         busy = request(gw, "POST", "/v1/chat/completions", chat_body("slow"), {**PHONE, **JSON})
         assert busy.status == 429, busy.body  # its one place is taken
         assert busy.json()["error"]["limit"] == "concurrency"

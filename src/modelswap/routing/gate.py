@@ -23,7 +23,7 @@ from modelswap.routing.quota import FREE, QuotaLedger, Ticket, Verdict, Window, 
 MAX_CLIENTS = 4096
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # (made for every request of a key with a quota)
 class Admitted:
     """One request let in: whose it is, and its claim on the client's quota."""
 
@@ -39,8 +39,13 @@ class Admitted:
         return self.verdict.headers() if self.limited else {}
 
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The same, in bytes (the fast door writes them as they are)."""
+        """The same, in bytes."""
         return self.verdict.raw_headers() if self.limited else []
+
+    def head_bytes(self) -> bytes:
+        """The same as the lines of an answer's head, ``name: value\r\n`` each (the fast
+        door writes them as they are)."""
+        return self.verdict.head_bytes() if self.limited else b""
 
     def finish(self, tokens: int | None, estimate: int = 0) -> None:
         """The answer ended (or failed, or its client left): give back the concurrency

@@ -54,7 +54,8 @@ class _Bucket:
 
     def refill(self, now: float) -> None:
         if now > self.at:
-            self.level = min(self.capacity, self.level + (now - self.at) * self.per_second)
+            level = self.level + (now - self.at) * self.per_second
+            self.level = level if level < self.capacity else self.capacity  # (min() is slower)
             self.at = now
 
     def seconds_until(self, level: float) -> float:
@@ -83,6 +84,28 @@ class _Levels:
     requests: float
     tokens: float
     tokens_day: float
+    head: bytes  # the quota's :func:`head_template`
+
+    def head_bytes(self) -> bytes:
+        """The headers as the lines of an answer's head (``name: value\r\n`` each), as
+        :meth:`raw_headers` has them: one formatting of the quota's template (the fast door
+        writes it on every answer; ~4 times cheaper than pairs formatted one by one)."""
+        quota = self.quota
+        values: list[int | float | bytes] = []
+        if quota.concurrency:
+            left = quota.concurrency - self.in_flight
+            values.append(left if left > 0 else 0)
+        # (each bucket written out: a loop over them costs as much as the rest together)
+        if capacity := quota.requests_per_minute:
+            level = self.requests
+            values += (level if level > 0 else 0, _reset_text(capacity, MINUTE, level))
+        if capacity := quota.tokens_per_minute:
+            level = self.tokens
+            values += (level if level > 0 else 0, _reset_text(capacity, MINUTE, level))
+        if capacity := quota.tokens_per_day:
+            level = self.tokens_day
+            values += (level if level > 0 else 0, _reset_text(capacity, DAY, level))
+        return self.head % tuple(values)
 
     def headers(self) -> dict[str, str]:
         """:func:`window_headers` of :meth:`windows` (every answer of a limited key carries
@@ -153,8 +176,12 @@ class Verdict:
         return next((w for w in self.windows if w.name == self.refused_by), None)
 
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The ``x-ratelimit-*`` headers of an admitted request, in bytes (the fast door)."""
+        """The ``x-ratelimit-*`` headers of an admitted request, in bytes."""
         return self.levels.raw_headers() if self.levels is not None else []
+
+    def head_bytes(self) -> bytes:
+        """The same as the lines of an answer's head (the fast door writes them as they are)."""
+        return self.levels.head_bytes() if self.levels is not None else b""
 
     def headers(self) -> dict[str, str]:
         """The ``x-ratelimit-*`` headers (OpenAI's names for ``requests`` and ``tokens``),
@@ -180,12 +207,37 @@ def _bucket_headers(
     period: float,
     level: float,
 ) -> None:
-    reset = (capacity - level) * period / capacity
     found += (
         (names[0], b"%d" % capacity),
         (names[1], b"%d" % level if level > 0 else b"0"),
-        (names[2], duration_text(reset).encode() if reset >= 0.0005 else b"0ms"),
+        (names[2], _reset_text(capacity, period, level)),
     )
+
+
+def _reset_text(capacity: int, period: float, level: float) -> bytes:
+    """A bucket's ``x-ratelimit-reset-*`` value: the time until it is full again."""
+    reset = (capacity - level) * period / capacity
+    return duration_text(reset).encode() if reset >= 0.0005 else b"0ms"
+
+
+def head_template(quota: Quota) -> bytes:
+    """The quota's headers as head lines, with ``%d`` (and ``%b`` for a reset) where each
+    answer's values go: the limits are the quota's, fixed until it changes."""
+    lines: list[bytes] = []
+    if quota.concurrency:
+        limit, remaining, reset = _NAMES[0]
+        lines.append(
+            b"%b: %d\r\n%b: %%d\r\n%b: 0ms\r\n" % (limit, quota.concurrency, remaining, reset)
+        )
+    for names, capacity in zip(
+        _NAMES[1:],
+        (quota.requests_per_minute, quota.tokens_per_minute, quota.tokens_per_day),
+        strict=True,
+    ):
+        if capacity:
+            limit, remaining, reset = names
+            lines.append(b"%b: %d\r\n%b: %%d\r\n%b: %%b\r\n" % (limit, capacity, remaining, reset))
+    return b"".join(lines)
 
 
 def window_headers(windows: tuple[Window, ...]) -> dict[str, str]:
@@ -229,6 +281,7 @@ class _Account:
     tokens_day: _Bucket | None = None
     tickets: int = 0  # admitted, ever (for the usage view)
     charged: int = 0  # tokens charged, ever
+    head: bytes = b""  # the quota's head_template (made when the quota is set)
 
 
 FREE = Verdict(Ticket("", finished=True))  # no quota: nothing to count, nothing to give back
@@ -243,9 +296,13 @@ class QuotaLedger:
 
     def admit(self, client: str, quota: Quota, now: float) -> Verdict:
         """Let one request of ``client`` in, or say which limit refuses it."""
-        if not quota:
-            return FREE
-        account = self._account(client, quota, now)
+        account = self._accounts.get(client)
+        if account is None or account.quota is not quota:  # new, or reloaded
+            if not quota:
+                return FREE
+            account = self._account(client, quota, now)
+        else:  # (the common case, without a look at the quota's four limits)
+            self._refill(account, now)
         refused, retry = self._refusal(account)
         if refused is not None:
             return Verdict(None, self._levels(account), refused, retry)
@@ -264,13 +321,18 @@ class QuotaLedger:
         account = self._accounts.get(ticket.client)
         if account is None:
             return
-        account.in_flight = max(0, account.in_flight - 1)
-        charge = max(0, tokens if tokens is not None else estimate)
+        if account.in_flight > 0:
+            account.in_flight -= 1
+        charge = tokens if tokens is not None else estimate
+        if charge <= 0:  # (nothing to take: a refill can wait for the next look)
+            return
         account.charged += charge
-        for bucket in (account.tokens, account.tokens_day):
-            if bucket is not None:
-                bucket.refill(now)
-                bucket.level -= charge
+        if (bucket := account.tokens) is not None:
+            bucket.refill(now)
+            bucket.level -= charge
+        if (bucket := account.tokens_day) is not None:
+            bucket.refill(now)
+            bucket.level -= charge
 
     def refund(self, ticket: Ticket, now: float) -> None:
         """Undo an admission (the request was handed on, to be admitted again): its place,
@@ -310,13 +372,17 @@ class QuotaLedger:
             self._reshape(account, quota, now)
         elif account.quota is not quota and account.quota != quota:  # reloaded: new sizes
             self._reshape(account, quota, now)
+        self._refill(account, now)
+        return account
+
+    @staticmethod
+    def _refill(account: _Account, now: float) -> None:
         if account.requests is not None:
             account.requests.refill(now)
         if account.tokens is not None:
             account.tokens.refill(now)
         if account.tokens_day is not None:
             account.tokens_day.refill(now)
-        return account
 
     @staticmethod
     def _reshape(account: _Account, quota: Quota, now: float) -> None:
@@ -333,6 +399,7 @@ class QuotaLedger:
         account.tokens = bucket(account.tokens, quota.tokens_per_minute, MINUTE)
         account.tokens_day = bucket(account.tokens_day, quota.tokens_per_day, DAY)
         account.quota = quota
+        account.head = head_template(quota)
 
     @staticmethod
     def _refusal(account: _Account) -> tuple[str | None, float]:
@@ -357,4 +424,5 @@ class QuotaLedger:
             requests.level if requests is not None else 0.0,
             tokens.level if tokens is not None else 0.0,
             day.level if day is not None else 0.0,
+            account.head,
         )

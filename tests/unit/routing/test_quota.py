@@ -177,6 +177,22 @@ def test_the_fast_headers_say_what_the_windows_say(used: int) -> None:
         expected["retry-after"] = verdict.headers()["retry-after"]
         expected["retry-after-ms"] = verdict.headers()["retry-after-ms"]
     assert verdict.headers() == expected
+    # and the fast door's head lines are those headers, in the same order
+    assert verdict.head_bytes() == b"".join(b"%b: %b\r\n" % p for p in verdict.raw_headers())
+
+
+@pytest.mark.parametrize(
+    "quota",
+    [Quota(concurrency=2), Quota(requests_per_minute=3), Quota(0, 0, 100, 1000), Quota(4, 5, 0, 6)],
+)
+def test_the_fast_door_head_lines_carry_only_the_limits_a_quota_has(quota: Quota) -> None:
+    ledger = QuotaLedger()
+    first = ledger.admit("h", quota, 0.0)
+    assert first.ticket is not None
+    ledger.finish(first.ticket, 0.25, tokens=40)
+    verdict = ledger.admit("h", quota, 0.5)
+    assert verdict.head_bytes() == b"".join(b"%b: %b\r\n" % p for p in verdict.raw_headers())
+    assert verdict.head_bytes().count(b"\r\n") == 3 * len(verdict.windows)
 
 
 def test_standing_shows_each_key_against_its_limits_by_name_only() -> None:

@@ -141,14 +141,15 @@ class Answer:
         if not self.keep_alive:
             headers.append((b"Connection", b"close"))
         let_in = self.admitted.let_in
-        if let_in.limited:  # x-ratelimit-*, on every answer of a key with a quota
-            headers += let_in.raw_headers()
+        limited = let_in.limited
         scope = self.scope
-        if scope is not None:
-            scope.sent(headers)
+        if scope is not None:  # (the x-ratelimit-* pairs made only if the scope is read)
+            scope.sent(headers, let_in.raw_headers if limited else None)
         self.head_sent = True
         lines = [b"HTTP/1.1 %d %b\r\n" % (status, reason)]
         lines.extend(b"%b: %b\r\n" % pair for pair in headers)
+        if limited:  # x-ratelimit-*, on every answer of a key with a quota: lines made whole
+            lines.append(let_in.head_bytes())
         lines.append(connection.date_header())
         lines.append(b"\r\n")
         self.out.append(b"".join(lines))

@@ -51,7 +51,7 @@ def charge(admitted: Admitted, obs: RequestObs | None, request_bytes: int) -> No
     prompt = usage.prompt_tokens if usage is not None else None
     completion = usage.completion_tokens if usage is not None else None
     tokens = None if prompt is None and completion is None else (prompt or 0) + (completion or 0)
-    admitted.finish(tokens, estimate_tokens(request_bytes, obs.bytes_out))
+    admitted.finish(tokens, estimate_tokens(request_bytes, obs.bytes_out) if tokens is None else 0)
 
 
 async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -62,6 +62,7 @@ class RequestScope:
         "_record",
         "_registry",
         "_response_headers",
+        "_sent_more",
         "_sent_raw",
         "code",
         "error_message",
@@ -107,6 +108,7 @@ class RequestScope:
         self.rule: Mapping[str, object] | None = None  # the rule that refused it (issue 41)
         self._response_headers: Mapping[str, str] | None = None
         self._sent_raw: Sequence[tuple[bytes, bytes]] | None = None
+        self._sent_more: Callable[[], Sequence[tuple[bytes, bytes]]] | None = None
         obs = self.obs = RequestObs()
         capture = runtime.config.observability
         if capture.capture:
@@ -130,17 +132,25 @@ class RequestScope:
     @property
     def response_headers(self) -> Mapping[str, str] | None:
         """The answer's headers, once its head went out (decoded when first read)."""
-        if self._response_headers is None and self._sent_raw is not None:
-            self._response_headers = _decode(self._sent_raw)
+        raw = self._sent_raw
+        if self._response_headers is None and raw is not None:
+            more = self._sent_more
+            self._response_headers = _decode(raw if more is None else [*raw, *more()])
         return self._response_headers
 
     @response_headers.setter
     def response_headers(self, headers: Mapping[str, str]) -> None:
         self._response_headers = headers
 
-    def sent(self, raw_headers: Sequence[tuple[bytes, bytes]]) -> None:
-        """The answer's head went out with ``raw_headers`` (the fast door's, as bytes)."""
+    def sent(
+        self,
+        raw_headers: Sequence[tuple[bytes, bytes]],
+        more: Callable[[], Sequence[tuple[bytes, bytes]]] | None = None,
+    ) -> None:
+        """The answer's head went out with ``raw_headers`` (the fast door's, as bytes), then
+        ``more()``'s (made only if the headers are read: the key's x-ratelimit-*)."""
         self._sent_raw = raw_headers
+        self._sent_more = more
 
     def cancelled(self, answered: bool) -> web.Response | None:
         """The task serving the request was cancelled: by an operator (``POST
