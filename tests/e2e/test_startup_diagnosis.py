@@ -45,6 +45,7 @@ GUARD = json.loads((CORPUS / "vllm-new-utilization-guard.expected.json").read_te
 TOOL_FAKE = REPO / "tests" / "fakes" / "tool_error_backend.py"
 JSON = {"Content-Type": "application/json"}
 COMMENT = re.compile(r"^: loading model (?P<model>\S+) — (?P<label>.+) \((?P<secs>\d+) s\)$")
+PLACE = re.compile(r"^: queued \d+(st|nd|rd|th) for \S+(, ~\d+ s)?$")
 TOKENS = "".join(f"tok{i} " for i in range(8))
 TOOLS = [
     {
@@ -89,7 +90,13 @@ class RawStream:
 
     @property
     def comments(self) -> list[str]:
-        return [line for _, line in self.lines if line.startswith(":")]
+        """The loading comments (a waiter's place in line is told apart: ``places``)."""
+        return [line for _, line in self.lines if line.startswith(":") and line not in self.places]
+
+    @property
+    def places(self) -> list[str]:
+        """The fair queue's place comments (``: queued 1st for slow, ~9 s``)."""
+        return [line for _, line in self.lines if PLACE.match(line)]
 
     @property
     def data(self) -> list[str]:
@@ -244,6 +251,9 @@ def test_a_slow_start_shows_progress_comments_to_streams_and_in_running(
     assert not any(line.startswith(":") for _, line in result.lines[first_data:])
     parsed = [COMMENT.match(line) for line in comments]
     assert all(parsed), comments
+    # beside them, at most one a second, its place among the three waiting for the start
+    places = [re.match(r": queued (1st|2nd|3rd) for slow", line) for line in result.places]
+    assert all(places), result.places
     labels = [m["label"] for m in parsed if m]
     seconds = [int(m["secs"]) for m in parsed if m]
     assert all(m["model"] == "slow" for m in parsed if m)
