@@ -18,17 +18,25 @@ from dataclasses import dataclass, field
 from modelswap.config.resolved import ApiKey, KeyDefaults
 from modelswap.errors import RateLimitedError
 from modelswap.routing.clients import Client, client_for
-from modelswap.routing.quota import FREE, QuotaLedger, Ticket, Verdict, Window, window_headers
+from modelswap.routing.quota import (
+    FREE_TICKET,
+    QuotaLedger,
+    Ticket,
+    Verdict,
+    Window,
+    window_headers,
+)
 
 MAX_CLIENTS = 4096
 
 
 @dataclass(eq=False, slots=True)  # (made for every request of a key with a quota)
 class Admitted:
-    """One request let in: whose it is, and its claim on the client's quota."""
+    """One request let in: whose it is, and its claim on the client's quota (its ticket,
+    which also holds the limits its headers show)."""
 
     client: Client
-    verdict: Verdict
+    ticket: Ticket
     _gate: ClientGate = field(repr=False)
     # Whether the client has a quota: its answers carry headers, its end is accounted (the
     # fast path reads this one flag for a client without).
@@ -36,32 +44,32 @@ class Admitted:
 
     def headers(self) -> dict[str, str]:
         """The ``x-ratelimit-*`` headers for its answer (none for a client with no quota)."""
-        return self.verdict.headers() if self.limited else {}
+        return self.ticket.headers() if self.limited else {}
 
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
         """The same, in bytes."""
-        return self.verdict.raw_headers() if self.limited else []
+        return self.ticket.raw_headers() if self.limited else []
 
     def head_bytes(self) -> bytes:
         """The same as the lines of an answer's head, ``name: value\r\n`` each (the fast
         door writes them as they are)."""
-        return self.verdict.head_bytes() if self.limited else b""
+        return self.ticket.head_bytes() if self.limited else b""
 
     def finish(self, tokens: int | None, estimate: int = 0) -> None:
         """The answer ended (or failed, or its client left): give back the concurrency
         place and charge ``tokens`` — the backend's usage, prompt + completion; None when it
         reported none, then ``estimate`` is charged. A request that never reached a backend
         passes ``tokens=0``. Once; again is a no-op."""
-        ticket = self.verdict.ticket
-        if ticket is not None and not ticket.finished:
+        ticket = self.ticket
+        if not ticket.finished:
             self._gate.finish(ticket, tokens, estimate)
 
     def refund(self) -> None:
         """Undo the admission, as if the request had never come (the fast door hands it to
         aiohttp's path, which admits it again): its place, its request and its count back.
         Instead of :meth:`finish`; once."""
-        ticket = self.verdict.ticket
-        if ticket is not None and not ticket.finished:
+        ticket = self.ticket
+        if not ticket.finished:
             self._gate.refund(ticket)
 
 
@@ -123,7 +131,7 @@ class ClientGate:
         if known is not None and known[0] is key and known[1] is defaults:
             return known
         client = client_for(key, defaults)
-        free = None if client.quota else Admitted(client, FREE, self, limited=False)
+        free = None if client.quota else Admitted(client, FREE_TICKET, self, limited=False)
         if len(self._clients) > MAX_CLIENTS:  # old configs' keys: start again
             self._clients.clear()
         known = self._clients[id(key)] = (key, defaults, client, free)
@@ -135,13 +143,15 @@ class ClientGate:
         _, _, client, free = self._known(key)
         if free is not None:
             return free  # no quota: nothing to count (~0.3 µs a request)
-        verdict = self.ledger.admit(client.name, client.quota, self._clock())
-        refused = verdict.refusal
-        if refused is not None:
-            raise RateLimitedError(
-                client.name, refused.name, refused.limit, verdict.retry_after, verdict.headers()
-            )
-        return Admitted(client, verdict, self)
+        entered = self.ledger.enter(client.name, client.quota, self._clock())
+        if isinstance(entered, Verdict):  # refused
+            refused = entered.refusal
+            if refused is not None:
+                raise RateLimitedError(
+                    client.name, refused.name, refused.limit, entered.retry_after, entered.headers()
+                )
+            entered = FREE_TICKET  # (not reached: enter refuses or lets in)
+        return Admitted(client, entered, self)
 
     def finish(self, ticket: Ticket, tokens: int | None, estimate: int) -> None:
         self.ledger.finish(ticket, self._clock(), tokens, estimate)

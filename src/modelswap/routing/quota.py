@@ -11,7 +11,8 @@ headers mean. ``tokensPerDay`` is therefore a rolling 24 hours, not a calendar d
 The life of one request:
 
 * :meth:`QuotaLedger.admit` when it arrives, before it queues: refused (the first limit over,
-  its value, remaining, reset and Retry-After) or admitted with a :class:`Ticket`. Admission
+  its value, remaining, reset and Retry-After) or admitted with a :class:`Ticket` (the one
+  object a request let in costs: its claim, and its limits as it left them). Admission
   takes one request from ``requestsPerMinute`` — once: waiting in the queue afterwards never
   counts again — and one place from ``concurrency`` (served *or* waiting).
 * :meth:`QuotaLedger.finish` once, when the answer has ended (or failed, or the client left):
@@ -34,6 +35,7 @@ DAY = 86_400.0
 # Retry-After for a client at its concurrency limit: when a place frees is not knowable here.
 CONCURRENCY_RETRY_SECONDS = 1.0
 BYTES_PER_TOKEN = 4  # the usual rule of thumb for English text and code
+_NO_QUOTA = Quota()
 
 
 def estimate_tokens(request_bytes: int, answer_bytes: int) -> int:
@@ -74,17 +76,21 @@ class Window:
     reset: float
 
 
-@dataclass(slots=True)  # (not frozen: made for every request, and frozen costs ~0.5 µs)
-class _Levels:
-    """A client's limits and what was left of each at one moment (windows are built from it
-    only when asked: most answers need them once, a refusal never needs more)."""
+@dataclass(eq=False, slots=True)  # (not frozen: made for every request; frozen costs ~0.5 µs)
+class Ticket:
+    """One admitted request's claim on its client's account — finish it exactly once (again
+    is a no-op) — and the client's limits and what was left of each as its admission left
+    them (its headers are built from these only when asked: most answers need them once).
+    A refusal's snapshot is a ticket already finished, with nothing to give back."""
 
-    quota: Quota
-    in_flight: int
-    requests: float
-    tokens: float
-    tokens_day: float
-    head: bytes  # the quota's :func:`head_template`
+    account: _Account | None
+    quota: Quota = _NO_QUOTA
+    in_flight: int = 0
+    requests: float = 0.0
+    tokens: float = 0.0
+    tokens_day: float = 0.0
+    head: bytes = b""  # the quota's :func:`head_template`
+    finished: bool = False
 
     def head_bytes(self) -> bytes:
         """The headers as the lines of an answer's head (``name: value\r\n`` each), as
@@ -98,13 +104,16 @@ class _Levels:
         # (each bucket written out: a loop over them costs as much as the rest together)
         if capacity := quota.requests_per_minute:
             level = self.requests
-            values += (level if level > 0 else 0, _reset_text(capacity, MINUTE, level))
+            reset = (capacity - level) * MINUTE / capacity
+            values += (level if level > 0 else 0, _duration(reset) if reset >= 0.0005 else b"0ms")
         if capacity := quota.tokens_per_minute:
             level = self.tokens
-            values += (level if level > 0 else 0, _reset_text(capacity, MINUTE, level))
+            reset = (capacity - level) * MINUTE / capacity
+            values += (level if level > 0 else 0, _duration(reset) if reset >= 0.0005 else b"0ms")
         if capacity := quota.tokens_per_day:
             level = self.tokens_day
-            values += (level if level > 0 else 0, _reset_text(capacity, DAY, level))
+            reset = (capacity - level) * DAY / capacity
+            values += (level if level > 0 else 0, _duration(reset) if reset >= 0.0005 else b"0ms")
         return self.head % tuple(values)
 
     def headers(self) -> dict[str, str]:
@@ -156,7 +165,7 @@ class Verdict:
     request left them."""
 
     ticket: Ticket | None
-    levels: _Levels | None = None
+    levels: Ticket | None = None
     refused_by: str | None = None
     retry_after: float = 0.0
 
@@ -217,7 +226,11 @@ def _bucket_headers(
 def _reset_text(capacity: int, period: float, level: float) -> bytes:
     """A bucket's ``x-ratelimit-reset-*`` value: the time until it is full again."""
     reset = (capacity - level) * period / capacity
-    return duration_text(reset).encode() if reset >= 0.0005 else b"0ms"
+    return _duration(reset) if reset >= 0.0005 else b"0ms"
+
+
+def _duration(seconds: float) -> bytes:
+    return duration_text(seconds).encode()
 
 
 def head_template(quota: Quota) -> bytes:
@@ -263,15 +276,6 @@ def duration_text(seconds: float) -> str:
     return f"{minutes}m{text}" if minutes else text
 
 
-@dataclass(eq=False, slots=True)
-class Ticket:
-    """One admitted request's claim on its client's quota; finish it exactly once (again is a
-    no-op)."""
-
-    client: str
-    finished: bool = False
-
-
 @dataclass(slots=True)
 class _Account:
     quota: Quota
@@ -284,7 +288,9 @@ class _Account:
     head: bytes = b""  # the quota's head_template (made when the quota is set)
 
 
-FREE = Verdict(Ticket("", finished=True))  # no quota: nothing to count, nothing to give back
+# No quota: nothing to count, nothing to give back, no headers.
+FREE_TICKET = Ticket(None, finished=True)
+FREE = Verdict(FREE_TICKET)
 
 
 class QuotaLedger:
@@ -296,21 +302,29 @@ class QuotaLedger:
 
     def admit(self, client: str, quota: Quota, now: float) -> Verdict:
         """Let one request of ``client`` in, or say which limit refuses it."""
+        entered = self.enter(client, quota, now)
+        if isinstance(entered, Verdict):
+            return entered
+        return Verdict(entered, entered) if entered is not FREE_TICKET else FREE
+
+    def enter(self, client: str, quota: Quota, now: float) -> Ticket | Verdict:
+        """:meth:`admit` as the gate's fast path has it: a request let in costs one object,
+        its :class:`Ticket` (:data:`FREE_TICKET` for no quota); a refusal is its Verdict."""
         account = self._accounts.get(client)
         if account is None or account.quota is not quota:  # new, or reloaded
             if not quota:
-                return FREE
+                return FREE_TICKET
             account = self._account(client, quota, now)
         else:  # (the common case, without a look at the quota's four limits)
             self._refill(account, now)
         refused, retry = self._refusal(account)
         if refused is not None:
-            return Verdict(None, self._levels(account), refused, retry)
+            return Verdict(None, self._ticket(account, finished=True), refused, retry)
         account.in_flight += 1
         account.tickets += 1
         if account.requests is not None:
             account.requests.level -= 1
-        return Verdict(Ticket(client), self._levels(account))
+        return self._ticket(account, finished=False)
 
     def finish(self, ticket: Ticket, now: float, tokens: int | None, estimate: int = 0) -> None:
         """The request has ended: give back its place, charge ``tokens`` (the backend's usage;
@@ -318,7 +332,7 @@ class QuotaLedger:
         if ticket.finished:
             return
         ticket.finished = True
-        account = self._accounts.get(ticket.client)
+        account = ticket.account
         if account is None:
             return
         if account.in_flight > 0:
@@ -340,7 +354,7 @@ class QuotaLedger:
         if ticket.finished:
             return
         ticket.finished = True
-        account = self._accounts.get(ticket.client)
+        account = ticket.account
         if account is None:
             return
         account.in_flight = max(0, account.in_flight - 1)
@@ -354,7 +368,7 @@ class QuotaLedger:
         """The client's limits as they stand (for the headers of every answer it gets)."""
         if not quota:
             return ()
-        return self._levels(self._account(client, quota, now)).windows()
+        return self._ticket(self._account(client, quota, now), finished=True).windows()
 
     def usage(self, client: str) -> tuple[int, int, int]:
         """(in flight, requests admitted, tokens charged) since the gateway started."""
@@ -377,12 +391,12 @@ class QuotaLedger:
 
     @staticmethod
     def _refill(account: _Account, now: float) -> None:
-        if account.requests is not None:
-            account.requests.refill(now)
-        if account.tokens is not None:
-            account.tokens.refill(now)
-        if account.tokens_day is not None:
-            account.tokens_day.refill(now)
+        if (bucket := account.requests) is not None:
+            bucket.refill(now)
+        if (bucket := account.tokens) is not None:
+            bucket.refill(now)
+        if (bucket := account.tokens_day) is not None:
+            bucket.refill(now)
 
     @staticmethod
     def _reshape(account: _Account, quota: Quota, now: float) -> None:
@@ -416,13 +430,15 @@ class QuotaLedger:
         return None, 0.0
 
     @staticmethod
-    def _levels(account: _Account) -> _Levels:
+    def _ticket(account: _Account, *, finished: bool) -> Ticket:
         requests, tokens, day = account.requests, account.tokens, account.tokens_day
-        return _Levels(
+        return Ticket(
+            account,
             account.quota,
             account.in_flight,
             requests.level if requests is not None else 0.0,
             tokens.level if tokens is not None else 0.0,
             day.level if day is not None else 0.0,
             account.head,
+            finished,
         )
