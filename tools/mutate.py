@@ -239,7 +239,7 @@ MUTATIONS = (
     Mutation(
         "spl-deny-ignored",  # a policy's deny let the request through (issue 29: fail closed)
         "src/modelswap/http/relay/spl.py",
-        "raise PolicyDeniedError(denied.status, denied.message)",
+        "raise PolicyDeniedError(denied.status, denied.message, denied.provenance())",
         "pass",
         ("tests/unit/http/test_spl_relay.py",),
     ),
