@@ -424,17 +424,6 @@ MUTATIONS = (
         marks="e2e",
     ),
     Mutation(
-        "local-death-not-confirmed",  # a request right after a crash is lost (issue 37's passage)
-        "src/modelswap/runtime.py",
-        "        return await self.lease.confirm_exit()",
-        "        return False",
-        (
-            "tests/e2e/test_gateway.py::"
-            "test_a_request_right_after_a_crash_is_not_sent_to_the_dead_backend",
-        ),
-        marks="e2e",
-    ),
-    Mutation(
         "scope-requested-kept-across-redactors",  # a reload's redactor reuses old maskings
         "src/modelswap/http/tracking/scope.py",
         "if not _ECHOED_BY or _ECHOED_BY[0] is not redactor:",
