@@ -329,10 +329,7 @@ class QuotaLedger:
     def finish(self, ticket: Ticket, now: float, tokens: int | None, estimate: int = 0) -> None:
         """The request has ended: give back its place, charge ``tokens`` (the backend's usage;
         None: unknown, so ``estimate`` is charged). Idempotent."""
-        if ticket.finished:
-            return
-        ticket.finished = True
-        account = ticket.account
+        account = self._close(ticket)
         if account is None:
             return
         if account.in_flight > 0:
@@ -351,10 +348,7 @@ class QuotaLedger:
     def refund(self, ticket: Ticket, now: float) -> None:
         """Undo an admission (the request was handed on, to be admitted again): its place,
         its request and its count back, nothing charged. Instead of :meth:`finish`."""
-        if ticket.finished:
-            return
-        ticket.finished = True
-        account = ticket.account
+        account = self._close(ticket)
         if account is None:
             return
         account.in_flight = max(0, account.in_flight - 1)
@@ -388,6 +382,15 @@ class QuotaLedger:
             self._reshape(account, quota, now)
         self._refill(account, now)
         return account
+
+    @staticmethod
+    def _close(ticket: Ticket) -> _Account | None:
+        """Mark ``ticket`` ended, once: its account the first time (None after, or for a
+        client with no quota), so :meth:`finish` and :meth:`refund` settle it only once."""
+        if ticket.finished:
+            return None
+        ticket.finished = True
+        return ticket.account
 
     @staticmethod
     def _refill(account: _Account, now: float) -> None:
